@@ -1,0 +1,45 @@
+# digest-stream developer commands. `make test` is what CI runs (through .ci/run).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# Exports of the local stack (Kafka, Redis, Redis Cluster) for every command that needs them.
+STACK_ENV = eval "$$($(BIN)/digest-stream dev env)"
+
+.PHONY: venv lint stack-up stack-down stack-env test test-quick demo bench bench-quick bench-store chaos clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+stack-up: venv
+	$(BIN)/digest-stream dev up --cluster
+
+stack-down: venv
+	$(BIN)/digest-stream dev down
+
+stack-env: venv
+	@$(BIN)/digest-stream dev env
+
+test: venv stack-up lint
+	$(STACK_ENV) && $(BIN)/pytest $(PYTEST_ARGS)
+
+# Everything but the slow end-to-end/chaos slices, for a quick loop while editing.
+test-quick: venv stack-up
+	$(STACK_ENV) && $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
+bench-store: venv stack-up
+	$(STACK_ENV) && $(BIN)/python -m bench.store_bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

@@ -1,0 +1,174 @@
+"""The store contract: value types, errors and the protocol both stores implement."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+#: Digest ids are 32 lowercase hex characters (a uuid4 hex), minted by the caller.
+DIGEST_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+
+
+class StoreError(Exception):
+    """Base class of every error the store raises."""
+
+
+class InvalidArgument(StoreError, ValueError):
+    """An argument was refused before (or by) the server-side guard."""
+
+
+class InvalidState(StoreError):
+    """The operation is not allowed in the timeline's current state (e.g. open when not READY)."""
+
+
+class LibraryVersionMismatch(StoreError):
+    """The Redis Functions library loaded on the server is not the one this code expects."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimelinePolicy:
+    """Delays (seconds) and capacity that govern one timeline."""
+
+    minimum_delay: float = 300.0
+    increment_delay: float = 30.0
+    maximum_delay: float = 1800.0
+    ttl: float = 3600.0
+    capacity: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("minimum_delay", "increment_delay", "maximum_delay", "ttl"):
+            if getattr(self, name) < 0:
+                raise InvalidArgument(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.ttl <= self.maximum_delay:
+            raise InvalidArgument(
+                f"ttl ({self.ttl}) must exceed maximum_delay ({self.maximum_delay})"
+            )
+        if self.capacity is not None and self.capacity < 1:
+            raise InvalidArgument(f"capacity must be >= 1 when set, got {self.capacity!r}")
+
+
+#: Maps a timeline name to its policy; per-prefix overrides plug in here.
+PolicyResolver = Callable[[str], TimelinePolicy]
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    """One record to add: its Kafka offset fences replays of the partition."""
+
+    timeline: str
+    id: str
+    timestamp: float  # event time, seconds since the epoch
+    payload: bytes
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    """What one batched add did."""
+
+    ready: list[str]  # timelines that became READY at once (absent -> READY)
+    added: int  # records written
+    skipped: int  # records at or below the applied offset (replays)
+    dropped: int  # records trimmed by capacity in this call
+    fence_before: int | None  # applied offset found before the call; None = no fence
+    fence_after: int | None  # applied offset after the call
+
+
+@dataclass(frozen=True, slots=True)
+class DueTimeline:
+    """A timeline moved to READY by schedule or maintenance."""
+
+    timeline: str
+    due: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A record as it comes back in a digest."""
+
+    id: str
+    timestamp: float
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OpenDigest:
+    """An open digest: stable id, records newest first, and what it lost."""
+
+    id: str
+    timeline: str
+    records: list[StoredRecord]
+    dropped: int  # capacity trimming + missing payloads
+    opened_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineInfo:
+    """Read-only view of one timeline."""
+
+    timeline: str
+    state: str  # "absent" | "waiting" | "ready"
+    due: float | None
+    last_delivery: float | None
+    pending: int  # records waiting for the next digest
+    open_digest: str | None
+    open_records: int
+    dropped: int  # dropped since the last digest was opened
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStats:
+    """Read-only counts for one input partition."""
+
+    partition: int
+    waiting: int
+    ready: int
+    oldest_due: float | None  # smallest due time among WAITING timelines
+    applied_offset: int | None
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class DigestStore(Protocol):
+    """Timelines and their schedule, scoped by input partition; every call is atomic."""
+
+    def add(self, partition: int, records: Sequence[NewRecord], now: float) -> AddResult:
+        """Store a batch of records of one partition, fenced by offset."""
+        ...
+
+    def schedule(self, partition: int, now: float) -> list[DueTimeline]:
+        """Move WAITING timelines due at or before ``now`` to READY and return them."""
+        ...
+
+    def maintenance(self, partition: int, deadline: float, now: float) -> list[DueTimeline]:
+        """Move READY timelines scheduled before ``deadline`` back to WAITING; return them."""
+        ...
+
+    def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
+        """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
+        ...
+
+    def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
+        """Close that digest; False when the id is unknown or already closed."""
+        ...
+
+    def delete(self, partition: int, timeline: str) -> bool:
+        """Remove the timeline and everything it owns; False when it did not exist."""
+        ...
+
+    def inspect(self, partition: int, timeline: str) -> TimelineInfo:
+        """Describe one timeline."""
+        ...
+
+    def stats(self, partition: int) -> PartitionStats:
+        """Count WAITING and READY timelines of a partition."""
+        ...
+
+    def applied_offset(self, partition: int) -> int | None:
+        """The partition's fence: last applied offset, or None when absent."""
+        ...
+
+    def set_applied_offset(self, partition: int, offset: int | None) -> None:
+        """Reset the fence (admin replay drills); None removes it."""
+        ...

@@ -1,0 +1,50 @@
+"""docker-compose.yml cannot start here (no Docker engine); check it against the settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from digest_stream.settings import ENV_PREFIX, Settings, env_name
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _compose() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_compose_has_kafka_redis_and_the_service() -> None:
+    services = _compose()["services"]
+    assert {"kafka", "redis", "digest-stream"} <= set(services)
+    assert services["kafka"]["image"].startswith("apache/kafka:4")
+    assert services["redis"]["image"] == "redis:7"
+    assert "9092:9092" in services["kafka"]["ports"]
+    assert "6379:6379" in services["redis"]["ports"]
+    assert "KAFKA_PROCESS_ROLES" in services["kafka"]["environment"]  # KRaft, no ZooKeeper
+
+
+def test_compose_service_env_names_are_settings() -> None:
+    env = _compose()["services"]["digest-stream"]["environment"]
+    known = {env_name(name) for name in Settings.model_fields}
+    ours = {name for name in env if name.startswith(ENV_PREFIX)}
+    assert ours, "the service gets no DIGEST_STREAM_* settings"
+    assert ours <= known, f"unknown settings in docker-compose.yml: {sorted(ours - known)}"
+    # The values must parse as settings too.
+    Settings.model_validate({k[len(ENV_PREFIX) :].lower(): v for k, v in env.items()})
+
+
+def test_compose_service_points_at_the_compose_brokers() -> None:
+    services = _compose()["services"]
+    env = services["digest-stream"]["environment"]
+    host, port = env["DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS"].split(":")
+    assert host == "kafka"
+    assert (
+        f"PLAINTEXT://kafka:{port}"
+        in services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    )
+    assert env["DIGEST_STREAM_REDIS_URL"].startswith("redis://redis:6379")

@@ -1,0 +1,42 @@
+"""The `digest-stream dev` entry point: exports, status, clear failures."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from digest_stream import devstack
+from digest_stream.cli import main
+
+
+def test_env_prints_the_settings_exports() -> None:
+    result = CliRunner().invoke(main, ["dev", "env"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert f"export DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS={devstack.Endpoints().kafka}" in lines
+    assert f"export DIGEST_STREAM_REDIS_URL={devstack.Endpoints().redis_url}" in lines
+
+
+def test_status_reports_the_running_stack() -> None:
+    if os.environ.get("DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS") != devstack.Endpoints().kafka:
+        pytest.skip("the stack under test is not the local dev stack")
+    result = CliRunner().invoke(main, ["dev", "status"])
+    assert result.exit_code == 0, result.output
+    assert "kafka          up" in result.output
+    assert "redis          up" in result.output
+
+
+def test_missing_tool_fails_with_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(devstack.StackError) as info:
+        devstack._require("java", "install OpenJDK 17")
+    assert str(info.value) == "'java' not found on PATH: install OpenJDK 17"
+    assert "\n" not in str(info.value)
+
+
+def test_pid_files_only_match_their_own_process(tmp_path: os.PathLike[str]) -> None:
+    # A pid file pointing at an unrelated live process (this test) must not be treated as ours.
+    assert not devstack._alive(os.getpid(), "kafka.Kafka")
+    assert devstack._alive(os.getpid(), "python") or devstack._alive(os.getpid(), "pytest")

@@ -1,0 +1,60 @@
+"""Settings: env names, validation with one clear line per problem, README table in sync."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from digest_stream.settings import Settings, describe_error, settings_table
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_defaults_follow_the_contract() -> None:
+    s = Settings()
+    assert (s.minimum_delay, s.increment_delay, s.maximum_delay, s.ttl) == (300, 30, 1800, 3600)
+    assert s.capacity is None
+    assert s.namespace == "d"
+    topics = (s.events_topic, s.schedule_topic, s.output_topic, s.dlq_topic)
+    assert topics == ("digests.events", "digests.schedule", "digests.output", "digests.dlq")
+
+
+def test_env_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DIGEST_STREAM_MINIMUM_DELAY", "2.5")
+    monkeypatch.setenv("DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS", "h:1")
+    s = Settings()
+    assert s.minimum_delay == 2.5
+    assert s.kafka_bootstrap_servers == "h:1"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "setting"),
+    [
+        ({"ttl": 100, "maximum_delay": 200}, "DIGEST_STREAM_TTL"),
+        ({"minimum_delay": -1}, "DIGEST_STREAM_MINIMUM_DELAY"),
+        ({"capacity": 0}, "DIGEST_STREAM_CAPACITY"),
+        ({"on_state_loss": "ignore"}, "DIGEST_STREAM_ON_STATE_LOSS"),
+    ],
+)
+def test_invalid_settings_name_the_setting(overrides: dict[str, object], setting: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        Settings.model_validate(overrides)
+    lines = describe_error(info.value)
+    assert len(lines) == 1
+    assert setting in lines[0]
+    if "ttl" in overrides:
+        assert "DIGEST_STREAM_MAXIMUM_DELAY" in lines[0]
+
+
+def test_readme_settings_table_is_generated_from_the_model() -> None:
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(
+        r"<!-- settings-table:start -->\n(.*?)\n<!-- settings-table:end -->", readme, re.S
+    )
+    assert match, "README.md lacks the settings-table markers"
+    assert match.group(1).strip() == settings_table().strip(), (
+        "README settings table is stale: regenerate with `python -m digest_stream.settings`"
+    )
