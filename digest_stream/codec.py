@@ -1,0 +1,440 @@
+"""Plain Avro binary encoding of the wire formats (DESIGN §4), with precise decode errors.
+
+The schemas ship in `digest_stream/schemas/*.avsc` and are parsed once, at import. Messages carry
+no schema id or header: the reader knows the schema from the topic. A reader given the schema a
+message was written with (`writer_schema=`) resolves it by Avro rules, so events written with an
+older schema version still decode.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any, Final, Literal, TypeVar, cast
+
+import fastavro
+from fastavro import _read_py
+from fastavro.read import SchemaResolutionError
+from pydantic import BaseModel, ValidationError
+
+from digest_stream.models import Digest, Event, Record, ScheduleEntry
+
+DecodeReason = Literal[
+    "truncated",
+    "invalid-avro",
+    "trailing-bytes",
+    "schema-mismatch",
+    "invalid-writer-schema",
+    "invalid-value",
+]
+"""Why a value could not be decoded (DecodeError.reason; also the DLQ reason header)."""
+
+DECODE_REASONS: Final[tuple[DecodeReason, ...]] = (
+    "truncated",
+    "invalid-avro",
+    "trailing-bytes",
+    "schema-mismatch",
+    "invalid-writer-schema",
+    "invalid-value",
+)
+
+
+class DecodeError(ValueError):
+    """A value that is not a valid encoding of the expected schema.
+
+    `reason` is one of:
+    - "truncated": the bytes end before the value does (this includes a corrupt length prefix
+      that points past the end: the two cannot be told apart);
+    - "invalid-avro": bytes no encoding can produce (negative length, bad UTF-8, enum index out
+      of range, ...);
+    - "trailing-bytes": a whole value decoded but bytes were left over; random bytes often start
+      with a valid encoding, so a full read is the only honest check;
+    - "schema-mismatch": the given writer schema cannot be resolved against ours;
+    - "invalid-writer-schema": the given writer schema is not a valid Avro schema;
+    - "invalid-value": valid Avro whose content breaks the model's rules (an empty id, ...).
+    """
+
+    def __init__(self, reason: DecodeReason, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason: DecodeReason = reason
+        self.detail = detail
+
+
+Schema = Mapping[str, Any]
+"""A JSON Avro schema, as parsed by json.loads."""
+
+WriterSchema = Schema | str
+"""A writer schema: the JSON object, or its JSON text (the faster form: it is cached by text)."""
+
+
+def _load(name: str) -> dict[str, Any]:
+    text = resources.files("digest_stream").joinpath("schemas", name).read_text("utf-8")
+    return cast(dict[str, Any], json.loads(text))
+
+
+EVENT_SCHEMA: Final[Schema] = _load("event.avsc")
+"""The Event schema as published (schemas/event.avsc). Do not mutate."""
+SCHEDULE_ENTRY_SCHEMA: Final[Schema] = _load("schedule_entry.avsc")
+"""The ScheduleEntry schema as published (schemas/schedule_entry.avsc). Do not mutate."""
+DIGEST_SCHEMA: Final[Schema] = _load("digest.avsc")
+"""The Digest schema as published (schemas/digest.avsc). Do not mutate."""
+
+
+def _without_logical_types(schema: Any) -> Any:
+    # fastavro turns timestamp-millis longs into timezone-aware datetimes on read (and the
+    # models would turn them back): wasted work per field on the hot path, and the store and
+    # scheduler do integer millisecond arithmetic anyway. A logical type only annotates the
+    # underlying type and never changes the bytes, so the codec reads and writes the plain
+    # longs. Default values are data, not schema: leave them alone.
+    if isinstance(schema, Mapping):
+        return {
+            key: value if key == "default" else _without_logical_types(value)
+            for key, value in schema.items()
+            if key != "logicalType"
+        }
+    if isinstance(schema, list):
+        return [_without_logical_types(item) for item in schema]
+    return schema
+
+
+def _parse(schema: Any) -> Any:
+    # Any: a parsed schema is a dict for a record but a str or list for a primitive or union
+    # (a caller's writer schema can be any of them).
+    return fastavro.parse_schema(_without_logical_types(schema))
+
+
+# Parsed once: fastavro re-parses an unparsed schema on every call.
+_EVENT: Final[dict[str, Any]] = _parse(EVENT_SCHEMA)
+_SCHEDULE_ENTRY: Final[dict[str, Any]] = _parse(SCHEDULE_ENTRY_SCHEMA)
+_DIGEST: Final[dict[str, Any]] = _parse(DIGEST_SCHEMA)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_writer(text: str) -> Any:
+    try:
+        return _parse(json.loads(text))
+    except Exception as exc:
+        # fastavro raises a zoo of types for a bad schema (SchemaParseException, UnknownType,
+        # KeyError, TypeError...): one reason covers them all.
+        raise DecodeError("invalid-writer-schema", f"{type(exc).__name__}: {exc}") from exc
+
+
+def _writer(schema: WriterSchema) -> Any:
+    text = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True)
+    return _parse_writer(text)
+
+
+# ---------------------------------------------------------------------------------- encoding
+
+
+def _encode(schema: dict[str, Any], datum: Mapping[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, schema, datum)
+    return buffer.getvalue()
+
+
+def _record_datum(record: Event | Record) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "timestamp": record.timestamp,
+        "payload": record.payload,
+        "attributes": record.attributes,
+    }
+
+
+def encode_event(event: Event) -> bytes:
+    """Avro binary of an Event."""
+    return _encode(_EVENT, _record_datum(event))
+
+
+def encode_schedule_entry(entry: ScheduleEntry) -> bytes:
+    """Avro binary of a ScheduleEntry."""
+    return _encode(
+        _SCHEDULE_ENTRY,
+        {
+            "timeline": entry.timeline,
+            "partition": entry.partition,
+            "scheduled_at": entry.scheduled_at,
+            "reason": entry.reason.value,
+        },
+    )
+
+
+def _digest_datum(digest: Digest) -> dict[str, Any]:
+    return {
+        "id": digest.id,
+        "timeline": digest.timeline,
+        "records": [_record_datum(record) for record in digest.records],
+        "start": digest.start,
+        "end": digest.end,
+        "dropped": digest.dropped,
+        "opened_at": digest.opened_at,
+        "part": digest.part,
+        "parts": digest.parts,
+    }
+
+
+def encode_digest(digest: Digest) -> bytes:
+    """Avro binary of a Digest."""
+    return _encode(_DIGEST, _digest_datum(digest))
+
+
+# ---------------------------------------------------------------------------------- decoding
+
+
+class _ReadTracker(io.BytesIO):
+    """A buffer that remembers the first suspicious read request, to classify a failure."""
+
+    anomaly: Literal["short", "negative"] | None = None
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        if self.anomaly is None:
+            if size is None or size < 0:
+                # The Avro reader only ever asks for a length it decoded: a negative one is
+                # corrupt data (and BytesIO would happily read "everything" for it).
+                self.anomaly = "negative"
+            elif size > len(self.getbuffer()) - self.tell():
+                self.anomaly = "short"
+        return super().read(size)
+
+
+def _classify(data: bytes, writer: Any, reader: Any) -> DecodeReason:
+    # The C reader's exceptions say little (a truncated varint is an IndexError, like an enum
+    # index out of range). Failures are rare, so replay them through fastavro's pure-Python
+    # reader over a buffer that watches every read: running out of bytes means "truncated".
+    tracker = _ReadTracker(data)
+    try:
+        _read_py.schemaless_reader(tracker, writer, reader)
+    except SchemaResolutionError:
+        return "schema-mismatch"
+    except Exception:  # noqa: S110 - the tracker below holds the verdict, not the exception
+        pass
+    return "truncated" if tracker.anomaly == "short" else "invalid-avro"
+
+
+def _schema_name(schema: Any) -> str:
+    if isinstance(schema, Mapping):
+        return str(schema.get("name", schema.get("type")))
+    return str(schema) if isinstance(schema, str) else type(schema).__name__
+
+
+def _decode_avro(
+    data: bytes, schema: dict[str, Any], writer_schema: WriterSchema | None
+) -> dict[str, Any]:
+    if not data:
+        # An empty value (or a tombstone passed through as None) holds no record at all.
+        raise DecodeError("truncated", "empty value")
+    writer, reader = (schema, None) if writer_schema is None else (_writer(writer_schema), schema)
+    buffer = io.BytesIO(data)
+    try:
+        datum = fastavro.schemaless_reader(buffer, writer, reader)
+    except SchemaResolutionError as exc:
+        # fastavro's message embeds both schemas whole; name them instead.
+        raise DecodeError(
+            "schema-mismatch",
+            f"writer schema {_schema_name(writer)!r} cannot be read as {_schema_name(schema)!r}",
+        ) from exc
+    except Exception as exc:
+        # Broad on purpose: arbitrary bytes make the C reader raise EOFError, IndexError,
+        # UnicodeDecodeError, ValueError, OverflowError... and bad input must become a
+        # DecodeError, never crash a consumer.
+        reason = _classify(bytes(data), writer, reader)
+        raise DecodeError(reason, f"{type(exc).__name__}: {exc}") from exc
+    consumed = buffer.tell()
+    if consumed != len(data):
+        raise DecodeError("trailing-bytes", f"value ends at byte {consumed} of {len(data)}")
+    if not isinstance(datum, dict):
+        raise DecodeError("schema-mismatch", f"expected a record, got {type(datum).__name__}")
+    return datum
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _validate(model: type[_M], datum: dict[str, Any]) -> _M:
+    try:
+        return model.model_validate(datum)
+    except ValidationError as exc:
+        errors = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or model.__name__}: {error['msg']}"
+            for error in exc.errors(include_url=False)[:5]
+        )
+        raise DecodeError("invalid-value", f"{model.__name__}: {errors}") from exc
+
+
+def decode_event(data: bytes, writer_schema: WriterSchema | None = None) -> Event:
+    """Decode an Event; writer_schema is the schema it was written with, when not the current."""
+    # model_validate, not model_construct: it is the faster of the two (see models.py) and
+    # it enforces what Avro cannot (non-empty id, timestamp >= 0).
+    return _validate(Event, _decode_avro(data, _EVENT, writer_schema))
+
+
+def decode_schedule_entry(data: bytes, writer_schema: WriterSchema | None = None) -> ScheduleEntry:
+    """Decode a ScheduleEntry; writer_schema is the schema it was written with, when not current."""
+    return _validate(ScheduleEntry, _decode_avro(data, _SCHEDULE_ENTRY, writer_schema))
+
+
+def decode_digest(data: bytes, writer_schema: WriterSchema | None = None) -> Digest:
+    """Decode a Digest; writer_schema is the schema it was written with, when not the current."""
+    return _validate(Digest, _decode_avro(data, _DIGEST, writer_schema))
+
+
+# ---------------------------------------------------------------------------------- sizes
+
+
+def _varint_size(value: int) -> int:
+    # Avro ints and longs are zig-zag varints: 7 bits per byte.
+    zigzag = value << 1 if value >= 0 else ((-value) << 1) - 1
+    return 1 if zigzag < 0x80 else (zigzag.bit_length() + 6) // 7
+
+
+def _string_size(value: str) -> int:
+    length = len(value) if value.isascii() else len(value.encode("utf-8"))
+    return _varint_size(length) + length
+
+
+def _map_size(mapping: Mapping[str, str]) -> int:
+    # fastavro writes one block (count, entries) then the 0 terminator; an empty map is just 0.
+    if not mapping:
+        return 1
+    body = sum(_string_size(key) + _string_size(value) for key, value in mapping.items())
+    return _varint_size(len(mapping)) + body + 1
+
+
+def _record_size(record: Event | Record) -> int:
+    payload = len(record.payload)
+    return (
+        _string_size(record.id)
+        + _varint_size(record.timestamp)
+        + _varint_size(payload)
+        + payload
+        + _map_size(record.attributes)
+    )
+
+
+def _array_size(count: int, body: int) -> int:
+    return (_varint_size(count) + body + 1) if count else 1
+
+
+def encoded_digest_size(digest: Digest) -> int:
+    """Exactly len(encode_digest(digest)), computed without encoding."""
+    body = sum(_record_size(record) for record in digest.records)
+    return (
+        _string_size(digest.id)
+        + _string_size(digest.timeline)
+        + _array_size(len(digest.records), body)
+        + sum(
+            _varint_size(value)
+            for value in (
+                digest.start,
+                digest.end,
+                digest.dropped,
+                digest.opened_at,
+                digest.part,
+                digest.parts,
+            )
+        )
+    )
+
+
+# Room kept for `part` and `parts` while packing, before the number of parts is known: the
+# longest zig-zag varint of an Avro int. Costs at most 8 bytes of a part's budget.
+_PART_FIELDS_RESERVE: Final = 2 * _varint_size(2**31 - 1)
+
+
+def split_digest(digest: Digest, max_bytes: int) -> list[Digest]:
+    """Split a digest whose encoding exceeds max_bytes into numbered parts that share its id.
+
+    Returns `[digest]` unchanged when it fits. Otherwise parts 1..n (`parts` = n) take the
+    records in order, so part 1 holds the newest and concatenating the parts' records gives the
+    original newest-first list. Each part's start/end cover its own records. `dropped` is
+    reported on part 1 only (0 on the others), so summing over parts counts it once. Every part
+    encodes to at most max_bytes, except that a single record too large for max_bytes on its
+    own gets a part to itself that exceeds it: splitting never loses a record, and whether such
+    a part fits the producer's limits (message.max.bytes, key and header overhead) is the
+    caller's check. Linear in the number of records: each record's size is computed once.
+    """
+    if max_bytes < 1:
+        raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+    sizes = [_record_size(record) for record in digest.records]
+    fixed = _string_size(digest.id) + _string_size(digest.timeline)
+    fixed += _varint_size(digest.opened_at)
+    whole = (
+        fixed
+        + _array_size(len(sizes), sum(sizes))
+        + _varint_size(digest.start)
+        + _varint_size(digest.end)
+        + _varint_size(digest.dropped)
+        + _varint_size(digest.part)
+        + _varint_size(digest.parts)
+    )
+    if whole <= max_bytes:
+        return [digest]
+    if digest.parts != 1:
+        raise ValueError(
+            f"digest {digest.id} is already part {digest.part} of {digest.parts}; "
+            "split the whole digest"
+        )
+
+    records = digest.records
+    # (first index, end index, oldest, newest) of each part, packed greedily in order.
+    bounds: list[tuple[int, int, int, int]] = []
+    first = 0
+    while first < len(records):
+        budget = max_bytes - fixed - _PART_FIELDS_RESERVE
+        budget -= _varint_size(digest.dropped if not bounds else 0)
+        body = 0
+        oldest = newest = records[first].timestamp
+        end = first
+        while end < len(records):
+            timestamp = records[end].timestamp
+            low, high = min(oldest, timestamp), max(newest, timestamp)
+            count = end - first + 1
+            size = _array_size(count, body + sizes[end]) + _varint_size(low) + _varint_size(high)
+            if size > budget and end > first:
+                break
+            body += sizes[end]
+            oldest, newest = low, high
+            end += 1
+        bounds.append((first, end, oldest, newest))
+        first = end
+
+    parts = len(bounds)
+    # model_copy skips validation: every field is valid by construction, and re-validating
+    # thousands of records per part would cost more than the split itself.
+    return [
+        digest.model_copy(
+            update={
+                "records": records[first:end],
+                "start": oldest,
+                "end": newest,
+                "dropped": digest.dropped if number == 1 else 0,
+                "part": number,
+                "parts": parts,
+            }
+        )
+        for number, (first, end, oldest, newest) in enumerate(bounds, start=1)
+    ]
+
+
+__all__ = [
+    "DECODE_REASONS",
+    "DIGEST_SCHEMA",
+    "EVENT_SCHEMA",
+    "SCHEDULE_ENTRY_SCHEMA",
+    "DecodeError",
+    "DecodeReason",
+    "Schema",
+    "WriterSchema",
+    "decode_digest",
+    "decode_event",
+    "decode_schedule_entry",
+    "encode_digest",
+    "encode_event",
+    "encode_schedule_entry",
+    "encoded_digest_size",
+    "split_digest",
+]
