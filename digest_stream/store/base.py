@@ -133,8 +133,23 @@ class PartitionStats:
 class DigestStore(Protocol):
     """Timelines and their schedule, scoped by input partition; every call is atomic."""
 
-    def add(self, partition: int, records: Sequence[NewRecord], now: float) -> AddResult:
-        """Store a batch of records of one partition, fenced by offset."""
+    def add(
+        self,
+        partition: int,
+        records: Sequence[NewRecord],
+        now: float,
+        *,
+        expected_fence: int | None = None,
+        through_offset: int | None = None,
+    ) -> AddResult:
+        """Store a batch of records of one partition, fenced by offset.
+
+        ``expected_fence`` is the fence the caller left last time: when the stored fence is
+        behind it or gone (Redis lost writes), nothing is applied and the result reports the
+        fence found (``added == skipped == dropped == 0``) so the caller can replay.
+        ``through_offset`` is the batch's last Kafka offset (>= every record's offset): the
+        fence advances to it even for records that were never handed to the store.
+        """
         ...
 
     def schedule(self, partition: int, now: float) -> list[DueTimeline]:

@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): each prints its figures and writes bench/results/*.json."""

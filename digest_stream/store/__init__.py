@@ -1,0 +1,49 @@
+"""The digest store: timelines and their schedule, scoped by input partition.
+
+``RedisStore`` is the production store (Redis Functions, single node or cluster);
+``MemoryStore`` is the reference model with the same interface and semantics.
+"""
+
+from __future__ import annotations
+
+from digest_stream.store.base import (
+    DIGEST_ID_PATTERN,
+    AddResult,
+    DigestStore,
+    DueTimeline,
+    InvalidArgument,
+    InvalidState,
+    LibraryVersionMismatch,
+    NewRecord,
+    OpenDigest,
+    PartitionStats,
+    PolicyResolver,
+    StoredRecord,
+    StoreError,
+    TimelineInfo,
+    TimelinePolicy,
+)
+from digest_stream.store.model import MemoryStore
+from digest_stream.store.redis import LIBRARY_NAME, LIBRARY_VERSION, RedisStore
+
+__all__ = [
+    "DIGEST_ID_PATTERN",
+    "LIBRARY_NAME",
+    "LIBRARY_VERSION",
+    "AddResult",
+    "DigestStore",
+    "DueTimeline",
+    "InvalidArgument",
+    "InvalidState",
+    "LibraryVersionMismatch",
+    "MemoryStore",
+    "NewRecord",
+    "OpenDigest",
+    "PartitionStats",
+    "PolicyResolver",
+    "RedisStore",
+    "StoreError",
+    "StoredRecord",
+    "TimelineInfo",
+    "TimelinePolicy",
+]

@@ -1,0 +1,932 @@
+#!lua name=digest_stream
+--
+-- digest-stream store: every timeline/schedule state transition, one atomic
+-- function per operation (see docs/store.md for the command table).
+--
+-- All keys of one input partition share the hash tag "{<namespace>:<p>}", so
+-- each call touches a single cluster slot. Callers pass the partition-level
+-- keys they know in KEYS (for routing and declaration); per-timeline key names
+-- are derived from the tag by the helpers below, mirrored in store/keys.py.
+--
+-- Layout per partition tag T:
+--   T:w        zset    timeline -> due time             (WAITING)
+--   T:r        zset    timeline -> time it became READY (READY)
+--   T:o        string  applied Kafka offset             (the fence)
+--   T:t:<tl>   record container: the timeline's pending records and its meta
+--   T:d:<tl>   record container: the open digest's records and its meta
+--
+-- A record container is ONE key per timeline, in one of two encodings:
+--   inline  a string cmsgpack(meta, id1, ts1, payload1, id2, ...) while the
+--           timeline is small (few records, few bytes): one key, one allocation
+--           for all of it, rewritten whole on each batch (cheap while small);
+--   hash    field id -> struct.pack('>d', ts) .. payload, meta under field ""
+--           once it grows: one hash entry per record, updated in place.
+-- Ordering is computed only when a digest is opened or capacity trims, so no
+-- per-record index (sorted set) is kept at all.
+
+local LIBRARY_VERSION = '1'
+
+-- Identifiers longer than this are refused: they end up inside key names and
+-- hash fields, and a runaway id is almost certainly a producer bug.
+local MAX_NAME_BYTES = 1024
+-- Kafka offsets travel as Lua numbers (doubles): integers are exact up to 2^53.
+local MAX_OFFSET = 9007199254740992
+-- Redis caps the number of Lua stack slots unpack() may use; chunk below it.
+local UNPACK_CHUNK = 1000
+-- Fields of one record in the add batch: timeline index, id, timestamp, offset, payload.
+local RECORD_WIDTH = 5
+-- Fields of one timeline policy: name, minimum, increment, maximum, ttl, capacity.
+local POLICY_WIDTH = 6
+-- The meta field name: record ids must be non-empty, so "" never collides.
+local META = ''
+-- A container stays inline up to this many bytes of payload and ids; past it
+-- (or past the caller's record limit) rewriting it whole per batch stops being
+-- cheap, and it becomes a hash.
+local INLINE_MAX_BYTES = 8192
+-- Upper bound of the caller's inline record limit: keeps unpack() well inside
+-- the Lua stack and inline rewrites small.
+local INLINE_MAX_RECORDS = 128
+
+-- Errors ---------------------------------------------------------------------
+
+local function invalid_argument(message)
+    error({err = 'ERR invalid_argument: ' .. message})
+end
+
+local function invalid_state(message)
+    error({err = 'ERR invalid_state: ' .. message})
+end
+
+-- Key helpers (mirror of digest_stream/store/keys.py) ------------------------
+
+local function tag_of(key)
+    -- The tag is the leading "{namespace:partition}" of any of our keys.
+    if type(key) ~= 'string' then
+        invalid_argument('missing key')
+    end
+    local tag = string.match(key, '^({[%w_%.%-]+:%d+})')
+    if tag == nil then
+        invalid_argument('key does not start with a {namespace:partition} tag: ' .. key)
+    end
+    return tag
+end
+
+local function waiting_key(tag) return tag .. ':w' end
+local function ready_key(tag) return tag .. ':r' end
+local function fence_key(tag) return tag .. ':o' end
+local function timeline_key(tag, timeline) return tag .. ':t:' .. timeline end
+local function digest_key(tag, timeline) return tag .. ':d:' .. timeline end
+
+local function expect_key(keys, index, expected)
+    if keys[index] ~= expected then
+        invalid_argument('KEYS[' .. index .. '] must be ' .. expected .. ', got ' .. tostring(keys[index]))
+    end
+end
+
+-- Argument parsing (guards: the Python side validates first) ----------------
+
+local function parse_number(value, name)
+    local number = tonumber(value)
+    -- tonumber() accepts inf/nan spellings via strtod; refuse them.
+    if number == nil or number ~= number or number == math.huge or number == -math.huge then
+        invalid_argument(name .. ' must be a finite number, got ' .. tostring(value))
+    end
+    return number
+end
+
+local function parse_time(value, name)
+    local number = parse_number(value, name)
+    if number < 0 then
+        invalid_argument(name .. ' must be >= 0, got ' .. tostring(value))
+    end
+    return number
+end
+
+local function parse_integer(value, name, minimum, maximum)
+    local number = parse_number(value, name)
+    if number ~= math.floor(number) or number < minimum or number > maximum then
+        invalid_argument(name .. ' must be an integer in [' .. minimum .. ', ' .. maximum
+            .. '], got ' .. tostring(value))
+    end
+    return number
+end
+
+local function parse_name(value, name)
+    if type(value) ~= 'string' or #value == 0 or #value > MAX_NAME_BYTES then
+        invalid_argument(name .. ' must be 1..' .. MAX_NAME_BYTES .. ' bytes')
+    end
+    return value
+end
+
+local function parse_digest_id(value)
+    if type(value) ~= 'string' or #value ~= 32 or string.find(value, '[^0-9a-f]') then
+        invalid_argument('digest id must be 32 lowercase hex characters, got ' .. tostring(value))
+    end
+    return value
+end
+
+local function parse_ttl(value)
+    local ttl = parse_time(value, 'ttl')
+    if ttl <= 0 then
+        invalid_argument('ttl must be > 0, got ' .. tostring(value))
+    end
+    return ttl
+end
+
+local function parse_policy(args, base)
+    local policy = {
+        timeline = parse_name(args[base], 'timeline'),
+        minimum = parse_time(args[base + 1], 'minimum_delay'),
+        increment = parse_time(args[base + 2], 'increment_delay'),
+        maximum = parse_time(args[base + 3], 'maximum_delay'),
+        ttl = parse_ttl(args[base + 4]),
+        -- 0 means "no capacity limit"
+        capacity = parse_integer(args[base + 5], 'capacity', 0, MAX_OFFSET),
+    }
+    if policy.ttl <= policy.maximum then
+        invalid_argument('ttl (' .. args[base + 4] .. ') must exceed maximum_delay ('
+            .. args[base + 3] .. ')')
+    end
+    return policy
+end
+
+-- Encoding -------------------------------------------------------------------
+
+local function format_float(number)
+    -- 17 significant digits round-trip any double exactly.
+    return string.format('%.17g', number)
+end
+
+local function format_integer(number)
+    return string.format('%.0f', number)
+end
+
+local function ttl_ms(ttl)
+    -- PEXPIRE keeps sub-second TTLs exact; at least 1 ms so a key never lives forever.
+    return math.max(1, math.floor(ttl * 1000))
+end
+
+local function encode_field(timestamp, payload)
+    return struct.pack('>d', timestamp) .. payload
+end
+
+-- Returns timestamp, payload; nil for a damaged value (counted as missing).
+local function decode_field(value)
+    if type(value) ~= 'string' or #value < 8 then
+        return nil
+    end
+    return struct.unpack('>d', value), string.sub(value, 9)
+end
+
+local function split_meta(value)
+    local parts = {}
+    if type(value) ~= 'string' then
+        return parts
+    end
+    for part in string.gmatch(value .. '|', '([^|]*)|') do
+        table.insert(parts, part)
+    end
+    return parts
+end
+
+local function optional_float(value)
+    if value == nil then
+        return ''
+    end
+    return format_float(value)
+end
+
+-- Timeline meta: "written|dropped|last_delivery" (last_delivery may be empty).
+-- written counts the records the container should hold, so records that
+-- vanished (evicted, deleted by hand) are detected and reported as dropped.
+local function parse_timeline_meta(raw)
+    local parts = split_meta(raw)
+    return {
+        written = tonumber(parts[1] or '') or 0,
+        dropped = tonumber(parts[2] or '') or 0,
+        last_delivery = tonumber(parts[3] or ''),
+    }
+end
+
+local function format_timeline_meta(meta)
+    return format_integer(meta.written) .. '|' .. format_integer(meta.dropped) .. '|'
+        .. optional_float(meta.last_delivery)
+end
+
+-- Digest meta: "id|opened_at|dropped|records|last_delivery".
+local function parse_digest_meta(raw)
+    if type(raw) ~= 'string' then
+        return nil
+    end
+    local parts = split_meta(raw)
+    return {
+        id = parts[1] or '',
+        opened_at = tonumber(parts[2] or '') or 0,
+        dropped = tonumber(parts[3] or '') or 0,
+        records = tonumber(parts[4] or '') or 0,
+        last_delivery = tonumber(parts[5] or ''),
+    }
+end
+
+local function format_digest_meta(meta)
+    return meta.id .. '|' .. format_float(meta.opened_at) .. '|' .. format_integer(meta.dropped)
+        .. '|' .. format_integer(meta.records) .. '|' .. optional_float(meta.last_delivery)
+end
+
+-- Ordering -------------------------------------------------------------------
+
+-- Byte-wise string order. Lua's "<" on strings uses strcoll(), and Redis sets
+-- LC_COLLATE from its environment, so "<" is not a stable order across hosts.
+local function bytes_less(a, b)
+    local length = math.min(#a, #b)
+    for i = 1, length do
+        local x, y = string.byte(a, i), string.byte(b, i)
+        if x ~= y then
+            return x < y
+        end
+    end
+    return #a < #b
+end
+
+-- Oldest first: by timestamp, ties by id bytes.
+local function older(a, b)
+    if a.timestamp ~= b.timestamp then
+        return a.timestamp < b.timestamp
+    end
+    return bytes_less(a.id, b.id)
+end
+
+local function newer(a, b)
+    return older(b, a)
+end
+
+-- Redis helpers -----------------------------------------------------------------
+
+local function call_chunked(command, key, items)
+    for first = 1, #items, UNPACK_CHUNK do
+        local last = math.min(first + UNPACK_CHUNK - 1, #items)
+        redis.call(command, key, unpack(items, first, last))
+    end
+end
+
+-- Partition-level keys are shared by timelines whose policies may differ, so
+-- a write only ever lengthens their TTL (never shortens another policy's).
+local function extend_ttl(key, ms)
+    local current = redis.call('PTTL', key)
+    if current == -1 or (current >= 0 and current < ms) then
+        redis.call('PEXPIRE', key, ms)
+    end
+end
+
+local function refresh_partition_ttl(tag, ttl)
+    local ms = ttl_ms(ttl)
+    extend_ttl(waiting_key(tag), ms)
+    extend_ttl(ready_key(tag), ms)
+    extend_ttl(fence_key(tag), ms)
+end
+
+local function read_fence(tag)
+    local raw = redis.call('GET', fence_key(tag))
+    if raw == false then
+        return nil
+    end
+    local fence = tonumber(raw)
+    if fence == nil then
+        invalid_state('fence value is not a number: ' .. raw)
+    end
+    return fence
+end
+
+-- Moves every member of `source` scored in [-inf, bound] into `destination`;
+-- `score_for(original_score)` decides the new score. Returns flat {timeline, score}.
+local function move_range(source, destination, bound, score_for)
+    local found = redis.call('ZRANGEBYSCORE', source, '-inf', bound, 'WITHSCORES')
+    local moved, members, additions = {}, {}, {}
+    for i = 1, #found, 2 do
+        local timeline, score = found[i], found[i + 1]
+        table.insert(moved, timeline)
+        table.insert(moved, score)
+        table.insert(members, timeline)
+        table.insert(additions, score_for(score))
+        table.insert(additions, timeline)
+    end
+    if #members > 0 then
+        call_chunked('ZREM', source, members)
+        -- ZADD takes score/member pairs: keep chunks even.
+        for first = 1, #additions, UNPACK_CHUNK * 2 do
+            local last = math.min(first + UNPACK_CHUNK * 2 - 1, #additions)
+            redis.call('ZADD', destination, unpack(additions, first, last))
+        end
+    end
+    return moved
+end
+
+-- Record containers ------------------------------------------------------------
+--
+-- read_container(key) -> {kind = 'none'|'inline'|'hash', meta = raw string|nil,
+--                         records = {{id, timestamp, payload}...}, damaged = {ids}|count}
+
+local function container_kind(key)
+    local kind = redis.call('TYPE', key).ok
+    if kind == 'string' then
+        return 'inline'
+    elseif kind == 'hash' or kind == 'none' then
+        return kind
+    end
+    invalid_state('unexpected ' .. kind .. ' at ' .. key)
+end
+
+local function pack_values(...)
+    return {n = select('#', ...), ...}
+end
+
+local function decode_inline(blob)
+    local ok, values = pcall(function() return pack_values(cmsgpack.unpack(blob)) end)
+    local records, damaged = {}, 0
+    if not ok or type(values[1]) ~= 'string' then
+        -- Unreadable as a whole: nothing can be recovered or counted.
+        return nil, records, damaged
+    end
+    for i = 2, values.n, 3 do
+        local id, timestamp, payload = values[i], values[i + 1], values[i + 2]
+        if type(id) == 'string' and #id > 0 and type(timestamp) == 'number'
+                and type(payload) == 'string' then
+            table.insert(records, {id = id, timestamp = timestamp, payload = payload})
+        else
+            damaged = damaged + 1
+        end
+    end
+    return values[1], records, damaged
+end
+
+local function encode_inline(meta, records)
+    local values = {meta}
+    for _, record in ipairs(records) do
+        values[#values + 1] = record.id
+        values[#values + 1] = record.timestamp
+        values[#values + 1] = record.payload
+    end
+    return cmsgpack.pack(unpack(values))
+end
+
+local function inline_size(records)
+    local size = 0
+    for _, record in ipairs(records) do
+        size = size + #record.id + #record.payload
+    end
+    return size
+end
+
+local function read_container(key)
+    local kind = container_kind(key)
+    if kind == 'none' then
+        return {kind = kind, records = {}, damaged = {}}
+    elseif kind == 'inline' then
+        local meta, records, damaged = decode_inline(redis.call('GET', key))
+        local lost = {}
+        for i = 1, damaged do
+            lost[i] = false -- counted, but there is no field to delete
+        end
+        return {kind = kind, meta = meta, records = records, damaged = lost}
+    end
+    local flat = redis.call('HGETALL', key)
+    local container = {kind = kind, records = {}, damaged = {}}
+    for i = 1, #flat, 2 do
+        local id = flat[i]
+        if id == META then
+            container.meta = flat[i + 1]
+        else
+            local timestamp, payload = decode_field(flat[i + 1])
+            if timestamp == nil then
+                table.insert(container.damaged, id)
+            else
+                table.insert(container.records, {id = id, timestamp = timestamp, payload = payload})
+            end
+        end
+    end
+    return container
+end
+
+-- Only the meta, without decoding a hash's records.
+local function read_meta(key)
+    local kind = container_kind(key)
+    if kind == 'hash' then
+        local raw = redis.call('HGET', key, META)
+        return raw ~= false and raw or nil
+    elseif kind == 'inline' then
+        return (decode_inline(redis.call('GET', key)))
+    end
+    return nil
+end
+
+local function record_count(key)
+    local kind = container_kind(key)
+    if kind == 'hash' then
+        local count = redis.call('HLEN', key)
+        if redis.call('HEXISTS', key, META) == 1 then
+            count = count - 1
+        end
+        return count
+    elseif kind == 'inline' then
+        local _, records = decode_inline(redis.call('GET', key))
+        return #records
+    end
+    return 0
+end
+
+-- Replaces the meta, keeping the records; a missing container becomes an
+-- inline one holding only the meta.
+local function write_meta(key, meta)
+    local kind = container_kind(key)
+    if kind == 'hash' then
+        redis.call('HSET', key, META, meta)
+        return
+    end
+    local records = {}
+    if kind == 'inline' then
+        local _
+        _, records = decode_inline(redis.call('GET', key))
+    end
+    redis.call('SET', key, encode_inline(meta, records))
+end
+
+local function write_hash(key, meta, records)
+    local fields = {META, meta}
+    for _, record in ipairs(records) do
+        fields[#fields + 1] = record.id
+        fields[#fields + 1] = encode_field(record.timestamp, record.payload)
+    end
+    redis.call('DEL', key)
+    call_chunked('HSET', key, fields)
+end
+
+-- Ids to remove so that `records` keeps the newest `capacity`; damaged ids go first.
+local function trim_victims(records, damaged, capacity)
+    local victims = {}
+    for _, id in ipairs(damaged) do
+        table.insert(victims, id)
+    end
+    -- damaged entries are gone anyway: only intact records count against capacity
+    local excess = #records - capacity
+    if excess > 0 then
+        table.sort(records, older)
+        for i = 1, excess do
+            table.insert(victims, records[i].id)
+        end
+    end
+    return victims
+end
+
+-- Applies one batch's records (in order) to a timeline container, trims it to
+-- capacity and stores it in the fitting encoding. Returns how many it dropped.
+local function store_batch(key, batch, capacity, inline_records)
+    local kind = container_kind(key)
+    if kind == 'hash' then
+        local fields = {}
+        for _, record in ipairs(batch) do
+            fields[#fields + 1] = record.id
+            fields[#fields + 1] = encode_field(record.timestamp, record.payload)
+        end
+        local meta = parse_timeline_meta(redis.call('HGET', key, META))
+        local created = 0
+        for first = 1, #fields, UNPACK_CHUNK do
+            local last = math.min(first + UNPACK_CHUNK - 1, #fields)
+            created = created + redis.call('HSET', key, unpack(fields, first, last))
+        end
+        meta.written = meta.written + created
+        local dropped = 0
+        if capacity > 0 and record_count(key) > capacity then
+            local container = read_container(key)
+            local victims = trim_victims(container.records, container.damaged, capacity)
+            call_chunked('HDEL', key, victims)
+            dropped = #victims
+            meta.written = meta.written - dropped
+            meta.dropped = meta.dropped + dropped
+        end
+        redis.call('HSET', key, META, format_timeline_meta(meta))
+        return dropped
+    end
+
+    local container = read_container(key)
+    local meta = parse_timeline_meta(container.meta)
+    local records, position = container.records, {}
+    for index, record in ipairs(records) do
+        position[record.id] = index
+    end
+    for _, record in ipairs(batch) do
+        local index = position[record.id]
+        local stored = {id = record.id, timestamp = record.timestamp, payload = record.payload}
+        if index == nil then
+            table.insert(records, stored)
+            position[record.id] = #records
+            meta.written = meta.written + 1
+        else
+            records[index] = stored
+        end
+    end
+    local dropped = 0
+    if capacity > 0 and #records > capacity then
+        table.sort(records, older)
+        dropped = #records - capacity
+        local kept = {}
+        for i = dropped + 1, #records do
+            kept[#kept + 1] = records[i]
+        end
+        records = kept
+        meta.written = meta.written - dropped
+        meta.dropped = meta.dropped + dropped
+    end
+    if #records > inline_records or inline_size(records) > INLINE_MAX_BYTES then
+        write_hash(key, format_timeline_meta(meta), records)
+    else
+        redis.call('SET', key, encode_inline(format_timeline_meta(meta), records))
+    end
+    return dropped
+end
+
+-- Commands ---------------------------------------------------------------------
+
+-- KEYS: fence, waiting, ready.
+-- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
+--       T, T x policy (POLICY_WIDTH), N x record (RECORD_WIDTH).
+-- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
+-- Redis lost writes: nothing is applied and the caller replays from the fence found.
+-- through_offset: the batch's last offset; the fence advances to it even for input
+-- the caller never handed over (dead letters).
+-- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil}.
+local function add(keys, args)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, fence_key(tag))
+    expect_key(keys, 2, waiting_key(tag))
+    expect_key(keys, 3, ready_key(tag))
+    local now = parse_time(args[1], 'now')
+    local partition_ttl = parse_ttl(args[2])
+    local inline_records = parse_integer(args[3], 'inline record limit', 0, INLINE_MAX_RECORDS)
+    local expected_fence, through_offset = nil, nil
+    if args[4] ~= '' then
+        expected_fence = parse_integer(args[4], 'expected fence', 0, MAX_OFFSET)
+    end
+    if args[5] ~= '' then
+        through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
+    end
+    local policy_count = parse_integer(args[6], 'timeline count', 0, #args)
+    local records_base = 7 + policy_count * POLICY_WIDTH
+    if records_base - 1 > #args or (#args - records_base + 1) % RECORD_WIDTH ~= 0 then
+        invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per timeline and '
+            .. RECORD_WIDTH .. ' per record')
+    end
+
+    local timelines, seen = {}, {}
+    for i = 1, policy_count do
+        local policy = parse_policy(args, 7 + (i - 1) * POLICY_WIDTH)
+        if seen[policy.timeline] then
+            invalid_argument('timeline listed twice: ' .. policy.timeline)
+        end
+        seen[policy.timeline] = true
+        policy.key = timeline_key(tag, policy.timeline)
+        policy.batch = nil
+        timelines[i] = policy
+    end
+
+    -- Validate the whole batch before the first write: a refused batch must
+    -- leave no trace (Redis functions are not rolled back on error).
+    local records = {}
+    for base = records_base, #args, RECORD_WIDTH do
+        local index = parse_integer(args[base], 'timeline index', 1, policy_count)
+        local record = {
+            timeline = timelines[index],
+            id = parse_name(args[base + 1], 'record id'),
+            timestamp = parse_time(args[base + 2], 'record timestamp'),
+            offset = parse_integer(args[base + 3], 'offset', 0, MAX_OFFSET),
+            payload = args[base + 4],
+        }
+        if through_offset ~= nil and record.offset > through_offset then
+            invalid_argument('record offset ' .. format_integer(record.offset)
+                .. ' is past through_offset ' .. format_integer(through_offset))
+        end
+        table.insert(records, record)
+    end
+
+    local fence_before = read_fence(tag)
+    if expected_fence ~= nil and (fence_before == nil or fence_before < expected_fence) then
+        return {{}, 0, 0, 0, fence_before or false, fence_before or false}
+    end
+    local fence = fence_before or -1
+    local ready, touched = {}, {}
+    local added, skipped, dropped = 0, 0, 0
+
+    for _, record in ipairs(records) do
+        local timeline = record.timeline
+        if record.offset <= fence then
+            skipped = skipped + 1
+        else
+            fence = record.offset
+            added = added + 1
+            if timeline.batch == nil then
+                timeline.batch = {}
+                table.insert(touched, timeline)
+                timeline.ready = redis.call('ZSCORE', ready_key(tag), timeline.timeline) ~= false
+                local due = redis.call('ZSCORE', waiting_key(tag), timeline.timeline)
+                timeline.due = due ~= false and tonumber(due) or nil
+                timeline.due_changed = false
+                timeline.became_ready = false
+                if timeline.due ~= nil and not timeline.ready then
+                    local meta = parse_timeline_meta(read_meta(timeline.key))
+                    timeline.last_delivery = meta.last_delivery
+                    if timeline.last_delivery == nil then
+                        -- an open digest carries the last delivery of its timeline
+                        local digest = parse_digest_meta(read_meta(digest_key(tag, timeline.timeline)))
+                        timeline.last_delivery = digest and digest.last_delivery
+                    end
+                end
+            end
+            table.insert(timeline.batch, record)
+            -- The state machine, one record at a time (as if added one by one).
+            if timeline.ready then
+                -- READY (or just became ready): delivery is already on its way.
+            elseif timeline.due ~= nil then
+                local due
+                if timeline.last_delivery ~= nil then
+                    due = math.min(timeline.due + timeline.increment,
+                        timeline.last_delivery + timeline.maximum)
+                else
+                    due = math.min(timeline.due, record.timestamp)
+                end
+                if due ~= timeline.due then
+                    timeline.due = due
+                    timeline.due_changed = true
+                end
+            else
+                timeline.ready = true
+                timeline.became_ready = true
+                table.insert(ready, timeline.timeline)
+            end
+        end
+    end
+
+    for _, timeline in ipairs(touched) do
+        -- Trim once per timeline per batch, after all its records are written.
+        dropped = dropped + store_batch(timeline.key, timeline.batch, timeline.capacity, inline_records)
+        redis.call('PEXPIRE', timeline.key, ttl_ms(timeline.ttl))
+        if timeline.became_ready then
+            redis.call('ZADD', ready_key(tag), format_float(now), timeline.timeline)
+        elseif timeline.due_changed then
+            redis.call('ZADD', waiting_key(tag), format_float(timeline.due), timeline.timeline)
+        end
+        if timeline.ttl > partition_ttl then
+            partition_ttl = timeline.ttl
+        end
+    end
+
+    if through_offset ~= nil and through_offset > fence then
+        fence = through_offset
+    end
+    local fence_after = fence_before
+    if fence > -1 and (fence_before == nil or fence > fence_before) then
+        fence_after = fence
+        redis.call('SET', fence_key(tag), format_integer(fence))
+    end
+    refresh_partition_ttl(tag, partition_ttl)
+    return {ready, added, skipped, dropped, fence_before or false, fence_after or false}
+end
+
+-- KEYS: waiting, ready, fence. ARGV: now, partition_ttl.
+-- Returns flat {timeline, due, ...} of timelines moved WAITING -> READY.
+local function schedule(keys, args)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, waiting_key(tag))
+    expect_key(keys, 2, ready_key(tag))
+    expect_key(keys, 3, fence_key(tag))
+    local now = parse_time(args[1], 'now')
+    local partition_ttl = parse_ttl(args[2])
+    local ready_at = format_float(now)
+    local moved = move_range(waiting_key(tag), ready_key(tag), ready_at, function()
+        return ready_at
+    end)
+    refresh_partition_ttl(tag, partition_ttl)
+    return moved
+end
+
+-- KEYS: waiting, ready, fence. ARGV: deadline, now, partition_ttl.
+-- Returns flat {timeline, ready_since, ...} moved READY -> WAITING (due = ready_since),
+-- so the next schedule tick hands them out again.
+local function maintenance(keys, args)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, waiting_key(tag))
+    expect_key(keys, 2, ready_key(tag))
+    expect_key(keys, 3, fence_key(tag))
+    local deadline = parse_time(args[1], 'deadline')
+    parse_time(args[2], 'now')
+    local partition_ttl = parse_ttl(args[3])
+    local moved = move_range(ready_key(tag), waiting_key(tag), '(' .. format_float(deadline),
+        function(score) return score end)
+    refresh_partition_ttl(tag, partition_ttl)
+    return moved
+end
+
+local function timeline_keys(keys, args)
+    local tag = tag_of(keys[1])
+    local timeline = parse_name(args[1], 'timeline')
+    expect_key(keys, 1, timeline_key(tag, timeline))
+    expect_key(keys, 2, digest_key(tag, timeline))
+    expect_key(keys, 3, waiting_key(tag))
+    expect_key(keys, 4, ready_key(tag))
+    return tag, timeline
+end
+
+local function digest_reply(meta, records)
+    table.sort(records, newer)
+    local flat = {}
+    for _, record in ipairs(records) do
+        table.insert(flat, record.id)
+        table.insert(flat, format_float(record.timestamp))
+        table.insert(flat, record.payload)
+    end
+    return {meta.id, format_float(meta.opened_at), meta.dropped, flat}
+end
+
+-- KEYS: timeline, digest, waiting, ready. ARGV: timeline, digest_id, now, ttl.
+-- Returns {id, opened_at, dropped, {id, timestamp, payload, ...}} newest first.
+local function open(keys, args)
+    local tag, timeline = timeline_keys(keys, args)
+    local digest_id = parse_digest_id(args[2])
+    local now = parse_time(args[3], 'now')
+    local ttl = parse_ttl(args[4])
+    if redis.call('ZSCORE', ready_key(tag), timeline) == false then
+        invalid_state('timeline is not ready: ' .. timeline)
+    end
+    local digest = digest_key(tag, timeline)
+    local existing = parse_digest_meta(read_meta(digest))
+    if existing ~= nil then
+        -- Reopen: the very same digest, whatever was added since stays pending.
+        return digest_reply(existing, read_container(digest).records)
+    end
+
+    local source = timeline_key(tag, timeline)
+    if redis.call('EXISTS', source) == 1 then
+        redis.call('RENAME', source, digest)
+    else
+        redis.call('DEL', digest) -- a meta-less leftover, if any
+    end
+    local container = read_container(digest)
+    local meta = parse_timeline_meta(container.meta)
+    local present = #container.records + #container.damaged
+    -- Records the timeline should hold but does not: evicted or removed payloads.
+    local missing = math.max(0, meta.written - present) + #container.damaged
+    local digest_meta = {
+        id = digest_id,
+        opened_at = now,
+        dropped = meta.dropped + missing,
+        records = #container.records,
+        last_delivery = meta.last_delivery,
+    }
+    if container.kind == 'hash' then
+        local damaged = {}
+        for _, id in ipairs(container.damaged) do
+            if id then
+                table.insert(damaged, id)
+            end
+        end
+        call_chunked('HDEL', digest, damaged)
+        redis.call('HSET', digest, META, format_digest_meta(digest_meta))
+    else
+        redis.call('SET', digest, encode_inline(format_digest_meta(digest_meta), container.records))
+    end
+    redis.call('PEXPIRE', digest, ttl_ms(ttl))
+    return digest_reply(digest_meta, container.records)
+end
+
+-- KEYS: timeline, digest, waiting, ready.
+-- ARGV: timeline, digest_id, now, minimum_delay, ttl, partition_ttl.
+-- Returns 1 when that digest was closed, 0 for an unknown or already closed id.
+local function close(keys, args)
+    local tag, timeline = timeline_keys(keys, args)
+    local digest_id = parse_digest_id(args[2])
+    local now = parse_time(args[3], 'now')
+    local minimum = parse_time(args[4], 'minimum_delay')
+    local ttl = parse_ttl(args[5])
+    local partition_ttl = parse_ttl(args[6])
+    local digest = digest_key(tag, timeline)
+    local meta = parse_digest_meta(read_meta(digest))
+    if meta == nil or meta.id ~= digest_id then
+        return 0
+    end
+    redis.call('DEL', digest)
+    local source = timeline_key(tag, timeline)
+    if meta.records == 0 and record_count(source) == 0 then
+        -- An empty digest ends the cool-down: retire, the next event is immediate.
+        redis.call('DEL', source)
+        redis.call('ZREM', ready_key(tag), timeline)
+        redis.call('ZREM', waiting_key(tag), timeline)
+        return 1
+    end
+    local timeline_meta = parse_timeline_meta(read_meta(source))
+    timeline_meta.last_delivery = now
+    write_meta(source, format_timeline_meta(timeline_meta))
+    redis.call('PEXPIRE', source, ttl_ms(ttl))
+    redis.call('ZREM', ready_key(tag), timeline)
+    redis.call('ZADD', waiting_key(tag), format_float(now + minimum), timeline)
+    refresh_partition_ttl(tag, math.max(ttl, partition_ttl))
+    return 1
+end
+
+-- KEYS: timeline, digest, waiting, ready. ARGV: timeline.
+-- Returns 1 when anything of the timeline existed.
+local function delete(keys, args)
+    local tag, timeline = timeline_keys(keys, args)
+    local removed = redis.call('DEL', timeline_key(tag, timeline), digest_key(tag, timeline))
+        + redis.call('ZREM', ready_key(tag), timeline)
+        + redis.call('ZREM', waiting_key(tag), timeline)
+    if removed > 0 then
+        return 1
+    end
+    return 0
+end
+
+-- KEYS: timeline, digest, waiting, ready. ARGV: timeline.
+-- Returns {state, due|nil, last_delivery|nil, pending, digest id|nil, open records, dropped}.
+local function inspect(keys, args)
+    local tag, timeline = timeline_keys(keys, args)
+    local source = timeline_key(tag, timeline)
+    local state, due = 'absent', nil
+    local ready_since = redis.call('ZSCORE', ready_key(tag), timeline)
+    local waiting_due = redis.call('ZSCORE', waiting_key(tag), timeline)
+    if ready_since ~= false then
+        state, due = 'ready', ready_since
+    elseif waiting_due ~= false then
+        state, due = 'waiting', waiting_due
+    end
+    local meta = parse_timeline_meta(read_meta(source))
+    local digest = parse_digest_meta(read_meta(digest_key(tag, timeline)))
+    local last_delivery = meta.last_delivery
+    if last_delivery == nil and digest ~= nil then
+        last_delivery = digest.last_delivery
+    end
+    if last_delivery ~= nil then
+        last_delivery = format_float(last_delivery)
+    end
+    return {
+        state,
+        due or false,
+        last_delivery or false,
+        record_count(source),
+        digest and digest.id or false,
+        digest and digest.records or 0,
+        meta.dropped,
+    }
+end
+
+-- KEYS: waiting, ready, fence. Returns {waiting, ready, oldest due|nil, fence|nil}.
+local function stats(keys, _)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, waiting_key(tag))
+    expect_key(keys, 2, ready_key(tag))
+    expect_key(keys, 3, fence_key(tag))
+    local oldest = redis.call('ZRANGE', waiting_key(tag), 0, 0, 'WITHSCORES')
+    local fence = read_fence(tag)
+    return {
+        redis.call('ZCARD', waiting_key(tag)),
+        redis.call('ZCARD', ready_key(tag)),
+        oldest[2] or false,
+        fence or false,
+    }
+end
+
+-- KEYS: fence. Returns the applied offset or nil.
+local function fence_get(keys, _)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, fence_key(tag))
+    return read_fence(tag) or false
+end
+
+-- KEYS: fence. ARGV: offset ("" removes the fence), ttl.
+local function fence_set(keys, args)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, fence_key(tag))
+    local ttl = parse_ttl(args[2])
+    if args[1] == '' then
+        redis.call('DEL', fence_key(tag))
+        return 1
+    end
+    local offset = parse_integer(args[1], 'offset', 0, MAX_OFFSET)
+    redis.call('SET', fence_key(tag), format_integer(offset), 'PX', ttl_ms(ttl))
+    return 1
+end
+
+local function version(_, _)
+    return LIBRARY_VERSION
+end
+
+local READ_ONLY = {'no-writes'}
+
+redis.register_function{function_name = 'ds_version', callback = version, flags = READ_ONLY}
+redis.register_function{function_name = 'ds_add', callback = add}
+redis.register_function{function_name = 'ds_schedule', callback = schedule}
+redis.register_function{function_name = 'ds_maintenance', callback = maintenance}
+redis.register_function{function_name = 'ds_open', callback = open}
+redis.register_function{function_name = 'ds_close', callback = close}
+redis.register_function{function_name = 'ds_delete', callback = delete}
+redis.register_function{function_name = 'ds_inspect', callback = inspect, flags = READ_ONLY}
+redis.register_function{function_name = 'ds_stats', callback = stats, flags = READ_ONLY}
+redis.register_function{function_name = 'ds_fence_get', callback = fence_get, flags = READ_ONLY}
+redis.register_function{function_name = 'ds_fence_set', callback = fence_set}

@@ -1,0 +1,293 @@
+"""MemoryStore: a pure-Python reference model of the digest store semantics.
+
+It follows DESIGN.md section 3 with the same conventions as the Redis functions
+(ordering, tie-breaks, per-batch trimming), so tests can drive both with the
+same operations and compare every observable result. It has no TTLs and no
+eviction: it is the specification, not a cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from digest_stream.store import validate
+from digest_stream.store.base import (
+    AddResult,
+    DueTimeline,
+    InvalidState,
+    NewRecord,
+    OpenDigest,
+    PartitionStats,
+    PolicyResolver,
+    StoredRecord,
+    TimelineInfo,
+    TimelinePolicy,
+)
+
+
+def _age_key(record: StoredRecord) -> tuple[float, bytes]:
+    # Oldest first by timestamp, ties by id bytes: the order of the Lua code.
+    return (record.timestamp, record.id.encode("utf-8"))
+
+
+def _score_key(item: tuple[str, float]) -> tuple[float, bytes]:
+    # Zset order: score, then member bytes.
+    return (item[1], item[0].encode("utf-8"))
+
+
+@dataclass
+class _Timeline:
+    records: dict[str, StoredRecord] = field(default_factory=dict)
+    dropped: int = 0  # trimmed since the last digest was opened
+    last_delivery: float | None = None
+
+
+@dataclass
+class _Digest:
+    id: str
+    opened_at: float
+    dropped: int
+    records: list[StoredRecord]  # newest first
+    last_delivery: float | None
+
+
+@dataclass
+class _Partition:
+    fence: int | None = None
+    waiting: dict[str, float] = field(default_factory=dict)
+    ready: dict[str, float] = field(default_factory=dict)
+    timelines: dict[str, _Timeline] = field(default_factory=dict)
+    digests: dict[str, _Digest] = field(default_factory=dict)
+
+
+class MemoryStore:
+    """In-memory ``DigestStore`` with the exact semantics of ``RedisStore``."""
+
+    def __init__(
+        self,
+        *,
+        policy: TimelinePolicy | None = None,
+        resolver: PolicyResolver | None = None,
+    ) -> None:
+        default = policy if policy is not None else TimelinePolicy()
+        validate.policy(default, "<default>")
+        self.policy = default
+        self._resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
+        self._partitions: dict[int, _Partition] = {}
+
+    def _partition(self, partition: int) -> _Partition:
+        validate.partition(partition)
+        return self._partitions.setdefault(partition, _Partition())
+
+    def _policy(self, timeline: str) -> TimelinePolicy:
+        return validate.policy(self._resolver(timeline), timeline)
+
+    def add(
+        self,
+        partition: int,
+        records: Sequence[NewRecord],
+        now: float,
+        *,
+        expected_fence: int | None = None,
+        through_offset: int | None = None,
+    ) -> AddResult:
+        """Store a batch of records of one partition, fenced by offset."""
+        state = self._partition(partition)
+        now = validate.time_value(now, "now")
+        validate.records(records)
+        expected, through = validate.fence_arguments(records, expected_fence, through_offset)
+        policies = {record.timeline: self._policy(record.timeline) for record in records}
+
+        fence_before = state.fence
+        if expected is not None and (fence_before is None or fence_before < expected):
+            # The store lost writes the caller made: apply nothing, let it replay.
+            return AddResult([], 0, 0, 0, fence_before, fence_before)
+        fence = -1 if fence_before is None else fence_before
+        ready: list[str] = []
+        touched: list[str] = []
+        added = skipped = dropped = 0
+        for record in records:
+            if record.offset <= fence:
+                skipped += 1
+                continue
+            fence = record.offset
+            added += 1
+            name = record.timeline
+            if name not in state.timelines:
+                state.timelines[name] = _Timeline()
+            timeline = state.timelines[name]
+            if name not in touched:
+                touched.append(name)
+            timeline.records[record.id] = StoredRecord(
+                record.id, float(record.timestamp), record.payload
+            )
+            policy = policies[name]
+            if name in state.ready:
+                continue
+            if name in state.waiting:
+                last = self._last_delivery(state, name)
+                due = state.waiting[name]
+                if last is not None:
+                    state.waiting[name] = min(
+                        due + policy.increment_delay, last + policy.maximum_delay
+                    )
+                else:
+                    state.waiting[name] = min(due, float(record.timestamp))
+            else:
+                state.ready[name] = now
+                ready.append(name)
+
+        for name in touched:
+            capacity = policies[name].capacity
+            timeline = state.timelines[name]
+            if capacity is not None and len(timeline.records) > capacity:
+                oldest = sorted(timeline.records.values(), key=_age_key)
+                victims = oldest[: len(oldest) - capacity]
+                for victim in victims:
+                    del timeline.records[victim.id]
+                timeline.dropped += len(victims)
+                dropped += len(victims)
+
+        if through is not None:
+            fence = max(fence, through)
+        if fence > -1 and (fence_before is None or fence > fence_before):
+            state.fence = fence
+        return AddResult(ready, added, skipped, dropped, fence_before, state.fence)
+
+    @staticmethod
+    def _last_delivery(state: _Partition, name: str) -> float | None:
+        timeline = state.timelines.get(name)
+        if timeline is not None and timeline.last_delivery is not None:
+            return timeline.last_delivery
+        digest = state.digests.get(name)
+        return digest.last_delivery if digest is not None else None
+
+    def schedule(self, partition: int, now: float) -> list[DueTimeline]:
+        """Move WAITING timelines due at or before ``now`` to READY and return them."""
+        state = self._partition(partition)
+        now = validate.time_value(now, "now")
+        due = sorted(
+            ((name, at) for name, at in state.waiting.items() if at <= now), key=_score_key
+        )
+        for name, _ in due:
+            del state.waiting[name]
+            state.ready[name] = now
+        return [DueTimeline(name, at) for name, at in due]
+
+    def maintenance(self, partition: int, deadline: float, now: float) -> list[DueTimeline]:
+        """Move READY timelines scheduled before ``deadline`` back to WAITING; return them."""
+        state = self._partition(partition)
+        deadline = validate.time_value(deadline, "deadline")
+        validate.time_value(now, "now")
+        stale = sorted(
+            ((name, at) for name, at in state.ready.items() if at < deadline), key=_score_key
+        )
+        for name, at in stale:
+            del state.ready[name]
+            state.waiting[name] = at
+        return [DueTimeline(name, at) for name, at in stale]
+
+    def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
+        """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
+        state = self._partition(partition)
+        validate.name(timeline, "timeline")
+        validate.digest_id(digest_id)
+        now = validate.time_value(now, "now")
+        self._policy(timeline)
+        if timeline not in state.ready:
+            raise InvalidState(f"timeline is not ready: {timeline}")
+        digest = state.digests.get(timeline)
+        if digest is None:
+            pending = state.timelines.pop(timeline, None) or _Timeline()
+            digest = _Digest(
+                id=digest_id,
+                opened_at=now,
+                dropped=pending.dropped,
+                records=sorted(pending.records.values(), key=_age_key, reverse=True),
+                last_delivery=pending.last_delivery,
+            )
+            state.digests[timeline] = digest
+        return OpenDigest(
+            digest.id, timeline, list(digest.records), digest.dropped, digest.opened_at
+        )
+
+    def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
+        """Close that digest; False when the id is unknown or already closed."""
+        state = self._partition(partition)
+        validate.name(timeline, "timeline")
+        validate.digest_id(digest_id)
+        now = validate.time_value(now, "now")
+        policy = self._policy(timeline)
+        digest = state.digests.get(timeline)
+        if digest is None or digest.id != digest_id:
+            return False
+        del state.digests[timeline]
+        pending = state.timelines.get(timeline)
+        if not digest.records and (pending is None or not pending.records):
+            # An empty digest ends the cool-down: the timeline retires.
+            state.timelines.pop(timeline, None)
+            state.ready.pop(timeline, None)
+            state.waiting.pop(timeline, None)
+            return True
+        if pending is None:
+            pending = state.timelines[timeline] = _Timeline()
+        pending.last_delivery = now
+        state.ready.pop(timeline, None)
+        state.waiting[timeline] = now + policy.minimum_delay
+        return True
+
+    def delete(self, partition: int, timeline: str) -> bool:
+        """Remove the timeline and everything it owns; False when it did not exist."""
+        state = self._partition(partition)
+        validate.name(timeline, "timeline")
+        found = [
+            state.timelines.pop(timeline, None),
+            state.digests.pop(timeline, None),
+            state.ready.pop(timeline, None),
+            state.waiting.pop(timeline, None),
+        ]
+        return any(item is not None for item in found)
+
+    def inspect(self, partition: int, timeline: str) -> TimelineInfo:
+        """Describe one timeline."""
+        state = self._partition(partition)
+        validate.name(timeline, "timeline")
+        if timeline in state.ready:
+            status, due = "ready", state.ready[timeline]
+        elif timeline in state.waiting:
+            status, due = "waiting", state.waiting[timeline]
+        else:
+            status, due = "absent", None
+        pending = state.timelines.get(timeline)
+        digest = state.digests.get(timeline)
+        return TimelineInfo(
+            timeline=timeline,
+            state=status,
+            due=due,
+            last_delivery=self._last_delivery(state, timeline),
+            pending=len(pending.records) if pending is not None else 0,
+            open_digest=digest.id if digest is not None else None,
+            open_records=len(digest.records) if digest is not None else 0,
+            dropped=pending.dropped if pending is not None else 0,
+        )
+
+    def stats(self, partition: int) -> PartitionStats:
+        """Count WAITING and READY timelines of a partition."""
+        state = self._partition(partition)
+        return PartitionStats(
+            partition=partition,
+            waiting=len(state.waiting),
+            ready=len(state.ready),
+            oldest_due=min(state.waiting.values()) if state.waiting else None,
+            applied_offset=state.fence,
+        )
+
+    def applied_offset(self, partition: int) -> int | None:
+        """The partition's fence: last applied offset, or None when absent."""
+        return self._partition(partition).fence
+
+    def set_applied_offset(self, partition: int, offset: int | None) -> None:
+        """Reset the fence (admin replay drills); None removes it."""
+        state = self._partition(partition)
+        state.fence = None if offset is None else validate.offset(offset)

@@ -1,0 +1,419 @@
+"""RedisStore: the digest store over the ``digest_stream`` Redis Functions library.
+
+Works unchanged over ``redis.Redis`` and ``redis.cluster.RedisCluster``: every call
+touches the keys of one input partition (one hash tag, one slot) and is routed by
+that tag. One FCALL per operation per partition batch, never one per record.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from importlib import resources
+from typing import cast
+
+from redis import Redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ResponseError
+
+from digest_stream.store import keys, validate
+from digest_stream.store.base import (
+    AddResult,
+    DueTimeline,
+    InvalidArgument,
+    InvalidState,
+    LibraryVersionMismatch,
+    NewRecord,
+    OpenDigest,
+    PartitionStats,
+    PolicyResolver,
+    StoredRecord,
+    TimelineInfo,
+    TimelinePolicy,
+)
+
+LIBRARY_NAME = "digest_stream"
+#: The Lua source, read once; the version constant inside it is the single source of truth.
+LIBRARY_SOURCE = resources.files("digest_stream.store").joinpath("digests.lua").read_text("utf-8")
+
+
+def _library_version(source: str) -> str:
+    found = re.search(r"^local LIBRARY_VERSION = '([^']+)'", source, re.MULTILINE)
+    if found is None:
+        raise RuntimeError("digests.lua declares no LIBRARY_VERSION")
+    return found.group(1)
+
+
+#: Version of the library this code expects on the server.
+LIBRARY_VERSION = _library_version(LIBRARY_SOURCE)
+
+RedisClient = Redis | RedisCluster
+
+#: Timelines with up to this many records live in one compact string (see digests.lua):
+#: most timelines hold a handful of records, and one allocation each saves the per-entry
+#: overhead of a hash. Past it (or past 8 KiB) a timeline becomes a hash.
+DEFAULT_INLINE_RECORDS = 16
+#: Same bound as INLINE_MAX_RECORDS in digests.lua.
+MAX_INLINE_RECORDS = 128
+
+# Reply pieces as redis-py hands them over (RESP2 or RESP3, decode_responses off).
+_Reply = object
+
+
+def _text(value: _Reply) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"unexpected reply {value!r}")
+
+
+def _bytes(value: _Reply) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    raise TypeError(f"unexpected reply {value!r}")
+
+
+def _float(value: _Reply) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return float(_text(value))
+
+
+def _optional_float(value: _Reply) -> float | None:
+    return None if value is None else _float(value)
+
+
+def _int(value: _Reply) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return int(_text(value))
+
+
+def _optional_int(value: _Reply) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _list(value: _Reply) -> list[_Reply]:
+    if isinstance(value, list):
+        return cast(list[_Reply], value)
+    raise TypeError(f"unexpected reply {value!r}")
+
+
+def _arg(number: float) -> str:
+    # repr() of a float is the shortest string that parses back to the same double.
+    return repr(float(number))
+
+
+def _map_error(error: ResponseError) -> Exception:
+    message = str(error)
+    # Redis appends " script: <name>, on @user_function:<line>." to function errors.
+    clean = message.split(" script: ", 1)[0]
+    for marker, kind in (
+        ("invalid_argument: ", InvalidArgument),
+        ("invalid_state: ", InvalidState),
+    ):
+        if marker in clean:
+            return kind(clean.split(marker, 1)[1])
+    return error
+
+
+class RedisStore:
+    """``DigestStore`` over Redis 7 Functions, single node or Redis Cluster."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        namespace: str = "d",
+        policy: TimelinePolicy | None = None,
+        resolver: PolicyResolver | None = None,
+        load_library: bool = True,
+        inline_records: int = DEFAULT_INLINE_RECORDS,
+    ) -> None:
+        if client.get_connection_kwargs().get("decode_responses"):
+            raise InvalidArgument("the Redis client must not decode responses: payloads are bytes")
+        self.client = client
+        self.namespace = validate.namespace(namespace)
+        default = policy if policy is not None else TimelinePolicy()
+        self.policy = validate.policy(default, "<default>")
+        self._resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
+        self._cluster = isinstance(client, RedisCluster)
+        self._load_library = load_library
+        if isinstance(inline_records, bool) or not isinstance(inline_records, int):
+            raise InvalidArgument(f"inline_records must be an int, got {inline_records!r}")
+        if not 0 <= inline_records <= MAX_INLINE_RECORDS:
+            raise InvalidArgument(
+                f"inline_records must be in [0, {MAX_INLINE_RECORDS}], got {inline_records}"
+            )
+        self.inline_records = inline_records
+        self.ensure_library()
+
+    # Library management -------------------------------------------------------
+
+    def _primaries(self) -> list[ClusterNode | None]:
+        if isinstance(self.client, RedisCluster):
+            return list(self.client.get_primaries())
+        return [None]
+
+    def _on(self, node: ClusterNode | None, *args: object) -> _Reply:
+        if isinstance(self.client, RedisCluster):
+            return cast(_Reply, self.client.execute_command(*args, target_nodes=node))
+        return cast(_Reply, self.client.execute_command(*args))
+
+    def ensure_library(self) -> None:
+        """Load (when allowed) and verify the library on every primary."""
+        for node in self._primaries():
+            if self._load_library:
+                self._on(node, "FUNCTION", "LOAD", "REPLACE", LIBRARY_SOURCE)
+            where = "redis" if node is None else node.name
+            try:
+                found = _text(self._on(node, "FCALL_RO", "ds_version", 0))
+            except ResponseError as error:
+                if "Function not found" not in str(error):
+                    raise
+                raise LibraryVersionMismatch(
+                    f"Redis Functions library {LIBRARY_NAME!r} is not loaded on {where}; "
+                    f"this code needs version {LIBRARY_VERSION} "
+                    "(construct RedisStore with load_library=True to load it)"
+                ) from error
+            if found != LIBRARY_VERSION:
+                raise LibraryVersionMismatch(
+                    f"Redis Functions library {LIBRARY_NAME!r} on {where} is version {found}, "
+                    f"this code needs version {LIBRARY_VERSION} "
+                    "(construct RedisStore with load_library=True to replace it)"
+                )
+
+    # Calls --------------------------------------------------------------------
+
+    def _fcall(
+        self,
+        function: str,
+        call_keys: list[str],
+        args: Sequence[str | bytes],
+        *,
+        read_only: bool = False,
+    ) -> _Reply:
+        command = "FCALL_RO" if read_only else "FCALL"
+        try:
+            return self._send(command, function, call_keys, args)
+        except ResponseError as error:
+            if "Function not found" in str(error) and self._load_library:
+                # A primary that restarted empty or joined the cluster: load, retry once.
+                self.ensure_library()
+                try:
+                    return self._send(command, function, call_keys, args)
+                except ResponseError as retry_error:
+                    raise _map_error(retry_error) from retry_error
+            raise _map_error(error) from error
+
+    def _send(
+        self, command: str, function: str, call_keys: list[str], args: Sequence[str | bytes]
+    ) -> _Reply:
+        if isinstance(self.client, RedisCluster):
+            # Route by the partition tag ourselves: redis-py would otherwise ask
+            # the server (COMMAND GETKEYS) on every FCALL, doubling the traffic.
+            # MOVED/ASK redirections are still followed by redis-py.
+            node = self.client.get_node_from_key(call_keys[0])
+            return cast(
+                _Reply,
+                self.client.execute_command(
+                    command, function, len(call_keys), *call_keys, *args, target_nodes=node
+                ),
+            )
+        return cast(
+            _Reply,
+            self.client.execute_command(command, function, len(call_keys), *call_keys, *args),
+        )
+
+    def _tag(self, partition: int) -> str:
+        return keys.partition_tag(self.namespace, validate.partition(partition))
+
+    def _policy(self, timeline: str) -> TimelinePolicy:
+        return validate.policy(self._resolver(timeline), timeline)
+
+    # DigestStore ----------------------------------------------------------------
+
+    def add(
+        self,
+        partition: int,
+        records: Sequence[NewRecord],
+        now: float,
+        *,
+        expected_fence: int | None = None,
+        through_offset: int | None = None,
+    ) -> AddResult:
+        """Store a batch of records of one partition, fenced by offset (one FCALL)."""
+        tag = self._tag(partition)
+        now = validate.time_value(now, "now")
+        validate.records(records)
+        expected, through = validate.fence_arguments(records, expected_fence, through_offset)
+        index: dict[str, int] = {}
+        policy_args: list[str | bytes] = []
+        record_args: list[str | bytes] = []
+        for record in records:
+            position = index.get(record.timeline)
+            if position is None:
+                position = index[record.timeline] = len(index) + 1
+                policy = self._policy(record.timeline)
+                policy_args += [
+                    record.timeline,
+                    _arg(policy.minimum_delay),
+                    _arg(policy.increment_delay),
+                    _arg(policy.maximum_delay),
+                    _arg(policy.ttl),
+                    str(policy.capacity or 0),
+                ]
+            record_args += [
+                str(position),
+                record.id,
+                _arg(record.timestamp),
+                str(record.offset),
+                record.payload,
+            ]
+        reply = _list(
+            self._fcall(
+                "ds_add",
+                [keys.fence_key(tag), keys.waiting_key(tag), keys.ready_key(tag)],
+                [
+                    _arg(now),
+                    _arg(self.policy.ttl),
+                    str(self.inline_records),
+                    "" if expected is None else str(expected),
+                    "" if through is None else str(through),
+                    str(len(index)),
+                    *policy_args,
+                    *record_args,
+                ],
+            )
+        )
+        return AddResult(
+            ready=[_text(name) for name in _list(reply[0])],
+            added=_int(reply[1]),
+            skipped=_int(reply[2]),
+            dropped=_int(reply[3]),
+            fence_before=_optional_int(reply[4]),
+            fence_after=_optional_int(reply[5]),
+        )
+
+    @staticmethod
+    def _due_list(reply: _Reply) -> list[DueTimeline]:
+        flat = _list(reply)
+        return [DueTimeline(_text(flat[i]), _float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+    def schedule(self, partition: int, now: float) -> list[DueTimeline]:
+        """Move WAITING timelines due at or before ``now`` to READY and return them."""
+        tag = self._tag(partition)
+        now = validate.time_value(now, "now")
+        reply = self._fcall(
+            "ds_schedule", keys.partition_keys(tag), [_arg(now), _arg(self.policy.ttl)]
+        )
+        return self._due_list(reply)
+
+    def maintenance(self, partition: int, deadline: float, now: float) -> list[DueTimeline]:
+        """Move READY timelines scheduled before ``deadline`` back to WAITING; return them."""
+        tag = self._tag(partition)
+        deadline = validate.time_value(deadline, "deadline")
+        now = validate.time_value(now, "now")
+        reply = self._fcall(
+            "ds_maintenance",
+            keys.partition_keys(tag),
+            [_arg(deadline), _arg(now), _arg(self.policy.ttl)],
+        )
+        return self._due_list(reply)
+
+    def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
+        """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
+        tag = self._tag(partition)
+        validate.name(timeline, "timeline")
+        validate.digest_id(digest_id)
+        now = validate.time_value(now, "now")
+        policy = self._policy(timeline)
+        reply = _list(
+            self._fcall(
+                "ds_open",
+                keys.timeline_keys(tag, timeline),
+                [timeline, digest_id, _arg(now), _arg(policy.ttl)],
+            )
+        )
+        flat = _list(reply[3])
+        records = [
+            StoredRecord(_text(flat[i]), _float(flat[i + 1]), _bytes(flat[i + 2]))
+            for i in range(0, len(flat), 3)
+        ]
+        return OpenDigest(
+            id=_text(reply[0]),
+            timeline=timeline,
+            records=records,
+            dropped=_int(reply[2]),
+            opened_at=_float(reply[1]),
+        )
+
+    def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
+        """Close that digest; False when the id is unknown or already closed."""
+        tag = self._tag(partition)
+        validate.name(timeline, "timeline")
+        validate.digest_id(digest_id)
+        now = validate.time_value(now, "now")
+        policy = self._policy(timeline)
+        reply = self._fcall(
+            "ds_close",
+            keys.timeline_keys(tag, timeline),
+            [
+                timeline,
+                digest_id,
+                _arg(now),
+                _arg(policy.minimum_delay),
+                _arg(policy.ttl),
+                _arg(self.policy.ttl),
+            ],
+        )
+        return _int(reply) == 1
+
+    def delete(self, partition: int, timeline: str) -> bool:
+        """Remove the timeline and everything it owns; False when it did not exist."""
+        tag = self._tag(partition)
+        validate.name(timeline, "timeline")
+        return _int(self._fcall("ds_delete", keys.timeline_keys(tag, timeline), [timeline])) == 1
+
+    def inspect(self, partition: int, timeline: str) -> TimelineInfo:
+        """Describe one timeline (read-only)."""
+        tag = self._tag(partition)
+        validate.name(timeline, "timeline")
+        reply = _list(
+            self._fcall("ds_inspect", keys.timeline_keys(tag, timeline), [timeline], read_only=True)
+        )
+        open_digest = reply[4]
+        return TimelineInfo(
+            timeline=timeline,
+            state=_text(reply[0]),
+            due=_optional_float(reply[1]),
+            last_delivery=_optional_float(reply[2]),
+            pending=_int(reply[3]),
+            open_digest=None if open_digest is None else _text(open_digest),
+            open_records=_int(reply[5]),
+            dropped=_int(reply[6]),
+        )
+
+    def stats(self, partition: int) -> PartitionStats:
+        """Count WAITING and READY timelines of a partition (read-only)."""
+        tag = self._tag(partition)
+        reply = _list(self._fcall("ds_stats", keys.partition_keys(tag), [], read_only=True))
+        return PartitionStats(
+            partition=partition,
+            waiting=_int(reply[0]),
+            ready=_int(reply[1]),
+            oldest_due=_optional_float(reply[2]),
+            applied_offset=_optional_int(reply[3]),
+        )
+
+    def applied_offset(self, partition: int) -> int | None:
+        """The partition's fence: last applied offset, or None when absent."""
+        tag = self._tag(partition)
+        return _optional_int(self._fcall("ds_fence_get", [keys.fence_key(tag)], [], read_only=True))
+
+    def set_applied_offset(self, partition: int, offset: int | None) -> None:
+        """Reset the fence (admin replay drills); None removes it."""
+        tag = self._tag(partition)
+        value = "" if offset is None else str(validate.offset(offset))
+        self._fcall("ds_fence_set", [keys.fence_key(tag)], [value, _arg(self.policy.ttl)])

@@ -1,0 +1,112 @@
+"""Argument checks shared by both stores (the Lua guards apply the same rules)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from digest_stream.store.base import (
+    DIGEST_ID_PATTERN,
+    InvalidArgument,
+    NewRecord,
+    TimelinePolicy,
+)
+from digest_stream.store.keys import NAMESPACE_PATTERN
+
+#: Timeline names and record ids end up in key names and hash fields; anything
+#: longer is almost certainly a producer bug (same limit as MAX_NAME_BYTES in Lua).
+MAX_NAME_BYTES = 1024
+#: Offsets travel to Lua as doubles, exact up to 2**53.
+MAX_OFFSET = 2**53
+#: Partitions are Kafka partition numbers (int32).
+MAX_PARTITION = 2**31 - 1
+
+
+def namespace(value: object) -> str:
+    """A namespace that fits inside the hash tag."""
+    if not isinstance(value, str) or not NAMESPACE_PATTERN.match(value):
+        raise InvalidArgument(f"namespace must match {NAMESPACE_PATTERN.pattern}, got {value!r}")
+    return value
+
+
+def partition(value: object) -> int:
+    """A Kafka partition number."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PARTITION:
+        raise InvalidArgument(f"partition must be an int in [0, {MAX_PARTITION}], got {value!r}")
+    return value
+
+
+def time_value(value: object, name: str) -> float:
+    """A finite, non-negative time in seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(f"{name} must be a number of seconds, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise InvalidArgument(f"{name} must be finite and >= 0, got {value!r}")
+    return number
+
+
+def name(value: object, what: str) -> str:
+    """A timeline name or record id: 1..MAX_NAME_BYTES bytes of UTF-8."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{what} must be a str, got {value!r}")
+    size = len(value.encode("utf-8"))
+    if not 1 <= size <= MAX_NAME_BYTES:
+        raise InvalidArgument(f"{what} must be 1..{MAX_NAME_BYTES} bytes, got {size}")
+    return value
+
+
+def digest_id(value: object) -> str:
+    """A digest id: 32 lowercase hex characters."""
+    if not isinstance(value, str) or not DIGEST_ID_PATTERN.match(value):
+        raise InvalidArgument(f"digest id must be 32 lowercase hex characters, got {value!r}")
+    return value
+
+
+def offset(value: object) -> int:
+    """A Kafka offset."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OFFSET:
+        raise InvalidArgument(f"offset must be an int in [0, 2**53], got {value!r}")
+    return value
+
+
+def policy(value: object, timeline: str) -> TimelinePolicy:
+    """A policy as returned by a resolver; re-checks what the dataclass cannot (NaN, types)."""
+    if not isinstance(value, TimelinePolicy):
+        raise InvalidArgument(f"policy for {timeline!r} is not a TimelinePolicy: {value!r}")
+    for field in ("minimum_delay", "increment_delay", "maximum_delay", "ttl"):
+        time_value(getattr(value, field), field)
+    capacity = value.capacity
+    if capacity is not None and (
+        isinstance(capacity, bool) or not isinstance(capacity, int) or capacity > MAX_OFFSET
+    ):
+        raise InvalidArgument(f"capacity must be an int >= 1 or None, got {capacity!r}")
+    return value
+
+
+def records(values: Sequence[NewRecord]) -> None:
+    """Every record of an add batch, before anything is written."""
+    for record in values:
+        if not isinstance(record, NewRecord):
+            raise InvalidArgument(f"expected NewRecord, got {record!r}")
+        name(record.timeline, "timeline")
+        name(record.id, "record id")
+        time_value(record.timestamp, "record timestamp")
+        offset(record.offset)
+        if not isinstance(record.payload, bytes):
+            raise InvalidArgument(f"payload must be bytes, got {type(record.payload).__name__}")
+
+
+def fence_arguments(
+    values: Sequence[NewRecord], expected_fence: object, through_offset: object
+) -> tuple[int | None, int | None]:
+    """The optional fence arguments of add; ``through_offset`` covers every record."""
+    expected = None if expected_fence is None else offset(expected_fence)
+    through = None if through_offset is None else offset(through_offset)
+    if through is not None:
+        for record in values:
+            if record.offset > through:
+                raise InvalidArgument(
+                    f"record offset {record.offset} is past through_offset {through}"
+                )
+    return expected, through

@@ -1,0 +1,331 @@
+"""What only the Redis store has: keys, TTLs, the library, cluster placement, lost payloads."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+
+from digest_stream.store import (
+    LIBRARY_VERSION,
+    InvalidArgument,
+    LibraryVersionMismatch,
+    NewRecord,
+    RedisStore,
+    TimelinePolicy,
+)
+from digest_stream.store import redis as redis_module
+from digest_stream.store.keys import (
+    digest_key,
+    fence_key,
+    partition_tag,
+    ready_key,
+    timeline_key,
+    waiting_key,
+)
+from tests.store.conftest import RedisClient
+
+T0 = 1_000_000.0
+KeysOf = Callable[[int], set[bytes]]
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def records(timeline: str, count: int, first_offset: int = 0) -> list[NewRecord]:
+    return [
+        NewRecord(timeline, f"r{i}", T0 + i, b"payload-%d" % i, first_offset + i)
+        for i in range(count)
+    ]
+
+
+def tag(namespace: str, partition: int = 0) -> str:
+    return partition_tag(namespace, partition)
+
+
+def test_all_keys_carry_the_partition_tag(
+    redis_store: RedisStore, keys_of: KeysOf, namespace: str
+) -> None:
+    redis_store.add(0, records("t", 3), T0)
+    redis_store.open(0, "t", new_id(), T0)
+    redis_store.add(0, records("t", 1, first_offset=10), T0)
+    redis_store.add(0, records("u", 1, first_offset=20), T0)
+    t = tag(namespace)
+    expected = {fence_key(t), ready_key(t), timeline_key(t, "t"), digest_key(t, "t")}
+    expected.add(timeline_key(t, "u"))
+    assert keys_of(0) == {key.encode() for key in expected}
+    assert keys_of(1) == set()
+
+
+def test_retired_timeline_leaves_no_keys(redis_store: RedisStore, keys_of: KeysOf) -> None:
+    redis_store.add(0, records("t", 2), T0)
+    digest = redis_store.open(0, "t", new_id(), T0)
+    redis_store.close(0, "t", digest.id, T0)
+    redis_store.schedule(0, T0 + 300)
+    empty = redis_store.open(0, "t", new_id(), T0 + 300)
+    assert empty.records == []
+    redis_store.close(0, "t", empty.id, T0 + 300)
+    # only the partition's fence remains: the timeline owns nothing any more
+    assert {key.split(b":")[-1] for key in keys_of(0)} == {b"o"}
+
+
+@pytest.mark.parametrize("state", ["ready", "open", "waiting"])
+def test_delete_removes_every_timeline_key(
+    redis_store: RedisStore, keys_of: KeysOf, namespace: str, state: str
+) -> None:
+    redis_store.add(0, records("t", 2), T0)
+    if state != "ready":
+        digest = redis_store.open(0, "t", new_id(), T0)
+        redis_store.add(0, records("t", 1, first_offset=5), T0)
+        if state == "waiting":
+            redis_store.close(0, "t", digest.id, T0)
+    assert redis_store.delete(0, "t")
+    assert keys_of(0) == {fence_key(tag(namespace)).encode()}
+
+
+def test_every_key_has_a_ttl(
+    make_redis_store: Callable[..., RedisStore],
+    client: RedisClient,
+    keys_of: KeysOf,
+) -> None:
+    store = make_redis_store(TimelinePolicy(maximum_delay=100, ttl=200))
+    store.add(0, records("a", 3) + records("b", 2, first_offset=3), T0)
+    store.open(0, "a", new_id(), T0)
+    store.add(0, records("a", 1, first_offset=10), T0)
+    digest = store.open(0, "b", new_id(), T0)
+    store.close(0, "b", digest.id, T0)
+    found = keys_of(0)
+    assert len(found) == 6  # fence, ready, waiting, a's timeline + digest, b's timeline
+    for key in found:
+        ttl_ms = int(client.pttl(key))
+        assert 190_000 < ttl_ms <= 200_000, key
+
+
+def test_partition_ttl_only_grows(
+    make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
+) -> None:
+    long_lived = TimelinePolicy(ttl=7200)
+    store = make_redis_store(
+        resolver=lambda name: long_lived if name == "long" else TimelinePolicy()
+    )
+    store.add(0, records("long", 1), T0)
+    store.schedule(0, T0)  # default ttl (3600) must not shorten what "long" needs
+    assert int(client.pttl(ready_key(tag(namespace)))) > 3_600_000
+    assert int(client.pttl(timeline_key(tag(namespace), "long"))) > 3_600_000
+
+
+def test_missing_payload_is_skipped_and_counted(
+    make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
+) -> None:
+    store = make_redis_store(inline_records=0)  # one hash field per record
+    store.add(0, records("t", 4), T0)
+    # What eviction or an operator would do: the record's payload vanishes under us.
+    assert client.hdel(timeline_key(tag(namespace), "t"), "r1") == 1
+    # A damaged value (shorter than its timestamp header) counts as missing too.
+    client.hset(timeline_key(tag(namespace), "t"), "r2", b"xx")
+    digest = store.open(0, "t", new_id(), T0)
+    assert [r.id for r in digest.records] == ["r3", "r0"]
+    assert digest.dropped == 2
+    assert store.open(0, "t", new_id(), T0) == digest
+    assert store.close(0, "t", digest.id, T0)
+
+
+def test_missing_payloads_add_to_capacity_drops(
+    make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
+) -> None:
+    store = make_redis_store(TimelinePolicy(capacity=3), inline_records=0)
+    assert store.add(0, records("t", 5), T0).dropped == 2
+    client.hdel(timeline_key(tag(namespace), "t"), "r4")
+    digest = store.open(0, "t", new_id(), T0)
+    assert ([r.id for r in digest.records], digest.dropped) == (["r3", "r2"], 3)
+
+
+@pytest.mark.parametrize("inline_records", [0, 16])
+def test_lost_timeline_key_gives_an_empty_digest(
+    make_redis_store: Callable[..., RedisStore],
+    client: RedisClient,
+    namespace: str,
+    inline_records: int,
+) -> None:
+    store = make_redis_store(inline_records=inline_records)
+    store.add(0, records("t", 2), T0)
+    client.delete(timeline_key(tag(namespace), "t"))  # the whole key evicted
+    digest = store.open(0, "t", new_id(), T0)
+    assert (digest.records, digest.dropped) == ([], 0)
+    assert store.close(0, "t", digest.id, T0)
+    assert store.inspect(0, "t").state == "absent"
+
+
+def test_unreadable_inline_timeline_does_not_crash(
+    redis_store: RedisStore, client: RedisClient, namespace: str
+) -> None:
+    redis_store.add(0, records("t", 2), T0)
+    client.set(timeline_key(tag(namespace), "t"), b"\xc1 not msgpack")
+    digest = redis_store.open(0, "t", new_id(), T0)
+    assert digest.records == []
+    assert redis_store.close(0, "t", digest.id, T0)
+
+
+def encoding(client: RedisClient, key: str) -> str:
+    found = client.object("encoding", key)
+    return found.decode() if isinstance(found, bytes) else str(found)
+
+
+def test_timelines_move_from_inline_to_hash_as_they_grow(
+    redis_store: RedisStore, client: RedisClient, namespace: str
+) -> None:
+    key = timeline_key(tag(namespace), "t")
+    redis_store.add(0, records("t", 16), T0)
+    assert client.type(key) == b"string"  # small: one inline value
+    redis_store.add(0, [NewRecord("t", "r16", T0 + 16, b"p", 16)], T0)
+    assert client.type(key) == b"hash"
+    assert encoding(client, key) == "listpack"  # small values: still compact
+    big = [NewRecord("t", f"big{i}", T0 + 100 + i, b"x" * 100, 100 + i) for i in range(3)]
+    redis_store.add(0, big, T0)
+    digest = redis_store.open(0, "t", new_id(), T0)
+    expected = ["big2", "big1", "big0", *(f"r{i}" for i in reversed(range(17)))]
+    assert [r.id for r in digest.records] == expected
+
+
+def test_large_payloads_skip_the_inline_form(
+    redis_store: RedisStore, client: RedisClient, namespace: str
+) -> None:
+    key = timeline_key(tag(namespace), "t")
+    redis_store.add(0, [NewRecord("t", "a", T0, b"x" * 10_000, 0)], T0)
+    assert client.type(key) == b"hash"
+    digest = redis_store.open(0, "t", new_id(), T0)
+    assert digest.records[0].payload == b"x" * 10_000
+
+
+@pytest.mark.parametrize("inline_records", [0, 16])
+def test_capacity_in_either_encoding(
+    make_redis_store: Callable[..., RedisStore], inline_records: int
+) -> None:
+    store = make_redis_store(TimelinePolicy(capacity=5), inline_records=inline_records)
+    result = store.add(0, records("t", 12), T0)
+    assert (result.added, result.dropped) == (12, 7)
+    digest = store.open(0, "t", new_id(), T0)
+    assert [r.id for r in digest.records] == ["r11", "r10", "r9", "r8", "r7"]
+    assert digest.dropped == 7
+
+
+def test_inline_limit_is_checked(client: RedisClient) -> None:
+    for bad in (-1, 129, True):
+        with pytest.raises(InvalidArgument):
+            RedisStore(client, inline_records=bad)
+
+
+def test_one_function_call_per_batch(
+    redis_store: RedisStore, client: RedisClient, namespace: str
+) -> None:
+    node = client.get_node_from_key(tag(namespace)) if isinstance(client, RedisCluster) else None
+
+    def fcalls() -> int:
+        if isinstance(client, RedisCluster):
+            info = client.info("commandstats", target_nodes=node)
+        else:
+            info = client.info("commandstats")
+        return int(info.get("cmdstat_fcall", {}).get("calls", 0))
+
+    batch = [NewRecord(f"tl-{i % 25}", f"r{i}", T0 + i, b"x" * 50, i) for i in range(1_000)]
+    before = fcalls()
+    result = redis_store.add(0, batch, T0)
+    assert fcalls() - before == 1
+    assert (result.added, len(result.ready)) == (1_000, 25)
+
+
+def test_version_mismatch_is_reported(
+    make_redis_store: Callable[..., RedisStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_redis_store()  # the real library is loaded
+    monkeypatch.setattr(redis_module, "LIBRARY_VERSION", "0-other")
+    with pytest.raises(LibraryVersionMismatch, match=r"is version .* needs version 0-other"):
+        make_redis_store(load_library=False)
+
+
+def test_library_lost_by_the_server_is_loaded_again(redis_client: redis.Redis) -> None:
+    store = RedisStore(redis_client, namespace="reload-check")
+    redis_client.execute_command("FUNCTION", "DELETE", "digest_stream")  # a restart, say
+    assert store.applied_offset(0) is None  # "Function not found" -> load, retry once
+    assert redis_client.execute_command("FCALL_RO", "ds_version", 0) == LIBRARY_VERSION.encode()
+
+
+def test_loaded_library_passes_the_check(make_redis_store: Callable[..., RedisStore]) -> None:
+    make_redis_store()
+    store = make_redis_store(load_library=False)
+    assert store.applied_offset(0) is None
+
+
+def test_library_is_on_every_primary(redis_store: RedisStore, client: RedisClient) -> None:
+    if isinstance(client, RedisCluster):
+        nodes = client.get_primaries()
+        assert len(nodes) == 3
+        versions = {
+            node.name: client.execute_command("FCALL_RO", "ds_version", 0, target_nodes=node)
+            for node in nodes
+        }
+    else:
+        versions = {"single": client.execute_command("FCALL_RO", "ds_version", 0)}
+    assert set(versions.values()) == {LIBRARY_VERSION.encode()}
+
+
+def test_decoding_client_is_refused(redis_url: str) -> None:
+    decoding = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        with pytest.raises(InvalidArgument, match="decode"):
+            RedisStore(decoding)
+    finally:
+        decoding.close()
+
+
+@pytest.mark.cluster
+def test_partitions_spread_over_cluster_masters(
+    redis_cluster: RedisCluster, namespace: str
+) -> None:
+    store = RedisStore(redis_cluster, namespace=namespace)
+    owner = {
+        p: redis_cluster.get_node_from_key(partition_tag(namespace, p)).name for p in range(12)
+    }
+    assert len(set(owner.values())) == 3, owner
+    for p in owner:
+        store.add(p, [NewRecord("t", "a", T0, b"%d" % p, 1)], T0)
+    for p, node_name in owner.items():
+        # The partition's keys live on its master and nowhere else.
+        for node in redis_cluster.get_primaries():
+            pattern = f"{partition_tag(namespace, p)}*"
+            found = list(redis_cluster.scan_iter(match=pattern, target_nodes=node))
+            assert bool(found) is (node.name == node_name), (p, node.name)
+        digest = store.open(p, "t", new_id(), T0)
+        assert digest.records[0].payload == b"%d" % p
+        assert store.close(p, "t", digest.id, T0)
+    assert sum(store.stats(p).waiting for p in owner) == 12
+
+
+def test_key_helpers_match_lua(
+    redis_store: RedisStore, client: RedisClient, namespace: str
+) -> None:
+    # The Lua guard refuses any key list that its own helpers would not build.
+    t = tag(namespace, 3)
+    good = [waiting_key(t), ready_key(t), fence_key(t)]
+    assert len(raw(client, "FCALL_RO", "ds_stats", good)) == 4
+    with pytest.raises(redis.ResponseError, match="invalid_argument: KEYS"):
+        raw(client, "FCALL_RO", "ds_stats", [waiting_key(t), fence_key(t), ready_key(t)])
+
+
+def raw(
+    client: RedisClient, command: str, function: str, call_keys: list[str], *args: object
+) -> list[object]:
+    """FCALL with no Python-side checks, routed by the first key."""
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(call_keys[0])
+        reply = client.execute_command(
+            command, function, len(call_keys), *call_keys, *args, target_nodes=node
+        )
+    else:
+        reply = client.execute_command(command, function, len(call_keys), *call_keys, *args)
+    assert isinstance(reply, list)
+    return reply

@@ -1,0 +1,479 @@
+"""DESIGN.md section 3, row by row, on the model, a single Redis and the Redis Cluster."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+import pytest
+
+from digest_stream.store import (
+    AddResult,
+    DigestStore,
+    DueTimeline,
+    InvalidArgument,
+    InvalidState,
+    NewRecord,
+    StoredRecord,
+    TimelinePolicy,
+)
+from tests.store.conftest import StoreFactory
+
+P = 0  # the partition most tests use
+T0 = 1_000_000.0  # a "now" far from zero so subtraction mistakes show
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Feed:
+    """Builds records with increasing Kafka offsets, like one partition of the input topic."""
+
+    def __init__(self) -> None:
+        self.offset = -1
+
+    def __call__(
+        self, timeline: str, record_id: str, timestamp: float = T0, payload: bytes | None = None
+    ) -> NewRecord:
+        self.offset += 1
+        body = payload if payload is not None else f"{timeline}/{record_id}".encode()
+        return NewRecord(timeline, record_id, timestamp, body, self.offset)
+
+
+@pytest.fixture
+def feed() -> Feed:
+    return Feed()
+
+
+def ids(records: Iterable[StoredRecord]) -> list[str]:
+    return [record.id for record in records]
+
+
+def deliver(store: DigestStore, timeline: str, now: float, partition: int = P) -> list[str]:
+    """Open and close a digest of a READY timeline; the record ids it delivered."""
+    digest = store.open(partition, timeline, new_id(), now)
+    assert store.close(partition, timeline, digest.id, now)
+    return ids(digest.records)
+
+
+# ------------------------------------------------------------------------------ add
+
+
+def test_first_add_is_immediate_and_second_is_not(store: DigestStore, feed: Feed) -> None:
+    first = store.add(P, [feed("t", "1")], T0)
+    assert first.ready == ["t"]
+    assert (first.added, first.skipped, first.dropped) == (1, 0, 0)
+    second = store.add(P, [feed("t", "2")], T0 + 1)
+    assert second.ready == []
+    assert second.added == 1
+    info = store.inspect(P, "t")
+    assert (info.state, info.due, info.pending) == ("ready", T0, 2)
+
+
+def test_add_batch_reports_each_new_timeline_once(store: DigestStore, feed: Feed) -> None:
+    result = store.add(P, [feed("b", "1"), feed("a", "1"), feed("b", "2"), feed("c", "1")], T0)
+    assert result.ready == ["b", "a", "c"]
+    assert result.added == 4
+
+
+def test_add_to_ready_timeline_leaves_it_untouched(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    store.add(P, [feed("t", "2")], T0 + 50)
+    info = store.inspect(P, "t")
+    assert (info.state, info.due) == ("ready", T0)
+    assert store.schedule(P, T0 + 10_000) == []
+
+
+def test_same_id_overwrites(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "x", T0, b"old"), feed("t", "y", T0 + 1)], T0)
+    result = store.add(P, [feed("t", "x", T0 + 2, b"new")], T0)
+    assert result.added == 1
+    assert store.inspect(P, "t").pending == 2
+    digest = store.open(P, "t", new_id(), T0)
+    assert digest.records[0] == StoredRecord("x", T0 + 2, b"new")
+    assert ids(digest.records) == ["x", "y"]
+
+
+def test_empty_batch_changes_nothing(store: DigestStore, feed: Feed) -> None:
+    result = store.add(P, [], T0)
+    assert (result.ready, result.added, result.fence_before, result.fence_after) == (
+        [],
+        0,
+        None,
+        None,
+    )
+    assert store.stats(P).waiting == store.stats(P).ready == 0
+
+
+# ------------------------------------------------------------------------------ fence
+
+
+def test_replayed_offsets_add_nothing(store: DigestStore) -> None:
+    batch = [NewRecord("t", f"r{i}", T0 + i, b"p", 10 + i) for i in range(5)]
+    first = store.add(P, batch, T0)
+    assert (first.added, first.skipped, first.fence_before, first.fence_after) == (5, 0, None, 14)
+    replay = store.add(P, batch, T0 + 1)
+    assert (replay.added, replay.skipped, replay.ready) == (0, 5, [])
+    assert (replay.fence_before, replay.fence_after) == (14, 14)
+    overlap = [*batch[3:], NewRecord("t", "r5", T0 + 5, b"p", 15)]
+    partial = store.add(P, overlap, T0 + 2)
+    assert (partial.added, partial.skipped, partial.fence_after) == (1, 2, 15)
+    assert store.inspect(P, "t").pending == 6
+    assert store.applied_offset(P) == 15
+
+
+def test_fence_is_per_partition_and_settable(store: DigestStore) -> None:
+    store.add(0, [NewRecord("t", "a", T0, b"", 7)], T0)
+    assert store.applied_offset(0) == 7
+    assert store.applied_offset(1) is None
+    assert store.add(1, [NewRecord("t", "a", T0, b"", 3)], T0).added == 1
+    store.set_applied_offset(0, 2)
+    again = store.add(0, [NewRecord("t", "b", T0, b"", 3)], T0)
+    assert (again.added, again.fence_before, again.fence_after) == (1, 2, 3)
+    store.set_applied_offset(0, None)
+    assert store.applied_offset(0) is None
+    assert store.stats(0).applied_offset is None
+
+
+def test_duplicate_offsets_in_one_batch_are_skipped(store: DigestStore) -> None:
+    batch = [NewRecord("t", "a", T0, b"", 1), NewRecord("t", "b", T0, b"", 1)]
+    result = store.add(P, batch, T0)
+    assert (result.added, result.skipped) == (1, 1)
+    assert store.inspect(P, "t").pending == 1
+
+
+def test_expected_fence_behind_applies_nothing(store: DigestStore) -> None:
+    store.add(P, [NewRecord("t", "a", T0, b"", 10)], T0)
+    # Redis lost writes: the caller applied through 20, the store only knows 10.
+    lost = store.add(P, [NewRecord("u", "b", T0, b"", 21)], T0, expected_fence=20)
+    assert lost == AddResult([], 0, 0, 0, 10, 10)
+    assert store.inspect(P, "u").state == "absent"
+    # after rewinding to 11 the caller replays and passes the fence it now knows
+    replay = store.add(P, [NewRecord("u", "b", T0, b"", 11)], T0, expected_fence=10)
+    assert (replay.added, replay.ready, replay.fence_after) == (1, ["u"], 11)
+    # a fence ahead of the caller's (another instance got further) is the normal fencing path
+    ahead = store.add(P, [NewRecord("u", "c", T0, b"", 11)], T0, expected_fence=5)
+    assert (ahead.added, ahead.skipped) == (0, 1)
+
+
+def test_expected_fence_with_no_fence_at_all_applies_nothing(store: DigestStore) -> None:
+    result = store.add(P, [NewRecord("t", "a", T0, b"", 3)], T0, expected_fence=2)
+    assert result == AddResult([], 0, 0, 0, None, None)
+    assert store.applied_offset(P) is None
+
+
+def test_through_offset_advances_the_fence(store: DigestStore) -> None:
+    # a batch whose messages all went to the DLQ still moves the fence
+    empty = store.add(P, [], T0, through_offset=41)
+    assert (empty.fence_before, empty.fence_after) == (None, 41)
+    some = store.add(P, [NewRecord("t", "a", T0, b"", 42)], T0, through_offset=45)
+    assert (some.added, some.fence_after) == (1, 45)
+    behind = store.add(P, [], T0, through_offset=30)
+    assert behind.fence_after == 45
+    with pytest.raises(InvalidArgument):
+        store.add(P, [NewRecord("t", "b", T0, b"", 50)], T0, through_offset=49)
+
+
+# ------------------------------------------------------------------------------ schedule
+
+
+def test_schedule_returns_nothing_until_due(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    store.open(P, "t", new_id(), T0)
+    digest_id = store.inspect(P, "t").open_digest
+    assert digest_id is not None
+    assert store.close(P, "t", digest_id, T0 + 5)
+    due = T0 + 5 + 300
+    assert store.inspect(P, "t").due == due
+    assert store.schedule(P, T0 + 5) == []
+    assert store.schedule(P, due - 0.001) == []
+    assert store.schedule(P, due) == [DueTimeline("t", due)]
+    assert store.schedule(P, due + 1) == []
+    assert store.inspect(P, "t").state == "ready"
+
+
+def test_schedule_orders_by_due_then_name(store: DigestStore, feed: Feed) -> None:
+    for name in ("c", "a", "b"):
+        store.add(P, [feed(name, "1")], T0)
+        deliver(store, name, T0 if name != "c" else T0 - 10)
+        store.add(P, [feed(name, "2")], T0)
+    found = store.schedule(P, T0 + 10_000)
+    assert [entry.timeline for entry in found] == ["c", "a", "b"]
+
+
+# ------------------------------------------------------------------------------ delays
+
+
+def test_increment_delay_moves_due_exactly(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    deliver(store, "t", T0 + 10)
+    assert store.inspect(P, "t").due == T0 + 10 + 300
+    store.add(P, [feed("t", "2")], T0 + 20)
+    assert store.inspect(P, "t").due == T0 + 310 + 30
+    store.add(P, [feed("t", "3"), feed("t", "4")], T0 + 21)
+    assert store.inspect(P, "t").due == T0 + 310 + 90
+    assert store.inspect(P, "t").last_delivery == T0 + 10
+
+
+def test_maximum_delay_caps_due(make_store: StoreFactory, feed: Feed) -> None:
+    policy = TimelinePolicy(minimum_delay=300, increment_delay=500, maximum_delay=1800, ttl=3600)
+    store = make_store(policy)
+    store.add(P, [feed("t", "1")], T0)
+    deliver(store, "t", T0)
+    expected = [T0 + 800, T0 + 1300, T0 + 1800, T0 + 1800]
+    for index, due in enumerate(expected):
+        store.add(P, [feed("t", f"r{index}")], T0 + index)
+        assert store.inspect(P, "t").due == due
+
+
+def test_unknown_last_delivery_uses_earliest_timestamp(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    assert store.maintenance(P, T0 + 1, T0 + 1) == [DueTimeline("t", T0)]
+    assert store.inspect(P, "t").last_delivery is None
+    store.add(P, [feed("t", "2", timestamp=T0 - 500)], T0 + 2)
+    assert store.inspect(P, "t").due == T0 - 500
+    store.add(P, [feed("t", "3", timestamp=T0 + 9000)], T0 + 3)
+    assert store.inspect(P, "t").due == T0 - 500
+
+
+def test_close_sets_minimum_delay_and_last_delivery(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    digest = store.open(P, "t", new_id(), T0 + 1)
+    assert store.close(P, "t", digest.id, T0 + 2)
+    info = store.inspect(P, "t")
+    assert (info.state, info.due, info.last_delivery) == ("waiting", T0 + 302, T0 + 2)
+    assert (info.pending, info.open_digest) == (0, None)
+
+
+def test_per_timeline_policy_through_resolver(make_store: StoreFactory, feed: Feed) -> None:
+    fast = TimelinePolicy(minimum_delay=5, increment_delay=1, maximum_delay=10, ttl=60)
+
+    def resolve(timeline: str) -> TimelinePolicy:
+        return fast if timeline.startswith("fast:") else TimelinePolicy(capacity=2)
+
+    store = make_store(resolver=resolve)
+    batch = [feed("fast:a", str(i)) for i in range(3)] + [feed("slow", str(i)) for i in range(3)]
+    result = store.add(P, batch, T0)
+    assert result.dropped == 1  # only "slow" has a capacity
+    deliver(store, "fast:a", T0)
+    deliver(store, "slow", T0)
+    assert store.inspect(P, "fast:a").due == T0 + 5
+    assert store.inspect(P, "slow").due == T0 + 300
+
+
+# ------------------------------------------------------------------------------ open / close
+
+
+def test_digest_is_newest_first(store: DigestStore, feed: Feed) -> None:
+    store.add(
+        P,
+        [
+            feed("t", "old", T0 - 30),
+            feed("t", "newest", T0),
+            feed("t", "mid", T0 - 10),
+            # equal timestamps: larger id (bytes) first
+            feed("t", "b", T0 - 20),
+            feed("t", "a", T0 - 20),
+            feed("t", "B", T0 - 20),
+            feed("t", "é", T0 - 20),
+        ],
+        T0,
+    )
+    digest = store.open(P, "t", new_id(), T0)
+    assert ids(digest.records) == ["newest", "mid", "é", "b", "a", "B", "old"]
+    assert digest.records[0] == StoredRecord("newest", T0, b"t/newest")
+    assert (digest.dropped, digest.opened_at, digest.timeline) == (0, T0, "t")
+
+
+def test_open_only_from_ready(store: DigestStore, feed: Feed) -> None:
+    with pytest.raises(InvalidState):
+        store.open(P, "absent", new_id(), T0)
+    store.add(P, [feed("t", "1")], T0)
+    deliver(store, "t", T0)
+    store.add(P, [feed("t", "2")], T0)
+    assert store.inspect(P, "t").state == "waiting"
+    with pytest.raises(InvalidState):
+        store.open(P, "t", new_id(), T0)
+
+
+def test_reopen_returns_same_digest(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "1", T0), feed("t", "2", T0 + 1)], T0)
+    first = store.open(P, "t", new_id(), T0 + 2)
+    store.add(P, [feed("t", "3", T0 + 3)], T0 + 3)
+    again = store.open(P, "t", new_id(), T0 + 4)
+    assert again == first
+    info = store.inspect(P, "t")
+    assert (info.open_digest, info.open_records, info.pending) == (first.id, 2, 1)
+    assert store.close(P, "t", first.id, T0 + 5)
+    store.schedule(P, T0 + 305)
+    assert deliver(store, "t", T0 + 305) == ["3"]
+
+
+def test_close_is_idempotent_and_ignores_unknown_ids(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    assert not store.close(P, "t", new_id(), T0)  # nothing open
+    digest = store.open(P, "t", new_id(), T0)
+    assert not store.close(P, "t", new_id(), T0)  # another id
+    assert store.inspect(P, "t").open_digest == digest.id
+    assert store.close(P, "t", digest.id, T0 + 1)
+    before = store.inspect(P, "t")
+    assert not store.close(P, "t", digest.id, T0 + 2)
+    assert store.inspect(P, "t") == before
+
+
+def test_empty_digest_retires_timeline(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    assert deliver(store, "t", T0) == ["1"]
+    assert store.schedule(P, T0 + 300) == [DueTimeline("t", T0 + 300)]
+    digest = store.open(P, "t", new_id(), T0 + 300)
+    assert digest.records == []
+    assert store.close(P, "t", digest.id, T0 + 300)
+    info = store.inspect(P, "t")
+    assert (info.state, info.due, info.last_delivery, info.pending) == ("absent", None, None, 0)
+    assert store.stats(P).waiting == store.stats(P).ready == 0
+    # retired: the next event is immediate again
+    assert store.add(P, [feed("t", "2")], T0 + 301).ready == ["t"]
+
+
+def test_full_cycle_batches_what_accumulated(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    assert deliver(store, "t", T0) == ["1"]
+    store.add(P, [feed("t", "2", T0 + 1), feed("t", "3", T0 + 2)], T0 + 2)
+    store.add(P, [feed("t", "4", T0 + 3)], T0 + 3)
+    due = T0 + 300 + 3 * 30
+    assert store.schedule(P, due) == [DueTimeline("t", due)]
+    assert deliver(store, "t", due) == ["4", "3", "2"]
+
+
+# ------------------------------------------------------------------------------ capacity
+
+
+def test_capacity_keeps_newest_and_reports_drops(make_store: StoreFactory, feed: Feed) -> None:
+    store = make_store(TimelinePolicy(capacity=3))
+    first = store.add(P, [feed("t", f"r{i}", T0 + i) for i in range(5)], T0)
+    assert (first.added, first.dropped) == (5, 2)
+    assert store.inspect(P, "t").dropped == 2
+    # an older record arriving late is the one trimmed
+    late = store.add(P, [feed("t", "late", T0 - 100)], T0)
+    assert late.dropped == 1
+    digest = store.open(P, "t", new_id(), T0)
+    assert ids(digest.records) == ["r4", "r3", "r2"]
+    assert digest.dropped == 3
+    assert store.inspect(P, "t").dropped == 0  # counted once, by this digest
+
+
+# ------------------------------------------------------------------------------ maintenance
+
+
+def test_maintenance_recovers_unclosed_digest(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    lost = store.open(P, "t", new_id(), T0)  # the deliverer crashes: never closed
+    assert store.maintenance(P, T0, T0 + 60) == []  # strictly before the deadline
+    assert store.maintenance(P, T0 + 30, T0 + 60) == [DueTimeline("t", T0)]
+    assert store.inspect(P, "t").state == "waiting"
+    with pytest.raises(InvalidState):
+        store.open(P, "t", new_id(), T0 + 60)
+    store.add(P, [feed("t", "2")], T0 + 61)
+    assert store.schedule(P, T0 + 62) == [DueTimeline("t", T0)]
+    again = store.open(P, "t", new_id(), T0 + 62)
+    assert (again.id, ids(again.records)) == (lost.id, ["1"])
+    assert store.close(P, "t", lost.id, T0 + 63)
+    store.schedule(P, T0 + 363)
+    assert deliver(store, "t", T0 + 363) == ["2"]
+
+
+def test_maintenance_leaves_recent_ready_alone(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("old", "1")], T0)
+    store.add(P, [feed("new", "1")], T0 + 100)
+    assert store.maintenance(P, T0 + 50, T0 + 100) == [DueTimeline("old", T0)]
+    assert store.inspect(P, "new").state == "ready"
+
+
+# ------------------------------------------------------------------------------ delete
+
+
+@pytest.mark.parametrize("state", ["ready", "open", "waiting", "recovered", "absent"])
+def test_delete_from_every_state(store: DigestStore, feed: Feed, state: str) -> None:
+    if state != "absent":
+        store.add(P, [feed("t", "1")], T0)
+    if state in ("open", "recovered"):
+        store.open(P, "t", new_id(), T0)
+    if state == "recovered":
+        store.maintenance(P, T0 + 1, T0 + 1)
+    if state == "waiting":
+        deliver(store, "t", T0)
+        store.add(P, [feed("t", "2")], T0)
+    assert store.delete(P, "t") is (state != "absent")
+    info = store.inspect(P, "t")
+    assert (info.state, info.pending, info.open_digest, info.last_delivery) == (
+        "absent",
+        0,
+        None,
+        None,
+    )
+    assert store.stats(P).waiting == store.stats(P).ready == 0
+    assert not store.delete(P, "t")
+    assert store.add(P, [feed("t", "3")], T0 + 1).ready == ["t"]
+
+
+# ------------------------------------------------------------------------------ scale
+
+
+def test_ten_thousand_record_digest_comes_back_whole(store: DigestStore) -> None:
+    count = 10_000
+    records = [
+        NewRecord("big", f"r{i:05d}", T0 + i / 1000, i.to_bytes(4, "big") * 8, i)
+        for i in range(count)
+    ]
+    for start in range(0, count, 2_500):
+        store.add(P, records[start : start + 2_500], T0)
+    digest = store.open(P, "big", new_id(), T0)
+    assert len(digest.records) == count
+    assert digest.dropped == 0
+    assert digest.records[0] == StoredRecord("r09999", T0 + 9.999, (9999).to_bytes(4, "big") * 8)
+    assert ids(digest.records) == [f"r{i:05d}" for i in reversed(range(count))]
+    assert [r.payload for r in digest.records] == [r.payload for r in reversed(records)]
+    assert store.close(P, "big", digest.id, T0)
+
+
+def test_many_timelines_are_independent(store: DigestStore, feed: Feed) -> None:
+    names = [f"tl-{i}" for i in range(40)]
+    result = store.add(
+        P, [feed(name, f"{name}-{j}", T0 + j) for j in range(3) for name in names], T0
+    )
+    assert result.ready == names
+    for name in names[:20]:  # half get delivered, the other half stay ready
+        assert deliver(store, name, T0 + 1) == [f"{name}-2", f"{name}-1", f"{name}-0"]
+    store.delete(P, names[20])
+    store.add(P, [feed(names[0], "late")], T0 + 2)
+    stats = store.stats(P)
+    assert (stats.waiting, stats.ready) == (20, 19)
+    assert stats.oldest_due == T0 + 1 + 300
+    assert store.inspect(P, names[0]).due == T0 + 301 + 30
+    assert store.inspect(P, names[1]).due == T0 + 301
+    assert store.inspect(P, names[21]).pending == 3
+    assert store.inspect(P, names[20]).state == "absent"
+
+
+def test_partitions_are_independent(store: DigestStore, feed: Feed) -> None:
+    store.add(0, [NewRecord("t", "a", T0, b"zero", 5)], T0)
+    store.add(1, [NewRecord("t", "a", T0, b"one", 5)], T0)
+    store.delete(0, "t")
+    assert store.inspect(1, "t").pending == 1
+    digest = store.open(1, "t", new_id(), T0)
+    assert digest.records[0].payload == b"one"
+
+
+def test_inspect_and_stats_of_empty_partition(store: DigestStore) -> None:
+    info = store.inspect(P, "nothing")
+    assert (info.state, info.due, info.pending, info.open_records, info.dropped) == (
+        "absent",
+        None,
+        0,
+        0,
+        0,
+    )
+    stats = store.stats(P)
+    assert (stats.partition, stats.waiting, stats.ready, stats.oldest_due) == (P, 0, 0, None)
+    assert stats.applied_offset is None

@@ -1,0 +1,214 @@
+"""Random operations on RedisStore and the MemoryStore model must be indistinguishable."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import ClassVar, TypeVar
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from digest_stream.clock import ManualClock
+from digest_stream.store import (
+    DigestStore,
+    MemoryStore,
+    NewRecord,
+    PartitionStats,
+    RedisStore,
+    StoreError,
+    TimelineInfo,
+    TimelinePolicy,
+)
+from digest_stream.store.keys import partition_tag
+
+T = TypeVar("T")
+
+PARTITIONS = [0, 1]
+# "a" timelines have a small capacity so trimming happens often (and they stay inline),
+# "c" ones trim past the inline limit (as hashes), "b" ones are unbounded.
+TIMELINES = ["a1", "a2", "b1", "c1"]
+RECORD_IDS = ["r0", "r1", "r2", "r3", "r4", "r5", "é"]
+# Delays are small against maximum_delay so that one or two adds reach the cap.
+CAPPED = TimelinePolicy(minimum_delay=10, increment_delay=8, maximum_delay=20, ttl=3600, capacity=3)
+UNBOUNDED = TimelinePolicy(minimum_delay=5, increment_delay=4, maximum_delay=12, ttl=3600)
+
+
+TRIMMED_HASH = TimelinePolicy(
+    minimum_delay=10, increment_delay=8, maximum_delay=20, ttl=3600, capacity=5
+)
+
+
+def resolve(timeline: str) -> TimelinePolicy:
+    return {"a": CAPPED, "c": TRIMMED_HASH}.get(timeline[0], UNBOUNDED)
+
+
+def stats_of(store: DigestStore, partition: int) -> PartitionStats:
+    return store.stats(partition)
+
+
+def inspect_of(store: DigestStore, partition: int, timeline: str) -> TimelineInfo:
+    return store.inspect(partition, timeline)
+
+
+partitions = st.sampled_from(PARTITIONS)
+timelines = st.sampled_from(TIMELINES)
+entries = st.lists(
+    st.tuples(
+        timelines,
+        st.sampled_from(RECORD_IDS),
+        st.integers(990, 1010).map(float),  # few distinct values: timestamp ties happen
+        st.binary(max_size=6),
+    ),
+    max_size=6,
+)
+
+
+class StoreComparison(RuleBasedStateMachine):
+    """Drives both stores with the same operations and the same manual clock."""
+
+    client: ClassVar[redis.Redis]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.namespace = f"sm-{uuid.uuid4().hex[:12]}"
+        self.clock = ManualClock(1000.0)
+        self.model = MemoryStore(resolver=resolve)
+        # A tiny inline limit so timelines cross from the inline to the hash form often.
+        self.real = RedisStore(
+            self.client,
+            namespace=self.namespace,
+            resolver=resolve,
+            load_library=False,
+            inline_records=3,
+        )
+        self.next_offset = dict.fromkeys(PARTITIONS, 0)
+        self.opened: list[tuple[int, str, str]] = []
+
+    def both(self, operation: Callable[[DigestStore], T]) -> T | type[StoreError]:
+        """Run on both stores; results (or error types) must match."""
+        outcomes: list[T | type[StoreError]] = []
+        for store in (self.model, self.real):
+            try:
+                outcomes.append(operation(store))
+            except StoreError as error:
+                outcomes.append(type(error))
+        assert outcomes[0] == outcomes[1], outcomes
+        return outcomes[0]
+
+    @rule(
+        partition=partitions,
+        batch=entries,
+        replay=st.integers(0, 4),
+        # mostly no expectation; sometimes one the store may be behind of
+        expected=st.integers(-120, 40).map(lambda x: None if x < 0 else x),
+        extra=st.none() | st.integers(0, 3),
+    )
+    def add(
+        self,
+        partition: int,
+        batch: list[tuple[str, str, float, bytes]],
+        replay: int,
+        expected: int | None,
+        extra: int | None,
+    ) -> None:
+        # replay > 0 re-sends offsets already applied, as after a crash before the commit;
+        # extra > 0 stands for trailing messages that went to the DLQ (through_offset)
+        first = max(0, self.next_offset[partition] - replay)
+        records = [
+            NewRecord(timeline, record_id, timestamp, payload, first + i)
+            for i, (timeline, record_id, timestamp, payload) in enumerate(batch)
+        ]
+        through = None if extra is None else first + len(records) - 1 + extra
+        if through is not None and through < 0:
+            through = None
+        last = first + len(records) if through is None else through + 1
+        self.next_offset[partition] = max(self.next_offset[partition], last)
+        now = self.clock.now()
+        self.both(
+            lambda store: store.add(
+                partition, records, now, expected_fence=expected, through_offset=through
+            )
+        )
+
+    @rule(seconds=st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 7.0, 10.0, 25.0]))
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @rule(partition=partitions)
+    def schedule(self, partition: int) -> None:
+        now = self.clock.now()
+        self.both(lambda store: store.schedule(partition, now))
+
+    @rule(partition=partitions, lag=st.sampled_from([0.0, 1.0, 5.0, 20.0]))
+    def maintenance(self, partition: int, lag: float) -> None:
+        now = self.clock.now()
+        deadline = max(0.0, now - lag)
+        self.both(lambda store: store.maintenance(partition, deadline, now))
+
+    @rule(partition=partitions, timeline=timelines)
+    def open(self, partition: int, timeline: str) -> None:
+        digest_id = uuid.uuid4().hex
+        now = self.clock.now()
+        result = self.both(lambda store: store.open(partition, timeline, digest_id, now))
+        if not isinstance(result, type):
+            self.opened.append((partition, timeline, result.id))
+
+    @rule(partition=partitions, timeline=timelines)
+    def deliver(self, partition: int, timeline: str) -> None:
+        # open + close at once, the common path: it puts timelines into WAITING
+        self.open(partition, timeline)
+        if self.opened and self.opened[-1][:2] == (partition, timeline):
+            self.close(0, timeline, partition)
+
+    @rule(pick=st.integers(0, 6), timeline=timelines, partition=partitions)
+    def close(self, pick: int, timeline: str, partition: int) -> None:
+        if pick < len(self.opened):
+            partition, timeline, digest_id = self.opened[-1 - pick]
+        else:
+            digest_id = uuid.uuid4().hex  # an id nobody opened
+        now = self.clock.now()
+        self.both(lambda store: store.close(partition, timeline, digest_id, now))
+
+    @rule(partition=partitions, timeline=timelines)
+    def delete(self, partition: int, timeline: str) -> None:
+        self.both(lambda store: store.delete(partition, timeline))
+
+    @rule(partition=partitions, offset=st.none() | st.integers(0, 40))
+    def set_fence(self, partition: int, offset: int | None) -> None:
+        self.both(lambda store: store.set_applied_offset(partition, offset))
+        if offset is not None:
+            self.next_offset[partition] = offset + 1
+
+    @invariant()
+    def same_view(self) -> None:
+        for partition in PARTITIONS:
+            self.both(partial(stats_of, partition=partition))
+            for timeline in TIMELINES:
+                self.both(partial(inspect_of, partition=partition, timeline=timeline))
+
+    def teardown(self) -> None:
+        for partition in PARTITIONS:
+            pattern = f"{partition_tag(self.namespace, partition)}*"
+            for key in self.client.scan_iter(match=pattern, count=1000):
+                self.client.delete(key)
+
+
+# Shrinking a failure replays many Redis-backed runs; give it room to finish and report.
+@pytest.mark.timeout(900)
+def test_redis_store_matches_model(redis_client: redis.Redis) -> None:
+    RedisStore(redis_client)  # load the library once; each machine then only checks it
+    StoreComparison.client = redis_client
+    run_state_machine_as_test(
+        StoreComparison,
+        settings=settings(
+            max_examples=150,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )

@@ -1,0 +1,253 @@
+"""Bad arguments are refused: in Python before any call, and by the Lua guard on its own."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from digest_stream.store import (
+    DigestStore,
+    InvalidArgument,
+    NewRecord,
+    RedisStore,
+    TimelinePolicy,
+)
+from digest_stream.store.keys import (
+    digest_key,
+    fence_key,
+    partition_tag,
+    ready_key,
+    timeline_key,
+    waiting_key,
+)
+from tests.store.conftest import RedisClient, StoreFactory
+from tests.store.test_redis_store import raw
+
+T0 = 1_000_000.0
+GOOD_ID = "0123456789abcdef0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"minimum_delay": -1},
+        {"increment_delay": -0.5},
+        {"maximum_delay": -1, "ttl": 10},
+        {"maximum_delay": 100, "ttl": 100},
+        {"maximum_delay": 100, "ttl": 50},
+        {"capacity": 0},
+        {"capacity": -3},
+    ],
+)
+def test_policy_is_checked(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgument):
+        TimelinePolicy(**kwargs)
+
+
+def test_non_finite_policy_is_refused_by_both_stores(make_store: StoreFactory) -> None:
+    with pytest.raises(InvalidArgument):
+        make_store(TimelinePolicy(minimum_delay=math.nan))
+    nan_policy = TimelinePolicy(increment_delay=math.inf, maximum_delay=1, ttl=2)
+    store = make_store(resolver=lambda _: nan_policy)
+    with pytest.raises(InvalidArgument, match="increment_delay"):
+        store.add(0, [NewRecord("t", "a", T0, b"", 0)], T0)
+
+
+def test_resolver_must_return_a_policy(make_store: StoreFactory) -> None:
+    store = make_store(resolver=lambda _: "not a policy")
+    with pytest.raises(InvalidArgument, match="TimelinePolicy"):
+        store.add(0, [NewRecord("t", "a", T0, b"", 0)], T0)
+
+
+BAD_RECORDS = [
+    NewRecord("", "a", T0, b"", 0),
+    NewRecord("t", "", T0, b"", 0),
+    NewRecord("t", "x" * 1025, T0, b"", 0),
+    NewRecord("t", "a", -1.0, b"", 0),
+    NewRecord("t", "a", math.nan, b"", 0),
+    NewRecord("t", "a", T0, b"", -1),
+    NewRecord("t", "a", T0, b"", 2**53 + 1),
+    NewRecord("t", "a", T0, "text", 0),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize("bad", BAD_RECORDS, ids=range(len(BAD_RECORDS)))
+def test_bad_records_refuse_the_whole_batch(store: DigestStore, bad: NewRecord) -> None:
+    good = NewRecord("t", "ok", T0, b"", 0)
+    with pytest.raises(InvalidArgument):
+        store.add(0, [good, bad], T0)
+    assert store.inspect(0, "t").pending == 0
+    assert store.applied_offset(0) is None
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.add(-1, [], T0),
+        lambda s: s.add(0, [], -5.0),
+        lambda s: s.schedule(0, math.inf),
+        lambda s: s.maintenance(0, -1.0, T0),
+        lambda s: s.open(0, "t", "not-hex", T0),
+        lambda s: s.open(0, "t", GOOD_ID.upper(), T0),
+        lambda s: s.open(0, "t", GOOD_ID[:-1], T0),
+        lambda s: s.close(0, "t", GOOD_ID + "0", T0),
+        lambda s: s.close(0, "", GOOD_ID, T0),
+        lambda s: s.delete(0, ""),
+        lambda s: s.inspect(True, "t"),
+        lambda s: s.set_applied_offset(0, -1),
+    ],
+)
+def test_bad_arguments_are_refused(store: DigestStore, call: Callable[[DigestStore], Any]) -> None:
+    with pytest.raises(InvalidArgument):
+        call(store)
+
+
+def test_bad_namespace_is_refused(client: RedisClient) -> None:
+    for namespace in ("", "a}b", "a:b", "a b", "{x"):
+        with pytest.raises(InvalidArgument):
+            RedisStore(client, namespace=namespace)
+
+
+# ------------------------------------------------------------------ the Lua guard, hit directly
+
+
+@pytest.fixture
+def tag(namespace: str, redis_store: RedisStore) -> str:
+    return partition_tag(namespace, 0)  # redis_store loaded the library
+
+
+def add_keys(t: str) -> list[str]:
+    return [fence_key(t), waiting_key(t), ready_key(t)]
+
+
+def policy_args(
+    minimum: object = 300,
+    increment: object = 30,
+    maximum: object = 1800,
+    ttl: object = 3600,
+    capacity: object = 0,
+) -> list[object]:
+    return ["t", minimum, increment, maximum, ttl, capacity]
+
+
+def guard(client: RedisClient, function: str, call_keys: list[str], *args: object) -> str:
+    """The error message of a raw FCALL that the guard must refuse."""
+    with pytest.raises(redis.ResponseError) as caught:
+        raw(client, "FCALL", function, call_keys, *args)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        (policy_args(minimum=-1), "minimum_delay must be >= 0"),
+        (policy_args(increment=-1), "increment_delay must be >= 0"),
+        (policy_args(maximum=-1), "maximum_delay must be >= 0"),
+        (policy_args(ttl=1800), "must exceed maximum_delay"),
+        (policy_args(ttl=100), "must exceed maximum_delay"),
+        (policy_args(capacity=-1), "capacity must be an integer"),
+        (policy_args(capacity=1.5), "capacity must be an integer"),
+        (policy_args(increment="inf"), "must be a finite number"),
+        (policy_args(minimum="nan"), "must be a finite number"),
+        (policy_args(minimum="soon"), "must be a finite number"),
+    ],
+)
+def test_lua_refuses_bad_policies(
+    client: RedisClient, tag: str, policy: list[object], expected: str
+) -> None:
+    message = guard(
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", 1, *policy, 1, "a", T0, 0, b"p"
+    )
+    assert message.startswith("invalid_argument: ")
+    assert expected in message
+
+
+@pytest.mark.parametrize(
+    ("record", "expected"),
+    [
+        ([1, "", T0, 0, b"p"], "record id must be"),
+        ([1, "a", -1, 0, b"p"], "record timestamp must be >= 0"),
+        ([1, "a", T0, -1, b"p"], "offset must be an integer"),
+        ([1, "a", T0, 2**53 + 2, b"p"], "offset must be an integer"),
+        ([2, "a", T0, 0, b"p"], "timeline index must be"),
+        ([1, "a", T0, 0], "fields per timeline"),
+    ],
+)
+def test_lua_refuses_bad_records_and_writes_nothing(
+    client: RedisClient, tag: str, record: list[object], expected: str
+) -> None:
+    good = [1, "ok", T0, 0, b"p"]
+    message = guard(
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", 1, *policy_args(), *good, *record
+    )
+    assert expected in message
+    assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        ([-1, 3600, 16, "", "", 0], "now must be >= 0"),
+        ([T0, 0, 16, "", "", 0], "ttl must be > 0"),
+        ([T0, 3600, 129, "", "", 0], "inline record limit must be an integer"),
+        ([T0, 3600, 16, -1, "", 0], "expected fence must be an integer"),
+        ([T0, 3600, 16, "", 1.5, 0], "through offset must be an integer"),
+        ([T0, 3600, 16, "", "", 2], "fields per timeline"),
+    ],
+)
+def test_lua_refuses_bad_add_headers(
+    client: RedisClient, tag: str, head: list[object], expected: str
+) -> None:
+    assert expected in guard(client, "ds_add", add_keys(tag), *head)
+
+
+def test_lua_refuses_records_past_through_offset(client: RedisClient, tag: str) -> None:
+    message = guard(
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", 4, 1, *policy_args(), 1, "a", T0, 5, b""
+    )
+    assert "invalid_argument: record offset 5 is past through_offset 4" in message
+
+
+def test_lua_refuses_bad_digest_ids(client: RedisClient, tag: str) -> None:
+    keys = [timeline_key(tag, "t"), digest_key(tag, "t"), waiting_key(tag), ready_key(tag)]
+    for bad in ("x" * 32, GOOD_ID.upper(), GOOD_ID[:-1], ""):
+        message = guard(client, "ds_open", keys, "t", bad, T0, 3600)
+        assert "invalid_argument: digest id must be 32 lowercase hex" in message
+        message = guard(client, "ds_close", keys, "t", bad, T0, 300, 3600, 3600)
+        assert "invalid_argument: digest id" in message
+
+
+def test_lua_refuses_foreign_keys(client: RedisClient, tag: str) -> None:
+    assert "invalid_argument: KEYS[2]" in guard(
+        client, "ds_schedule", [waiting_key(tag), waiting_key(tag), fence_key(tag)], T0, 3600
+    )
+    assert "invalid_argument: key does not start" in guard(
+        client, "ds_fence_set", ["plain-key"], 1, 3600
+    )
+    assert "invalid_argument: offset" in guard(client, "ds_fence_set", [fence_key(tag)], -4, 3600)
+    keys = [timeline_key(tag, "t"), digest_key(tag, "t"), waiting_key(tag), ready_key(tag)]
+    assert "invalid_argument: KEYS[1]" in guard(client, "ds_delete", keys, "u")
+
+
+def test_lua_reports_invalid_state(client: RedisClient, tag: str) -> None:
+    keys = [timeline_key(tag, "t"), digest_key(tag, "t"), waiting_key(tag), ready_key(tag)]
+    message = guard(client, "ds_open", keys, "t", GOOD_ID, T0, 3600)
+    assert message.startswith("invalid_state: timeline is not ready")
+
+
+def test_read_only_functions_refuse_writes(client: RedisClient, tag: str) -> None:
+    # Registered with no-writes, they run under FCALL_RO; write functions do not.
+    assert raw(client, "FCALL_RO", "ds_stats", [waiting_key(tag), ready_key(tag), fence_key(tag)])
+    with pytest.raises(redis.ResponseError, match=r"(?i)write"):
+        raw(
+            client,
+            "FCALL_RO",
+            "ds_schedule",
+            [waiting_key(tag), ready_key(tag), fence_key(tag)],
+            T0,
+            3600,
+        )
