@@ -50,7 +50,10 @@ def name(value: object, what: str) -> str:
     """A timeline name or record id: 1..MAX_NAME_BYTES bytes of UTF-8."""
     if not isinstance(value, str):
         raise InvalidArgument(f"{what} must be a str, got {value!r}")
-    size = len(value.encode("utf-8"))
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as error:  # lone surrogates cannot reach Redis as UTF-8
+        raise InvalidArgument(f"{what} is not valid UTF-8 text: {value!r}") from error
     if not 1 <= size <= MAX_NAME_BYTES:
         raise InvalidArgument(f"{what} must be 1..{MAX_NAME_BYTES} bytes, got {size}")
     return value

@@ -67,6 +67,7 @@ BAD_RECORDS = [
     NewRecord("", "a", T0, b"", 0),
     NewRecord("t", "", T0, b"", 0),
     NewRecord("t", "x" * 1025, T0, b"", 0),
+    NewRecord("t", "\ud800", T0, b"", 0),
     NewRecord("t", "a", -1.0, b"", 0),
     NewRecord("t", "a", math.nan, b"", 0),
     NewRecord("t", "a", T0, b"", -1),
