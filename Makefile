@@ -43,3 +43,6 @@ bench-store: venv stack-up
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+
+demo: venv stack-up
+	bash scripts/demo.sh

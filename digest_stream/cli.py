@@ -2,11 +2,55 @@
 
 from __future__ import annotations
 
+import logging
+import signal
 import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any, TypeVar
 
 import click
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from pydantic import ValidationError
 
 from digest_stream import devstack
+from digest_stream.settings import Settings, describe_error
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def settings_options(command: F) -> F:
+    """Add one --flag per setting (flags win over env), generated from the model."""
+    for name, info in reversed(list(Settings.model_fields.items())):
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{info.description} [env DIGEST_STREAM_{name.upper()}]"
+        command = click.option(flag, name, default=None, help=help_text)(command)
+    return command
+
+
+def load_settings(flags: dict[str, Any]) -> Settings:
+    """Settings from env and flags; invalid ones exit with one line per problem."""
+    given = {k: v for k, v in flags.items() if k in Settings.model_fields and v is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        for line in describe_error(exc):
+            click.echo(f"digest-stream: {line}", err=True)
+        sys.exit(2)
+
+
+def setup_logging(level: str = "INFO") -> None:
+    """Human-readable logs on stderr."""
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
+        stream=sys.stderr,
+    )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -58,6 +102,257 @@ def dev_status() -> None:
     for name, ok in states.items():
         click.echo(f"{name:14} {'up' if ok else 'down'}")
     sys.exit(0 if states["kafka"] and states["redis"] else 1)
+
+
+# --------------------------------------------------------------------------- service
+
+
+@main.command()
+@click.option(
+    "--roles",
+    default="ingest,scheduler,delivery",
+    show_default=True,
+    help="Comma-separated subset of ingest,scheduler,delivery.",
+)
+@click.option("--log-level", default="INFO", show_default=True)
+@settings_options
+def run(roles: str, log_level: str, **flags: Any) -> None:
+    """Run the service until SIGTERM/SIGINT, then stop gracefully."""
+    from digest_stream.app import App, parse_roles
+
+    settings = load_settings(flags)
+    setup_logging(log_level)
+    try:
+        chosen = parse_roles(roles)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--roles") from exc
+    app = App(settings, roles=chosen)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("digest_stream").info(
+            "%s: finishing in-flight batches, committing, leaving the groups",
+            signal.Signals(signum).name,
+        )
+        app.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        app.start()
+    except Exception as exc:
+        click.echo(f"digest-stream run: cannot start: {exc}", err=True)
+        sys.exit(1)
+    while not app.wait(timeout=0.5):
+        pass
+    if app.failed is not None:
+        click.echo(f"digest-stream run: stopped after an error: {app.failed}", err=True)
+        sys.exit(1)
+
+
+# --------------------------------------------------------------------------- topics
+
+
+@main.group()
+def topics() -> None:
+    """Manage the service's Kafka topics."""
+
+
+@topics.command("create")
+@click.option("--partitions", default=8, show_default=True, help="Partitions of each topic.")
+@click.option("--replication-factor", default=1, show_default=True)
+@settings_options
+def topics_create(partitions: int, replication_factor: int, **flags: Any) -> None:
+    """Create the events, schedule, output and DLQ topics (existing ones are kept)."""
+    settings = load_settings(flags)
+    from digest_stream.kafka import admin_config
+
+    admin = AdminClient(admin_config(settings))
+    names = [settings.events_topic, settings.schedule_topic, settings.output_topic,
+             settings.dlq_topic]  # fmt: skip
+    wanted = [NewTopic(n, num_partitions=partitions, replication_factor=replication_factor)
+              for n in names]  # fmt: skip
+    failed = False
+    for name, future in admin.create_topics(wanted, request_timeout=30).items():
+        try:
+            future.result()
+            click.echo(f"created {name} ({partitions} partitions)")
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == 36:  # TOPIC_ALREADY_EXISTS
+                click.echo(f"exists  {name}")
+            else:
+                click.echo(f"failed  {name}: {error.str()}", err=True)
+                failed = True
+    sys.exit(1 if failed else 0)
+
+
+# --------------------------------------------------------------------------- users' side
+
+
+@main.command()
+@click.option("--timelines", default=10, show_default=True, help="Distinct timelines.")
+@click.option("--count", default=100, show_default=True, help="Events to send (0 = forever).")
+@click.option("--rate", default=20.0, show_default=True, help="Events per second (0 = no limit).")
+@click.option("--payload-size", default=200, show_default=True, help="Payload bytes per event.")
+@click.option("--prefix", default="demo", show_default=True, help="Timeline name prefix.")
+@settings_options
+def produce(
+    timelines: int, count: int, rate: float, payload_size: int, prefix: str, **flags: Any
+) -> None:
+    """Send sample events, spread over timelines, at a steady rate."""
+    from digest_stream.client import EventProducer
+
+    settings = load_settings(flags)
+    stopped = False
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopped
+        stopped = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    started = time.monotonic()
+    sent = 0
+    filler = b"x" * max(0, payload_size - 40)
+    with EventProducer(
+        settings.kafka_bootstrap_servers, topic=settings.events_topic, **settings.kafka_config
+    ) as producer:
+        while not stopped and (count == 0 or sent < count):
+            timeline = f"{prefix}:{sent % timelines}"
+            body = f'{{"n":{sent},"at":{time.time():.3f}}}'.encode() + filler
+            producer.send(timeline, uuid.uuid4().hex, body[:payload_size] or b"{}")
+            sent += 1
+            if sent % 1000 == 0:
+                click.echo(f"sent {sent} events", err=True)
+            if rate > 0:
+                ahead = sent / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+        producer.flush()
+    click.echo(f"sent {sent} events to {settings.events_topic} over {timelines} timelines")
+
+
+@main.command()
+@click.option("--group", default=None, help="Consumer group (default: a fresh one).")
+@click.option("--from-beginning/--from-now", default=False, show_default=True)
+@click.option("--duration", default=0.0, help="Stop after this many seconds (0 = until ^C).")
+@click.option(
+    "--max", "max_digests", default=0, help="Stop after this many digests (0 = no limit)."
+)
+@settings_options
+def tail(
+    group: str | None, from_beginning: bool, duration: float, max_digests: int, **flags: Any
+) -> None:
+    """Print digests as they arrive: timeline, records, dropped, latency."""
+    from digest_stream.client import DigestReader
+
+    settings = load_settings(flags)
+    stopped = False
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopped
+        stopped = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    overrides: dict[str, Any] = {
+        **settings.kafka_config,
+        "auto.offset.reset": "earliest" if from_beginning else "latest",
+    }
+    deadline = time.monotonic() + duration if duration > 0 else None
+    shown = 0
+    click.echo(f"{'time':8}  {'timeline':24} {'records':>7} {'dropped':>7} {'part':>5}  "
+               f"{'latency':>9}  digest id")  # fmt: skip
+    with DigestReader(
+        settings.kafka_bootstrap_servers,
+        group or f"digest-stream-tail-{uuid.uuid4().hex[:8]}",
+        topic=settings.output_topic,
+        **overrides,
+    ) as reader:
+        while not stopped and (deadline is None or time.monotonic() < deadline):
+            digest = reader.poll(0.5)
+            if digest is None:
+                continue
+            # Latency: from the newest record's event time to now (what a user waits).
+            latency = time.time() - digest.end / 1000
+            at = datetime.now(UTC).strftime("%H:%M:%S")
+            click.echo(
+                f"{at:8}  {digest.timeline[:24]:24} {len(digest.records):>7} {digest.dropped:>7} "
+                f"{digest.part:>2}/{digest.parts:<2}  {latency * 1000:>7.0f}ms  {digest.id}"
+            )
+            shown += 1
+            if max_digests and shown >= max_digests:
+                break
+
+
+# --------------------------------------------------------------------------- operators
+
+
+def _partitions(settings: Settings) -> list[int]:
+    from digest_stream.kafka import admin_config
+
+    admin = AdminClient(admin_config(settings))
+    topic = admin.list_topics(settings.events_topic, timeout=10).topics.get(settings.events_topic)
+    if topic is None or topic.error is not None or not topic.partitions:
+        click.echo(f"digest-stream: topic {settings.events_topic} not found", err=True)
+        sys.exit(1)
+    return sorted(topic.partitions)
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+@main.command()
+@click.argument("timeline")
+@click.option("--partition", type=int, default=None, help="Input partition (default: search).")
+@settings_options
+def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
+    """Show one timeline's state, due time, pending records and open digest."""
+    from digest_stream.app import connect_store
+
+    settings = load_settings(flags)
+    store = connect_store(settings)
+    candidates = [partition] if partition is not None else _partitions(settings)
+    for p in candidates:
+        info = store.inspect(p, timeline)
+        if info.state == "absent" and not info.pending and info.open_digest is None:
+            continue
+        click.echo(f"timeline       {info.timeline}")
+        click.echo(f"partition      {p}")
+        click.echo(f"state          {info.state}")
+        click.echo(f"due            {_when(info.due)}")
+        click.echo(f"last delivery  {_when(info.last_delivery)}")
+        click.echo(f"pending        {info.pending} records")
+        click.echo(f"open digest    {info.open_digest or '-'} ({info.open_records} records)")
+        click.echo(f"dropped        {info.dropped}")
+        return
+    click.echo(f"timeline {timeline} has no state (absent)")
+
+
+@main.command()
+@settings_options
+def stats(**flags: Any) -> None:
+    """Per input partition: waiting and ready timelines, oldest due time, fence."""
+    from digest_stream.app import connect_store
+
+    settings = load_settings(flags)
+    store = connect_store(settings)
+    now = time.time()
+    click.echo(f"{'partition':>9} {'waiting':>8} {'ready':>6} {'oldest due':>26} "
+               f"{'overdue':>9} {'fence':>10}")  # fmt: skip
+    totals = [0, 0]
+    for p in _partitions(settings):
+        s = store.stats(p)
+        totals[0] += s.waiting
+        totals[1] += s.ready
+        overdue = f"{max(0.0, now - s.oldest_due):.1f}s" if s.oldest_due is not None else "-"
+        fence = "-" if s.applied_offset is None else str(s.applied_offset)
+        click.echo(f"{p:>9} {s.waiting:>8} {s.ready:>6} {_when(s.oldest_due):>26} "
+                   f"{overdue:>9} {fence:>10}")  # fmt: skip
+    click.echo(f"{'total':>9} {totals[0]:>8} {totals[1]:>6}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,10 @@ class Settings(BaseSettings):
     kafka_bootstrap_servers: str = Field(
         "127.0.0.1:9092", description="Kafka bootstrap servers (host:port, comma-separated)."
     )
+    kafka_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra librdkafka properties for every client, as JSON (e.g. SASL/SSL).",
+    )
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0", description="Redis URL (redis:// or rediss://)."
     )
@@ -64,6 +68,9 @@ class Settings(BaseSettings):
     # -- ingest
     batch_size: int = Field(1000, ge=1, description="Max events consumed per batch.")
     batch_timeout: float = Field(0.05, ge=0, description="Max seconds to wait filling a batch.")
+    max_event_bytes: int = Field(
+        256_000, ge=100, description="Larger input values go to the DLQ as oversize."
+    )
     max_event_age: float | None = Field(
         None, gt=0, description="Drop events older than this many seconds; unset = keep all."
     )
@@ -127,7 +134,8 @@ def settings_table() -> str:
     """The README's configuration table, generated from the model so it cannot drift."""
     rows = ["| env var | default | description |", "| --- | --- | --- |"]
     for name, field in Settings.model_fields.items():
-        default = "" if field.default is None else f"`{field.default}`"
+        value = field.get_default(call_default_factory=True)
+        default = "" if value is None else f"`{value}`"
         rows.append(f"| `{env_name(name)}` | {default} | {field.description or ''} |")
     return "\n".join(rows)
 

@@ -24,7 +24,7 @@
 -- Ordering is computed only when a digest is opened or capacity trims, so no
 -- per-record index (sorted set) is kept at all.
 
-local LIBRARY_VERSION = '1'
+local LIBRARY_VERSION = '2'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -278,11 +278,12 @@ local function extend_ttl(key, ms)
     end
 end
 
+-- The fence is the one key without a TTL: it is a single key per partition (it cannot
+-- leak), and it must outlive a stopped service, or expiry would look like lost state.
 local function refresh_partition_ttl(tag, ttl)
     local ms = ttl_ms(ttl)
     extend_ttl(waiting_key(tag), ms)
     extend_ttl(ready_key(tag), ms)
-    extend_ttl(fence_key(tag), ms)
 end
 
 local function read_fence(tag)
@@ -899,17 +900,16 @@ local function fence_get(keys, _)
     return read_fence(tag) or false
 end
 
--- KEYS: fence. ARGV: offset ("" removes the fence), ttl.
+-- KEYS: fence. ARGV: offset ("" removes the fence). The fence never expires.
 local function fence_set(keys, args)
     local tag = tag_of(keys[1])
     expect_key(keys, 1, fence_key(tag))
-    local ttl = parse_ttl(args[2])
     if args[1] == '' then
         redis.call('DEL', fence_key(tag))
         return 1
     end
     local offset = parse_integer(args[1], 'offset', 0, MAX_OFFSET)
-    redis.call('SET', fence_key(tag), format_integer(offset), 'PX', ttl_ms(ttl))
+    redis.call('SET', fence_key(tag), format_integer(offset))
     return 1
 end
 

@@ -416,4 +416,4 @@ class RedisStore:
         """Reset the fence (admin replay drills); None removes it."""
         tag = self._tag(partition)
         value = "" if offset is None else str(validate.offset(offset))
-        self._fcall("ds_fence_set", [keys.fence_key(tag)], [value, _arg(self.policy.ttl)])
+        self._fcall("ds_fence_set", [keys.fence_key(tag)], [value])

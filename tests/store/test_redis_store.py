@@ -87,10 +87,11 @@ def test_delete_removes_every_timeline_key(
     assert keys_of(0) == {fence_key(tag(namespace)).encode()}
 
 
-def test_every_key_has_a_ttl(
+def test_every_key_but_the_fence_has_a_ttl(
     make_redis_store: Callable[..., RedisStore],
     client: RedisClient,
     keys_of: KeysOf,
+    namespace: str,
 ) -> None:
     store = make_redis_store(TimelinePolicy(maximum_delay=100, ttl=200))
     store.add(0, records("a", 3) + records("b", 2, first_offset=3), T0)
@@ -100,9 +101,15 @@ def test_every_key_has_a_ttl(
     store.close(0, "b", digest.id, T0)
     found = keys_of(0)
     assert len(found) == 6  # fence, ready, waiting, a's timeline + digest, b's timeline
-    for key in found:
+    fence = fence_key(tag(namespace)).encode()
+    for key in found - {fence}:
         ttl_ms = int(client.pttl(key))
         assert 190_000 < ttl_ms <= 200_000, key
+    # The fence alone never expires: one key per partition, and it must survive a stopped
+    # service, or expiry after an idle hour would look like Redis losing state.
+    assert int(client.pttl(fence)) == -1
+    store.set_applied_offset(0, 5)
+    assert int(client.pttl(fence)) == -1
 
 
 def test_partition_ttl_only_grows(

@@ -1,0 +1,158 @@
+"""Process wiring: which roles run, their threads, and a graceful, bounded stop."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import redis
+from confluent_kafka import Producer
+from redis.cluster import RedisCluster
+
+from digest_stream.clock import Clock, SystemClock
+from digest_stream.delivery import Delivery
+from digest_stream.ingest import Ingest
+from digest_stream.kafka import producer_config
+from digest_stream.metrics import Metrics
+from digest_stream.scheduler import ScheduleEmitter, Scheduler
+from digest_stream.settings import Settings
+from digest_stream.store.base import DigestStore
+from digest_stream.store.redis import RedisStore
+
+log = logging.getLogger(__name__)
+
+ROLES = ("ingest", "scheduler", "delivery")
+
+# A stop must finish in-flight batches (bounded by PUBLISH_TIMEOUT and commit timeouts) and
+# leave the groups; past this, the threads are abandoned and the process exits anyway.
+STOP_TIMEOUT = 60.0
+# Redis socket timeouts: long enough for a 10,000-record digest, short enough to notice an outage.
+REDIS_SOCKET_TIMEOUT = 10.0
+REDIS_CONNECT_TIMEOUT = 2.0
+
+
+def parse_roles(text: str | Iterable[str]) -> frozenset[str]:
+    """Validate a role list such as "ingest,scheduler"."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    roles = frozenset(r.strip() for r in items if r.strip())
+    unknown = roles - set(ROLES)
+    if unknown or not roles:
+        raise ValueError(f"roles must be a non-empty subset of {','.join(ROLES)}, got {text!r}")
+    if "scheduler" in roles and "ingest" not in roles:
+        # The scheduler follows the ingest consumer's partition assignment.
+        raise ValueError("the scheduler role runs inside the ingest role: add 'ingest'")
+    return roles
+
+
+def redis_client(settings: Settings) -> redis.Redis | RedisCluster:
+    """A Redis (or Redis Cluster) client for the settings."""
+    options = {
+        "socket_timeout": REDIS_SOCKET_TIMEOUT,
+        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
+    }
+    if settings.redis_cluster:
+        return RedisCluster.from_url(settings.redis_url, **options)
+    return redis.Redis.from_url(settings.redis_url, health_check_interval=30, **options)
+
+
+def connect_store(settings: Settings) -> RedisStore:
+    """The Redis store of the settings, with its Functions library loaded and checked."""
+    return RedisStore(
+        redis_client(settings), namespace=settings.namespace, policy=settings.policy()
+    )
+
+
+@dataclass
+class App:
+    """One service process: any subset of the roles, each on its own thread and consumer."""
+
+    settings: Settings
+    roles: frozenset[str] = frozenset(ROLES)
+    clock: Clock = field(default_factory=SystemClock)
+    store: DigestStore | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+
+    def __post_init__(self) -> None:
+        self.roles = parse_roles(self.roles)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._errors: list[BaseException] = []
+        self.ingest: Ingest | None = None
+        self.delivery: Delivery | None = None
+
+    def start(self) -> None:
+        """Connect, join the groups and start the role threads."""
+        store = self.store if self.store is not None else connect_store(self.settings)
+        self.store = store
+        if "ingest" in self.roles:
+            producer = Producer(producer_config(self.settings))
+            scheduler = None
+            if "scheduler" in self.roles:
+                emitter = ScheduleEmitter(producer, self.settings.schedule_topic, self.metrics)
+                scheduler = Scheduler(self.settings, store, emitter, self.clock, self.metrics)
+            self.ingest = Ingest(
+                self.settings, store, self.clock, self.metrics, producer, scheduler
+            )
+            self._spawn("ingest", self.ingest.start, self.ingest.step, self.ingest.close)
+        if "delivery" in self.roles:
+            producer = Producer(producer_config(self.settings))
+            self.delivery = Delivery(self.settings, store, self.clock, self.metrics, producer)
+            self._spawn("delivery", self.delivery.start, self.delivery.step, self.delivery.close)
+        log.info("started roles %s", ",".join(r for r in ROLES if r in self.roles))
+
+    def _spawn(
+        self,
+        name: str,
+        start: Callable[[Callable[[], bool]], None],
+        step: Callable[[], int],
+        close: Callable[[], None],
+    ) -> None:
+        def loop() -> None:
+            try:
+                start(self._stop.is_set)
+                while not self._stop.is_set():
+                    step()
+            except BaseException as exc:
+                log.exception("%s role failed; stopping the process", name)
+                self._errors.append(exc)
+                self._stop.set()
+            finally:
+                try:
+                    close()
+                except Exception:
+                    log.exception("%s role did not close cleanly", name)
+
+        thread = threading.Thread(target=loop, name=f"digest-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Ask every role to finish its batch, commit and leave its group."""
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until stop() (or a role failure); True when every thread finished."""
+        self._stop.wait(timeout)
+        if not self._stop.is_set():
+            return False
+        for thread in self._threads:
+            thread.join(STOP_TIMEOUT)
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if alive:
+            log.error("roles did not stop within %.0fs: %s", STOP_TIMEOUT, ", ".join(alive))
+        return not alive
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The first error that stopped a role, if any."""
+        return self._errors[0] if self._errors else None
+
+    def __enter__(self) -> App:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.wait()

@@ -1,0 +1,312 @@
+"""Delivery role: schedule entry -> open digest -> publish -> broker ack -> close -> commit.
+
+A digest keeps its id from open to close. Anything that fails before close (a crash, a
+rebalance, a publish error) leaves it open, and the redelivered entry reopens the same id with
+the same records, so downstream sees at most repeats of one id, never a record under two ids.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from digest_stream import codec
+from digest_stream.clock import Clock
+from digest_stream.dlq import DeadLetters
+from digest_stream.kafka import commit, consumer_config
+from digest_stream.metrics import Metrics
+from digest_stream.models import Digest, Record, ScheduleEntry
+from digest_stream.retry import backoff_delay, until_redis_answers
+from digest_stream.settings import Settings
+from digest_stream.store.base import DigestStore, InvalidState, OpenDigest
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Test hook (not a setting): when set to a path, delivery writes that file after the broker
+#: acknowledged a digest and then blocks before closing it, so a test can kill it right there.
+PAUSE_BEFORE_CLOSE_ENV = "DIGEST_STREAM_TEST_PAUSE_BEFORE_CLOSE"
+
+# How long one publish attempt may wait for broker acknowledgements.
+PUBLISH_TIMEOUT = 30.0
+COMMIT_TIMEOUT = 10.0
+
+
+@dataclass
+class _Pending:
+    """One digest on its way out."""
+
+    message: Message
+    entry: ScheduleEntry
+    digest: OpenDigest
+    parts: list[Digest]
+    errors: list[str] = field(default_factory=list)
+
+
+class Delivery:
+    """The delivery consumer (group `digest-stream-delivery` on the schedule topic)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: DigestStore,
+        clock: Clock,
+        metrics: Metrics,
+        producer: Producer,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._clock = clock
+        self._metrics = metrics
+        self._producer = producer
+        self._dlq = DeadLetters(producer, settings.dlq_topic, metrics)
+        self._topic = settings.schedule_topic
+        self._consumer = Consumer(consumer_config(settings, settings.delivery_group_id))
+        self._positions: dict[int, int] = {}
+        self._stopping: Callable[[], bool] = lambda: False
+        self._pause_file = os.environ.get(PAUSE_BEFORE_CLOSE_ENV)
+
+    def start(self, stopping: Callable[[], bool]) -> None:
+        """Join the delivery group."""
+        self._stopping = stopping
+        self._consumer.subscribe([self._topic], on_revoke=self._on_revoke, on_lost=self._on_lost)
+
+    def step(self) -> int:
+        """Deliver one batch of schedule entries; returns digests published."""
+        messages = self._consumer.consume(
+            self._settings.batch_size, timeout=self._settings.batch_timeout
+        )
+        if not messages:
+            return 0
+        entries = self._decode(messages)
+        pending = self._open(entries)
+        published, cut_short = self._publish(pending)
+        self._pause_if_asked(published)
+        self._close(published)
+        if not cut_short:
+            self._commit(messages, sync=False)
+        return len(published)
+
+    def close(self) -> None:
+        """Graceful stop: the batch in hand was finished by step(); commit and leave."""
+        self._producer.flush(COMMIT_TIMEOUT)
+        self._commit_positions(sync=True)
+        self._consumer.close()
+
+    # ------------------------------------------------------------------ steps
+
+    def _decode(self, messages: Sequence[Message]) -> list[tuple[Message, ScheduleEntry]]:
+        entries: list[tuple[Message, ScheduleEntry]] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.fatal():
+                    raise KafkaException(error)
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("delivery consumer error: %s", error)
+                continue
+            try:
+                entry = codec.decode_schedule_entry(message.value() or b"")
+            except codec.DecodeError as exc:
+                self._dlq.send(message, exc.reason, exc.detail)
+                continue
+            entries.append((message, entry))
+        return entries
+
+    def _open(self, entries: list[tuple[Message, ScheduleEntry]]) -> list[_Pending]:
+        pending: list[_Pending] = []
+        seen: set[tuple[int, str]] = set()
+        now = self._clock.now()
+        for message, entry in entries:
+            target = (entry.partition, entry.timeline)
+            if target in seen:
+                continue  # one digest per timeline per batch; the repeat would reopen it
+            seen.add(target)
+
+            def open_one(e: ScheduleEntry = entry) -> OpenDigest:
+                return self._store.open(e.partition, e.timeline, uuid.uuid4().hex, now)
+
+            try:
+                digest = self._with_redis(open_one, "open")
+            except InvalidState:
+                # Already delivered and closed (a repeated or recovered entry): nothing to do.
+                self._metrics.stale_entries.inc()
+                continue
+            records = self._records(digest)
+            if not records:
+                self._empty(entry, digest)
+                continue
+            whole = Digest.build(
+                id=digest.id,
+                timeline=digest.timeline,
+                records=records,
+                opened_at=int(digest.opened_at * 1000),
+                dropped=digest.dropped + (len(digest.records) - len(records)),
+            )
+            parts = codec.split_digest(whole, self._settings.max_message_bytes)
+            pending.append(_Pending(message, entry, digest, parts))
+        return pending
+
+    def _records(self, digest: OpenDigest) -> list[Record]:
+        records = []
+        for stored in digest.records:
+            try:
+                records.append(Record.from_event(codec.decode_event(stored.payload)))
+            except codec.DecodeError as exc:
+                # Stored bytes were valid when ingested; corrupt ones count as lost, not fatal.
+                log.error(
+                    "timeline %s: unreadable stored record %s: %s", digest.timeline, stored.id, exc
+                )
+        return records
+
+    def _empty(self, entry: ScheduleEntry, digest: OpenDigest) -> None:
+        """A digest without records publishes nothing; closing it retires the timeline."""
+        if digest.dropped:
+            log.warning(
+                "timeline %s: digest %s lost all %d records (capacity or missing payloads)",
+                entry.timeline, digest.id, digest.dropped,
+            )  # fmt: skip
+            self._metrics.events_dropped.labels(reason="missing_payload").inc(digest.dropped)
+        self._close_one(entry, digest)
+
+    def _publish(self, pending: list[_Pending]) -> tuple[list[_Pending], bool]:
+        """Publish every part and wait for acks, retrying failures with capped backoff.
+
+        Returns what the broker acknowledged, and whether a stop request cut retries short
+        (then the batch must not be committed: its entries are redelivered after restart).
+        """
+        settings = self._settings
+        published: list[_Pending] = []
+        todo = pending
+        attempt = 0
+        while todo:
+            attempt += 1
+            for item in todo:
+                item.errors.clear()
+                for part in item.parts:
+                    self._producer.produce(
+                        settings.output_topic,
+                        key=part.timeline.encode(),
+                        value=codec.encode_digest(part),
+                        on_delivery=_collect(item.errors),
+                    )
+            unacked = self._producer.flush(PUBLISH_TIMEOUT)
+            if unacked:
+                # Which ones is unknown: retry them all (a repeat carries the same digest id).
+                log.warning("%d messages unacknowledged after %.0fs", unacked, PUBLISH_TIMEOUT)
+            published += [item for item in todo if not item.errors and not unacked]
+            todo = [item for item in todo if item.errors or unacked]
+            if not todo:
+                break
+            if self._stopping():
+                return published, True
+            if attempt >= settings.max_attempts:
+                for item in todo:
+                    self._give_up(item)
+                break
+            self._metrics.publish_retries.inc(len(todo))
+            delay = backoff_delay(
+                attempt, settings.retry_backoff_initial, settings.retry_backoff_max
+            )
+            log.warning(
+                "publishing %d digests failed (%s); attempt %d of %d in %.2fs",
+                len(todo), (todo[0].errors or ["no ack"])[0], attempt + 1,
+                settings.max_attempts, delay,
+            )  # fmt: skip
+            time.sleep(delay)
+        now = self._clock.now()
+        for item in published:
+            self._metrics.digests_published.inc()
+            self._metrics.digest_parts.inc(len(item.parts))
+            self._metrics.records_per_digest.observe(len(item.digest.records))
+            self._metrics.delivery_lateness.observe(max(0.0, now - item.entry.scheduled_at / 1000))
+        return published, False
+
+    def _give_up(self, item: _Pending) -> None:
+        # The digest stays open and its timeline READY: maintenance reschedules it later.
+        self._dlq.send(
+            item.message,
+            "publish-failed",
+            f"digest {item.digest.id} of {item.entry.timeline}: "
+            f"{self._settings.max_attempts} attempts failed: {'; '.join(item.errors[:3])}",
+        )
+
+    def _pause_if_asked(self, published: list[_Pending]) -> None:
+        if self._pause_file and published:
+            Path(self._pause_file).write_text("\n".join(p.digest.id for p in published))
+            log.warning("test hook: paused between publish and close (%s)", self._pause_file)
+            while not self._stopping():
+                time.sleep(0.05)
+
+    def _close(self, published: list[_Pending]) -> None:
+        for item in published:
+            self._close_one(item.entry, item.digest)
+
+    def _close_one(self, entry: ScheduleEntry, digest: OpenDigest) -> None:
+        self._with_redis(
+            lambda: self._store.close(
+                entry.partition, entry.timeline, digest.id, self._clock.now()
+            ),
+            "close",
+        )
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _with_redis(self, call: Callable[[], T], operation: str) -> T:
+        retrying = until_redis_answers(
+            initial=self._settings.retry_backoff_initial,
+            cap=self._settings.retry_backoff_max,
+            sleep=time.sleep,
+            give_up=self._stopping,
+            on_retry=lambda state: self._metrics.redis_errors.inc(),
+        )
+
+        def timed() -> T:
+            with self._metrics.store_latency.labels(operation=operation).time():
+                return call()
+
+        return retrying(timed)
+
+    def _commit(self, messages: Sequence[Message], sync: bool) -> None:
+        for message in messages:
+            partition, offset = message.partition(), message.offset()
+            if partition is not None and offset is not None and offset >= 0:
+                self._positions[partition] = max(self._positions.get(partition, 0), offset + 1)
+        self._commit_positions(sync)
+
+    def _commit_positions(self, sync: bool, only: set[int] | None = None) -> None:
+        offsets = [
+            TopicPartition(self._topic, p, o)
+            for p, o in self._positions.items()
+            if only is None or p in only
+        ]
+        if not offsets:
+            return
+        commit(self._consumer, offsets, sync)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = {tp.partition for tp in partitions}
+        self._commit_positions(sync=True, only=revoked)
+        for partition in revoked:
+            self._positions.pop(partition, None)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._positions.pop(tp.partition, None)
+
+
+def _collect(errors: list[str]) -> Callable[[KafkaError | None, Message], None]:
+    def on_delivery(error: KafkaError | None, _message: Message) -> None:
+        if error is not None:
+            errors.append(str(error))
+
+    return on_delivery

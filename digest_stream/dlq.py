@@ -1,0 +1,60 @@
+"""Dead letters: bad input goes to the DLQ topic with its reason and source coordinates."""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import Message, Producer
+
+from digest_stream.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+# Header values are bounded so a pathological error text cannot bloat the DLQ.
+_MAX_DETAIL = 1000
+
+
+class DeadLetters:
+    """Publishes refused messages to the DLQ topic and counts them by reason."""
+
+    def __init__(self, producer: Producer, topic: str, metrics: Metrics) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._metrics = metrics
+
+    def send(self, message: Message, reason: str, detail: str = "") -> None:
+        """Dead-letter a consumed message as is, with headers naming why and whence."""
+        self.send_raw(
+            key=message.key(),
+            value=message.value(),
+            reason=reason,
+            detail=detail,
+            source=(message.topic() or "", message.partition() or 0, message.offset() or 0),
+        )
+
+    def send_raw(
+        self,
+        *,
+        key: bytes | str | None,
+        value: bytes | str | None,
+        reason: str,
+        detail: str,
+        source: tuple[str, int, int],
+    ) -> None:
+        """Dead-letter arbitrary bytes with the same headers."""
+        topic, partition, offset = source
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("dlq.reason", reason.encode()),
+            ("dlq.detail", detail[:_MAX_DETAIL].encode("utf-8", "replace")),
+            ("dlq.source.topic", topic.encode()),
+            ("dlq.source.partition", str(partition).encode()),
+            ("dlq.source.offset", str(offset).encode()),
+        ]
+        # A key too long for Kafka's own limits would fail the DLQ write too: cut it.
+        if isinstance(key, bytes | str) and len(key) > 4096:
+            key = key[:4096]
+        self._producer.produce(self._topic, key=key, value=value, headers=headers)
+        self._metrics.dead_letters.labels(reason=reason).inc()
+        log.warning(
+            "dead-lettered %s[%d]@%d: %s %s", topic, partition, offset, reason, detail[:200]
+        )

@@ -1,0 +1,455 @@
+"""Ingest role: consume -> decode -> store.add (one call per partition batch) -> commit.
+
+Offsets are committed only after the store call that applied them succeeded. The store's
+fence (last applied offset per partition) makes replays harmless, and lets this process
+notice when Redis lost writes: the fence it finds is then behind what it applied, and the
+partition is rewound to rebuild the lost state from Kafka.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from tenacity import RetryCallState
+
+from digest_stream import codec
+from digest_stream.clock import Clock
+from digest_stream.dlq import DeadLetters
+from digest_stream.kafka import commit, consumer_config
+from digest_stream.metrics import Metrics
+from digest_stream.models import ScheduleReason, validate_timeline
+from digest_stream.retry import REDIS_DOWN, until_redis_answers
+from digest_stream.scheduler import ScheduleEmitter, Scheduler
+from digest_stream.settings import Settings
+from digest_stream.store.base import AddResult, DigestStore, InvalidArgument, NewRecord
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Bounded so a rebalance callback (which runs these) stays well inside the group's budget.
+COMMITTED_TIMEOUT = 10.0
+COMMIT_TIMEOUT = 10.0
+
+
+class Ingest:
+    """The ingest consumer; also drives the scheduler for the partitions it owns."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: DigestStore,
+        clock: Clock,
+        metrics: Metrics,
+        producer: Producer,
+        scheduler: Scheduler | None,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._clock = clock
+        self._metrics = metrics
+        self._producer = producer
+        self._scheduler = scheduler
+        self._emitter = ScheduleEmitter(producer, settings.schedule_topic, metrics)
+        self._dlq = DeadLetters(producer, settings.dlq_topic, metrics)
+        self._topic = settings.events_topic
+        self._consumer = Consumer(consumer_config(settings, settings.group_id))
+        self._owned: set[int] = set()
+        self._expected: dict[int, int] = {}  # the fence this process left per partition
+        self._positions: dict[int, int] = {}  # next offset to commit per partition
+        self._uncommitted: set[int] = set()
+        self._dead_letters_unflushed = False
+        self._paused = False
+        self._stopping: Callable[[], bool] = lambda: False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, stopping: Callable[[], bool]) -> None:
+        """Join the group; stopping() tells long retries to give up."""
+        self._stopping = stopping
+        self._consumer.subscribe(
+            [self._topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    @property
+    def owned(self) -> frozenset[int]:
+        """Input partitions this instance owns right now."""
+        return frozenset(self._owned)
+
+    def step(self) -> int:
+        """One consume -> apply -> commit cycle, then a scheduler tick when one is due."""
+        messages = self._consumer.consume(
+            self._settings.batch_size, timeout=self._settings.batch_timeout
+        )
+        applied = self._process(messages) if messages else 0
+        if self._scheduler is not None and self._scheduler.due():
+            self._scheduler.tick(self._owned)
+        return applied
+
+    def close(self) -> None:
+        """Graceful stop: commit what was applied, flush outputs, leave the group."""
+        self._commit(sorted(self._uncommitted), sync=True)
+        self._producer.flush(COMMIT_TIMEOUT)
+        self._consumer.close()
+
+    # ------------------------------------------------------------------ batches
+
+    def _process(self, messages: Sequence[Message]) -> int:
+        by_partition: dict[int, list[Message]] = {}
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.fatal():
+                    raise KafkaException(error)
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consumer error: %s", error)
+                continue
+            by_partition.setdefault(message.partition() or 0, []).append(message)
+        applied = 0
+        for partition, batch in by_partition.items():
+            if partition not in self._owned:
+                continue  # revoked while this batch waited out a Redis outage
+            added = self._apply(partition, batch)
+            if added is not None:
+                applied += added
+        self._commit(sorted(self._uncommitted), sync=False)
+        return applied
+
+    def _apply(self, partition: int, batch: list[Message]) -> int | None:
+        """Apply one partition's batch; None when nothing was applied (rewound or gave up)."""
+        now = self._clock.now()
+        records = [r for r in (self._record(m, now) for m in batch) if r is not None]
+        last = batch[-1].offset() or 0
+        expected = self._expected.get(partition)
+        result = self._add(partition, records, now, expected, last)
+        if result is None:
+            return None
+        if expected is not None and (result.fence_before is None or result.fence_before < expected):
+            if not self._rewind(partition, result.fence_before, expected):
+                return None
+            result = self._add(partition, records, now, None, last)
+            if result is None:
+                return None
+        self._expected[partition] = result.fence_after if result.fence_after is not None else last
+        self._positions[partition] = last + 1
+        self._uncommitted.add(partition)
+        self._metrics.events_ingested.inc(result.added)
+        if result.skipped:
+            self._metrics.events_skipped.inc(result.skipped)
+        if result.dropped:
+            self._metrics.events_dropped.labels(reason="capacity").inc(result.dropped)
+        if result.ready:
+            self._emitter.emit(
+                partition, ((t, now) for t in result.ready), ScheduleReason.IMMEDIATE
+            )
+        return result.added
+
+    def _record(self, message: Message, now: float) -> NewRecord | None:
+        """Decode and check one message; bad input is dead-lettered, old input dropped."""
+        key = message.key()
+        if not key:
+            self._dead_letter(message, "missing-key", "the Kafka key (timeline) is empty")
+            return None
+        try:
+            timeline = validate_timeline(key.decode("utf-8") if isinstance(key, bytes) else key)
+        except (UnicodeDecodeError, ValueError) as exc:
+            self._dead_letter(message, "invalid-key", str(exc))
+            return None
+        value = message.value()
+        if not value or not isinstance(value, bytes):
+            self._dead_letter(message, "missing-value", "the message has no value")
+            return None
+        if len(value) > self._settings.max_event_bytes:
+            self._dead_letter(
+                message,
+                "oversize",
+                f"value is {len(value)} bytes, over DIGEST_STREAM_MAX_EVENT_BYTES "
+                f"({self._settings.max_event_bytes})",
+            )
+            return None
+        try:
+            event = codec.decode_event(value)
+        except codec.DecodeError as exc:
+            self._dead_letter(message, exc.reason, exc.detail)
+            return None
+        timestamp = event.timestamp / 1000.0
+        max_age = self._settings.max_event_age
+        if max_age is not None and now - timestamp > max_age:
+            self._metrics.events_dropped.labels(reason="max_age").inc()
+            return None
+        # The stored payload is the event's own encoding: delivery decodes it into a record.
+        return NewRecord(
+            timeline=timeline,
+            id=event.id,
+            timestamp=timestamp,
+            payload=value,
+            offset=message.offset() or 0,
+        )
+
+    def _dead_letter(self, message: Message, reason: str, detail: str) -> None:
+        self._dlq.send(message, reason, detail)
+        self._dead_letters_unflushed = True
+
+    # ------------------------------------------------------------------ store calls
+
+    def _add(
+        self,
+        partition: int,
+        records: list[NewRecord],
+        now: float,
+        expected: int | None,
+        through: int,
+    ) -> AddResult | None:
+        """store.add, retried while Redis is unreachable; None if we had to give up."""
+        try:
+            return self._retrying(
+                partition,
+                lambda: self._store.add(
+                    partition, records, now, expected_fence=expected, through_offset=through
+                ),
+            )
+        except InvalidArgument as exc:
+            # Validation above should make this unreachable; isolate the offender, never stall.
+            log.error(
+                "partition %d: store refused a batch (%s); retrying record by record",
+                partition,
+                exc,
+            )
+            return self._add_one_by_one(partition, records, now, expected, through)
+        except REDIS_DOWN:
+            return None
+
+    def _add_one_by_one(
+        self,
+        partition: int,
+        records: list[NewRecord],
+        now: float,
+        expected: int | None,
+        through: int,
+    ) -> AddResult | None:
+        ready: list[str] = []
+        added = skipped = dropped = 0
+        before: int | None = None
+        fence = expected
+        for index, record in enumerate(records):
+
+            def add_one(r: NewRecord = record, f: int | None = fence) -> AddResult:
+                return self._store.add(
+                    partition, [r], now, expected_fence=f, through_offset=r.offset
+                )
+
+            try:
+                one = self._retrying(partition, add_one)
+            except InvalidArgument as exc:
+                self._dlq.send_raw(
+                    key=record.timeline,
+                    value=record.payload,
+                    reason="store-refused",
+                    detail=str(exc),
+                    source=(self._topic, partition, record.offset),
+                )
+                self._dead_letters_unflushed = True
+                continue
+            except REDIS_DOWN:
+                return None
+            if index == 0:
+                before = one.fence_before
+            ready += one.ready
+            added, skipped, dropped = (
+                added + one.added,
+                skipped + one.skipped,
+                dropped + one.dropped,
+            )
+            fence = one.fence_after
+        try:
+            last = self._retrying(
+                partition,
+                lambda: self._store.add(
+                    partition, [], now, expected_fence=fence, through_offset=through
+                ),
+            )
+        except REDIS_DOWN:
+            return None
+        return AddResult(ready, added, skipped, dropped, before, last.fence_after)
+
+    def _retrying(self, partition: int, call: Callable[[], T]) -> T:
+        retrying = until_redis_answers(
+            initial=self._settings.retry_backoff_initial,
+            cap=self._settings.retry_backoff_max,
+            sleep=self._wait_serving_group,
+            give_up=lambda: self._stopping() or partition not in self._owned,
+            on_retry=self._store_down,
+        )
+        result: T = retrying(self._timed_call, call)
+        if self._paused:
+            self._resume()
+        return result
+
+    def _timed_call(self, call: Callable[[], T]) -> T:
+        with self._metrics.store_latency.labels(operation="add").time():
+            return call()
+
+    def _store_down(self, state: RetryCallState) -> None:
+        self._metrics.redis_errors.inc()
+        wait = state.next_action.sleep if state.next_action else 0.0
+        level = logging.ERROR if state.attempt_number == 1 else logging.WARNING
+        log.log(
+            level,
+            "Redis unreachable (%s); partitions paused, nothing committed; retry %d in %.2fs",
+            state.outcome.exception() if state.outcome else "?",
+            state.attempt_number,
+            wait,
+        )
+
+    def _wait_serving_group(self, seconds: float) -> None:
+        """Sleep while keeping group membership: pause fetching and poll the consumer."""
+        if not self._paused:
+            self._consumer.pause(self._consumer.assignment())
+            self._paused = True
+        message = self._consumer.poll(seconds)
+        if message is not None and message.error() is None:
+            # Fetched before the pause took hold: rewind so it is read again afterwards.
+            self._consumer.seek(
+                TopicPartition(self._topic, message.partition() or 0, message.offset() or 0)
+            )
+
+    def _resume(self) -> None:
+        self._consumer.resume(self._consumer.assignment())
+        self._paused = False
+        log.info("Redis reachable again; partitions resumed")
+
+    # ------------------------------------------------------------------ fencing
+
+    def _rewind(self, partition: int, fence: int | None, expected: int) -> bool:
+        """Redis lost writes for this partition: replay from Kafka. True = apply the batch now."""
+        if fence is not None:
+            self._metrics.replays.labels(cause="fence_behind").inc()
+            log.warning(
+                "partition %d: Redis lost writes (fence %d, this process applied through %d); "
+                "replaying offsets %d..%d from Kafka",
+                partition, fence, expected, fence + 1, expected,
+            )  # fmt: skip
+            self._seek(partition, fence + 1)
+            self._expected[partition] = fence
+            return False
+        self._metrics.replays.labels(cause="state_loss").inc()
+        self._expected.pop(partition, None)
+        if self._settings.on_state_loss == "replay":
+            log.error(
+                "partition %d: Redis lost all state of this partition (fence missing; applied "
+                "through %d); on_state_loss=replay: replaying from the earliest retained offset",
+                partition, expected,
+            )  # fmt: skip
+            self._seek(partition, OFFSET_BEGINNING)
+            return False
+        log.error(
+            "partition %d: Redis lost all state of this partition (fence missing; applied "
+            "through %d); on_state_loss=continue: records before this batch are LOST",
+            partition, expected,
+        )  # fmt: skip
+        return True
+
+    def _seek(self, partition: int, offset: int) -> None:
+        self._consumer.seek(TopicPartition(self._topic, partition, offset))
+        self._positions.pop(partition, None)
+        self._uncommitted.discard(partition)
+
+    def _starting_offset(self, committed: TopicPartition) -> int:
+        """Where to start a newly assigned partition, from its fence and committed offset."""
+        partition, offset = committed.partition, committed.offset
+        has_commit = offset >= 0
+        try:
+            fence = self._store.applied_offset(partition)
+        except REDIS_DOWN as exc:
+            log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)
+            return offset if has_commit else OFFSET_INVALID
+        if fence is None:
+            if not has_commit:
+                return OFFSET_INVALID  # a new partition: auto.offset.reset decides
+            self._metrics.replays.labels(cause="state_loss").inc()
+            if self._settings.on_state_loss == "replay":
+                log.error(
+                    "partition %d: no fence in Redis but committed offset %d: state lost; "
+                    "on_state_loss=replay: replaying from the earliest retained offset",
+                    partition, offset,
+                )  # fmt: skip
+                return OFFSET_BEGINNING
+            log.error(
+                "partition %d: no fence in Redis but committed offset %d: state lost; "
+                "on_state_loss=continue: continuing, earlier records are LOST",
+                partition, offset,
+            )  # fmt: skip
+            return offset
+        self._expected[partition] = fence
+        if has_commit and fence + 1 < offset:
+            self._metrics.replays.labels(cause="fence_behind").inc()
+            log.warning(
+                "partition %d: Redis fence %d is behind the committed offset %d; replaying",
+                partition, fence, offset,
+            )  # fmt: skip
+        return fence + 1 if not has_commit else min(fence + 1, offset)
+
+    # ------------------------------------------------------------------ rebalancing
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            return
+        committed = consumer.committed(partitions, timeout=COMMITTED_TIMEOUT)
+        starts = [
+            TopicPartition(tp.topic, tp.partition, self._starting_offset(tp)) for tp in committed
+        ]
+        consumer.incremental_assign(starts)
+        if self._paused:
+            consumer.pause(starts)
+        self._owned.update(tp.partition for tp in partitions)
+        log.info("assigned %s", ", ".join(f"{tp.partition}@{tp.offset}" for tp in starts))
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # The batch in hand finished before consume() ran this callback: commit, then let go.
+        revoked = {tp.partition for tp in partitions}
+        self._commit(sorted(revoked & self._uncommitted), sync=True)
+        self._release(revoked)
+        log.info("revoked %s", ", ".join(str(p) for p in sorted(revoked)))
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Lost (not revoked): another member may already own them, so commit nothing.
+        lost = {tp.partition for tp in partitions}
+        self._release(lost)
+        log.warning("lost %s", ", ".join(str(p) for p in sorted(lost)))
+
+    def _release(self, partitions: set[int]) -> None:
+        self._owned -= partitions
+        for partition in partitions:
+            self._expected.pop(partition, None)
+            self._positions.pop(partition, None)
+            self._uncommitted.discard(partition)
+
+    def _commit(self, partitions: list[int], sync: bool) -> None:
+        offsets = [
+            TopicPartition(self._topic, p, self._positions[p])
+            for p in partitions
+            if p in self._positions
+        ]
+        if not offsets:
+            return
+        if self._dead_letters_unflushed:
+            # A dead letter must be durable before the offset that skips its source is.
+            self._producer.flush(COMMIT_TIMEOUT)
+            self._dead_letters_unflushed = False
+        if commit(self._consumer, offsets, sync):
+            self._uncommitted.difference_update(tp.partition for tp in offsets)

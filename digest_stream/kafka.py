@@ -1,0 +1,69 @@
+"""librdkafka configuration built from the settings, in one place for every client."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from digest_stream.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Large enough to amortise a round trip, small enough to keep a rebalance callback short.
+FETCH_MAX_WAIT_MS = 50
+
+
+def _base(settings: Settings) -> dict[str, Any]:
+    config: dict[str, Any] = {"bootstrap.servers": settings.kafka_bootstrap_servers}
+    # User-supplied librdkafka properties (SASL, SSL, tuning) win over our defaults.
+    return config | dict(settings.kafka_config)
+
+
+def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str, Any]:
+    """A consumer that never auto-commits and uses cooperative rebalancing."""
+    config = {
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        # Offsets are stored and committed explicitly, after the work is durable.
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "fetch.wait.max.ms": FETCH_MAX_WAIT_MS,
+        # A shorter session lets a killed instance's partitions move within seconds.
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 1_000,
+    }
+    return {**config, **extra, **_base(settings)}
+
+
+def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+    """An idempotent producer waiting for all in-sync replicas."""
+    config = {
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "message.max.bytes": settings.max_message_bytes + 64_000,
+    }
+    return {**config, **extra, **_base(settings)}
+
+
+def admin_config(settings: Settings) -> dict[str, Any]:
+    """An admin client's configuration."""
+    return _base(settings)
+
+
+def commit(consumer: Consumer, offsets: list[TopicPartition], sync: bool) -> bool:
+    """Commit next-to-read offsets; False (logged) when the broker refused."""
+    if not offsets:
+        return True
+    try:
+        if sync:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        else:
+            consumer.commit(offsets=offsets, asynchronous=True)
+    except KafkaException as exc:
+        log.warning("commit of %s failed: %s", offsets, exc)
+        return False
+    return True

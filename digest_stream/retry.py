@@ -1,0 +1,46 @@
+"""Retry policy shared by every role: capped exponential backoff (tenacity)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import redis
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
+
+#: Errors that mean "Redis is unreachable right now", as opposed to a refused call.
+REDIS_DOWN: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.BusyLoadingError,
+)
+
+
+def backoff(initial: float, cap: float) -> wait_exponential:
+    """Capped exponential waits: initial, 2*initial, ... up to cap."""
+    return wait_exponential(multiplier=initial, min=initial, max=cap)
+
+
+def backoff_delay(attempt: int, initial: float, cap: float) -> float:
+    """The wait after failed attempt number ``attempt`` (1-based) under the same policy."""
+    return float(min(cap, initial * 2.0 ** (attempt - 1)))
+
+
+def until_redis_answers(
+    *,
+    initial: float,
+    cap: float,
+    sleep: Callable[[float], None],
+    give_up: Callable[[], bool],
+    on_retry: Callable[[RetryCallState], None],
+) -> Retrying:
+    """Retry a store call while Redis is unreachable; stop only when give_up() says so."""
+    return Retrying(
+        retry=retry_if_exception_type(REDIS_DOWN),
+        wait=backoff(initial, cap),
+        stop=lambda _state: give_up(),
+        sleep=sleep,
+        before_sleep=on_retry,
+        reraise=True,
+    )
