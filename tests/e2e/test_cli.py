@@ -1,0 +1,105 @@
+"""The console commands against the real stack, through click's runner (same process)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from click.testing import CliRunner
+from confluent_kafka.admin import AdminClient
+
+from digest_stream.cli import main
+from digest_stream.settings import Settings
+from tests.conftest import unique, wait_until
+from tests.e2e.conftest import Pipeline
+
+PipelineFactory = Callable[..., Pipeline]
+
+
+def _flags(settings: Settings) -> list[str]:
+    """The flags that point a command at one test's topics and namespace."""
+    return [
+        "--kafka-bootstrap-servers", settings.kafka_bootstrap_servers,
+        "--redis-url", settings.redis_url,
+        "--namespace", settings.namespace,
+        "--events-topic", settings.events_topic,
+        "--schedule-topic", settings.schedule_topic,
+        "--output-topic", settings.output_topic,
+        "--dlq-topic", settings.dlq_topic,
+    ]  # fmt: skip
+
+
+def test_topics_create_is_idempotent(kafka_bootstrap: str, kafka_admin: AdminClient) -> None:
+    base = unique("cli")
+    names = [f"{base}.{suffix}" for suffix in ("events", "schedule", "output", "dlq")]
+    flags = ["--kafka-bootstrap-servers", kafka_bootstrap]
+    for option, name in zip(
+        ("--events-topic", "--schedule-topic", "--output-topic", "--dlq-topic"), names, strict=True
+    ):
+        flags += [option, name]
+    try:
+        first = CliRunner().invoke(main, ["topics", "create", "--partitions", "3", *flags])
+        assert first.exit_code == 0, first.output
+        assert first.output.count("created") == 4
+        meta = kafka_admin.list_topics(timeout=10).topics
+        assert all(len(meta[name].partitions) == 3 for name in names)
+        again = CliRunner().invoke(main, ["topics", "create", *flags])
+        assert again.exit_code == 0, again.output
+        assert again.output.count("exists") == 4
+    finally:
+        for future in kafka_admin.delete_topics(names).values():
+            future.result(timeout=30)
+
+
+def test_invalid_setting_stops_with_one_line_naming_it() -> None:
+    result = CliRunner().invoke(main, ["run", "--minimum-delay", "-1"])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert "DIGEST_STREAM_MINIMUM_DELAY" in lines[0]
+
+
+def test_produce_then_tail_inspect_and_stats(pipeline_factory: PipelineFactory) -> None:
+    pipe = pipeline_factory(partitions=2, minimum_delay=30.0, maximum_delay=60.0)
+    app = pipe.app()
+    flags = _flags(pipe.settings)
+    produced = CliRunner().invoke(
+        main,
+        ["produce", "--timelines", "3", "--count", "9", "--rate", "0", "--prefix", "cli", *flags],
+    )
+    assert produced.exit_code == 0, produced.output
+    assert "sent 9 events" in produced.output
+
+    # Each of the 3 timelines gets its immediate digest; the rest waits out the cool-down.
+    tailed = CliRunner().invoke(
+        main, ["tail", "--from-beginning", "--max", "3", "--duration", "60", *flags]
+    )
+    assert tailed.exit_code == 0, tailed.output
+    rows = [line for line in tailed.output.splitlines()[1:] if line.strip()]
+    assert len(rows) == 3
+    assert {row.split()[1] for row in rows} == {"cli:0", "cli:1", "cli:2"}
+
+    shown = sum(int(row.split()[2]) for row in rows)
+
+    # After its digest is closed each timeline waits out the cool-down (30 s) in WAITING.
+    def inspect(timeline: str) -> str:
+        result = CliRunner().invoke(main, ["inspect", timeline, *flags])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    pending = 0
+    for timeline in ("cli:0", "cli:1", "cli:2"):
+
+        def waiting(t: str = timeline) -> bool:
+            return "state          waiting" in inspect(t)
+
+        wait_until(waiting, 30, f"{timeline} in WAITING after its first digest")
+        line = next(x for x in inspect(timeline).splitlines() if x.startswith("pending"))
+        pending += int(line.split()[1])
+    assert shown + pending == 9  # every produced event is in a digest or waiting for the next
+
+    stats = CliRunner().invoke(main, ["stats", *flags])
+    assert stats.exit_code == 0, stats.output
+    total = stats.output.splitlines()[-1].split()
+    assert total[0] == "total"
+    assert int(total[1]) == 3  # three timelines waiting out their cool-down
+    assert app.metrics.value("digest_events_ingested_total") == 9

@@ -1,0 +1,161 @@
+"""Redis losing writes is survivable: the ingest notices the fence and replays from Kafka.
+
+A rollback is reproduced exactly at the key level: DUMP every key of the partition's hash tag
+(the "snapshot"), let the stream run on, then delete the tag's keys and RESTORE the snapshot,
+which is what a failover to a lagging replica or a restart from an older RDB does to them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+import redis
+from confluent_kafka import Consumer, TopicPartition
+
+from digest_stream.store.keys import partition_tag
+from tests.conftest import wait_until
+from tests.e2e.conftest import Pipeline
+
+PipelineFactory = Callable[..., Pipeline]
+Snapshot = list[tuple[bytes, int, bytes]]
+
+
+def _snapshot(client: redis.Redis, tag: str) -> Snapshot:
+    saved: Snapshot = []
+    for key in client.scan_iter(match=f"{tag}*", count=1000):
+        ttl = int(client.pttl(key))
+        value = client.dump(key)
+        assert isinstance(key, bytes)
+        assert isinstance(value, bytes)
+        saved.append((key, max(ttl, 0), value))
+    return saved
+
+
+def _restore(client: redis.Redis, tag: str, snapshot: Snapshot) -> None:
+    for key in list(client.scan_iter(match=f"{tag}*", count=1000)):
+        client.delete(key)
+    for key, ttl, value in snapshot:
+        client.restore(key, ttl, value, replace=True)
+
+
+def _send(pipe: Pipeline, timeline: str, n: int) -> None:
+    with pipe.producer() as producer:
+        for _ in range(n):
+            producer.send(timeline, uuid.uuid4().hex, b"{}")
+        producer.flush()
+
+
+def _fence_reaches(pipe: Pipeline, offset: int) -> Callable[[], bool]:
+    def check() -> bool:
+        store = pipe.apps[-1].store
+        assert store is not None
+        return store.applied_offset(0) == offset
+
+    return check
+
+
+def test_fence_behind_after_rollback_is_replayed(
+    pipeline_factory: PipelineFactory, redis_client: redis.Redis
+) -> None:
+    pipe = pipeline_factory(partitions=1)
+    app = pipe.app(roles="ingest")  # no delivery: the timeline just accumulates
+    tag = partition_tag(pipe.settings.namespace, 0)
+    _send(pipe, "rb", 5)
+    wait_until(_fence_reaches(pipe, 4), 30, "fence at offset 4")
+    snapshot = _snapshot(redis_client, tag)
+    _send(pipe, "rb", 5)
+    wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
+    _restore(redis_client, tag, snapshot)  # Redis "loses" offsets 5..9
+    assert app.store is not None
+    assert app.store.inspect(0, "rb").pending == 5
+    _send(pipe, "rb", 1)
+    wait_until(_fence_reaches(pipe, 10), 30, "replay up to offset 10")
+    assert app.store.inspect(0, "rb").pending == 11  # nothing lost
+    assert app.metrics.value("digest_replays_total", cause="fence_behind") == 1
+    assert app.metrics.value("digest_replays_total", cause="state_loss") == 0
+
+
+def test_redis_back_empty_with_on_state_loss_replay_rebuilds_everything(
+    pipeline_factory: PipelineFactory, redis_client: redis.Redis
+) -> None:
+    pipe = pipeline_factory(partitions=1, on_state_loss="replay")
+    app = pipe.app(roles="ingest")
+    tag = partition_tag(pipe.settings.namespace, 0)
+    _send(pipe, "empty", 10)
+    wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
+    _restore(redis_client, tag, [])  # Redis came back with nothing
+    _send(pipe, "empty", 1)
+    wait_until(_fence_reaches(pipe, 10), 30, "replay from the earliest offset")
+    assert app.store is not None
+    assert app.store.inspect(0, "empty").pending == 11
+    assert app.metrics.value("digest_replays_total", cause="state_loss") == 1
+
+
+def test_redis_back_empty_with_on_state_loss_continue_goes_on(
+    pipeline_factory: PipelineFactory, redis_client: redis.Redis
+) -> None:
+    pipe = pipeline_factory(partitions=1, on_state_loss="continue")
+    app = pipe.app(roles="ingest")
+    tag = partition_tag(pipe.settings.namespace, 0)
+    _send(pipe, "empty", 10)
+    wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
+    _restore(redis_client, tag, [])
+    _send(pipe, "empty", 1)
+    wait_until(_fence_reaches(pipe, 10), 30, "the new event applied")
+    assert app.store is not None
+    assert app.store.inspect(0, "empty").pending == 1  # what Redis held is gone, as configured
+    assert app.metrics.value("digest_replays_total", cause="state_loss") == 1
+
+
+def test_assignment_behind_committed_offset_replays_the_gap(
+    pipeline_factory: PipelineFactory, redis_client: redis.Redis
+) -> None:
+    pipe = pipeline_factory(partitions=1)
+    first = pipe.app(roles="ingest")
+    tag = partition_tag(pipe.settings.namespace, 0)
+    _send(pipe, "gap", 5)
+    wait_until(_fence_reaches(pipe, 4), 30, "fence at offset 4")
+    snapshot = _snapshot(redis_client, tag)
+    _send(pipe, "gap", 5)
+    wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
+    first.stop()
+    assert first.wait()
+    assert _committed(pipe) == 10  # the graceful stop committed everything it applied
+    _restore(redis_client, tag, snapshot)  # while no instance runs, Redis rolls back
+    second = pipe.app(roles="ingest")
+    wait_until(_fence_reaches(pipe, 9), 30, "the new owner replays offsets 5..9")
+    assert second.store is not None
+    assert second.store.inspect(0, "gap").pending == 10
+    assert second.metrics.value("digest_replays_total", cause="fence_behind") == 1
+
+
+def _committed(pipe: Pipeline) -> int:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": pipe.settings.kafka_bootstrap_servers,
+            "group.id": pipe.settings.group_id,
+        }
+    )
+    try:
+        (tp,) = consumer.committed([TopicPartition(pipe.settings.events_topic, 0)], timeout=10)
+        return tp.offset
+    finally:
+        consumer.close()
+
+
+def test_sigterm_stops_gracefully_with_everything_committed(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    pipe = pipeline_factory(partitions=1)
+    service = pipe.process()
+    out = pipe.output()
+    _send(pipe, "bye", 20)
+    out.wait_for(lambda: bool(out.digests), 60, "a digest from the service process")
+    started = time.monotonic()
+    assert service.stop(timeout=60) == 0, service.log()
+    assert time.monotonic() - started < 30
+    assert "finishing in-flight batches" in service.log()
+    assert _committed(pipe) == 20
+    out.close()
