@@ -1,0 +1,152 @@
+"""Delivery edge cases through the real pipeline: huge digests, publish failures, recovery."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+
+from confluent_kafka import Consumer
+
+from digest_stream import codec
+from digest_stream.models import ScheduleReason
+from tests.conftest import TopicFactory, unique, wait_until
+from tests.e2e.conftest import Pipeline
+
+PipelineFactory = Callable[..., Pipeline]
+
+
+def _realistic_payload(i: int) -> bytes:
+    """About 300 bytes of JSON, like an error event summary."""
+    return json.dumps(
+        {
+            "event_id": uuid.uuid4().hex,
+            "level": "error",
+            "message": f"TypeError: cannot read properties of undefined (reading 'x{i}')",
+            "culprit": "app/components/checkout/PaymentForm.tsx in handleSubmit",
+            "tags": {
+                "release": "web@4.12.0",
+                "environment": "production",
+                "browser": "Firefox 131",
+            },
+            "user": {"id": str(i % 977), "segment": "trial"},
+        }
+    ).encode()
+
+
+def test_a_10000_record_digest_goes_out_whole_in_numbered_parts(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    # Small messages force many parts; the first event is delivered at once, so make the
+    # batch land before the first digest by letting ingest see it all in the cool-down.
+    pipe = pipeline_factory(
+        partitions=1, minimum_delay=3.0, increment_delay=0.0, maximum_delay=3.0,
+        max_message_bytes=100_000,
+    )  # fmt: skip
+    app = pipe.app()
+    out = pipe.output()
+    sent: list[str] = []
+    with pipe.producer() as producer:
+        producer.send("big", "first", b"{}")
+        producer.flush()
+        out.wait_for(lambda: len(out.messages) == 1, 30, "the immediate first digest")
+        for i in range(10_000):
+            record_id = f"r{i:05d}"
+            producer.send(
+                "big", record_id, _realistic_payload(i), timestamp_ms=1_700_000_000_000 + i
+            )
+            sent.append(record_id)
+        producer.flush()
+    out.wait_for(lambda: set(sent) <= out.record_ids(), 120, "all 10,000 records delivered")
+    parts = [
+        d for d in out.digests if d.timeline == "big" and "first" not in {r.id for r in d.records}
+    ]
+    ids = {d.id for d in parts}
+    assert len(ids) >= 1
+    for digest_id in ids:
+        mine = sorted((d for d in parts if d.id == digest_id), key=lambda d: d.part)
+        assert [d.part for d in mine] == list(range(1, mine[0].parts + 1))  # 1..n, none missing
+    assert any(d.parts > 1 for d in parts)
+    for message in out.messages:
+        assert len(message.value() or b"") <= 100_000
+    # Across parts, records stay newest first.
+    ordered = [r.id for d in sorted(parts, key=lambda d: (d.opened_at, d.part)) for r in d.records]
+    assert ordered == sorted(ordered, reverse=True)
+    assert len(ordered) == 10_000
+    assert app.metrics.value("digest_digest_parts_total") > 2
+    out.close()
+
+
+def test_publish_failures_retry_then_dead_letter_and_the_digest_stays_open(
+    pipeline_factory: PipelineFactory, topic_factory: TopicFactory
+) -> None:
+    # The output topic refuses anything over 1,000 bytes: every publish fails at the broker.
+    output = topic_factory(
+        partitions=1, name=unique("tiny") + ".output", **{"max.message.bytes": "1000"}
+    )
+    pipe = pipeline_factory(partitions=1, output_topic=output, max_attempts=3)
+    app = pipe.app()
+    dlq = pipe.dlq()
+    with pipe.producer() as producer:
+        producer.send("stuck", "r1", b"x" * 2000)
+        producer.flush()
+    dlq.wait_for(lambda: bool(dlq.messages), 60, "the schedule entry dead-lettered")
+    headers = dict(dlq.messages[0].headers() or [])
+    assert headers["dlq.reason"] == b"publish-failed"
+    assert headers["dlq.source.topic"] == pipe.settings.schedule_topic.encode()
+    assert b"3 attempts failed" in (headers["dlq.detail"] or b"")
+    assert app.metrics.value("digest_publish_retries_total") == 2
+    assert app.store is not None
+    info = app.store.inspect(0, "stuck")
+    assert info.open_digest is not None  # recoverable: maintenance will announce it again
+    assert info.open_records == 1
+    dlq.close()
+
+
+def test_maintenance_recovers_a_ready_timeline_whose_delivery_never_came(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    pipe = pipeline_factory(partitions=1, maintenance_timeout=1.0, maintenance_interval=0.5)
+    pipe.app(roles="ingest,scheduler")  # nobody delivers: the IMMEDIATE entry goes unanswered
+    entries = Consumer(
+        {
+            "bootstrap.servers": pipe.settings.kafka_bootstrap_servers,
+            "group.id": unique("entries"),
+            "auto.offset.reset": "earliest",
+        }
+    )
+    entries.subscribe([pipe.settings.schedule_topic])
+    reasons: list[ScheduleReason] = []
+    with pipe.producer() as producer:
+        producer.send("lost", "r1", b"{}")
+        producer.flush()
+
+    def recovered() -> bool:
+        for message in entries.consume(100, timeout=0.2):
+            if message.error() is None:
+                entry = codec.decode_schedule_entry(message.value() or b"")
+                assert entry.timeline == "lost"
+                reasons.append(entry.reason)
+        return ScheduleReason.RECOVERED in reasons
+
+    wait_until(recovered, 30, "a RECOVERED schedule entry")
+    assert reasons[0] == ScheduleReason.IMMEDIATE
+    entries.close()
+
+
+def test_events_older_than_max_event_age_are_dropped_and_counted(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    pipe = pipeline_factory(partitions=1, max_event_age=60.0)
+    app = pipe.app()
+    out = pipe.output()
+    now_ms = int(time.time() * 1000)
+    with pipe.producer() as producer:
+        producer.send("aged", "old", b"{}", timestamp_ms=now_ms - 3_600_000)
+        producer.send("aged", "new", b"{}", timestamp_ms=now_ms)
+        producer.flush()
+    out.wait_for(lambda: bool(out.digests), 30, "the fresh event's digest")
+    assert [r.id for r in out.digests[0].records] == ["new"]
+    assert app.metrics.value("digest_events_dropped_total", reason="max_age") == 1
+    out.close()
