@@ -144,9 +144,35 @@ def run(roles: str, log_level: str, **flags: Any) -> None:
         sys.exit(1)
     while not app.wait(timeout=0.5):
         pass
+    _dump_metrics(app)
     if app.failed is not None:
         click.echo(f"digest-stream run: stopped after an error: {app.failed}", err=True)
         sys.exit(1)
+
+
+#: Test hook (not a setting): a path where `run` writes its counters (Prometheus text format)
+#: when it stops, so fault-injection tests can account for drops across process lifetimes.
+METRICS_DUMP_ENV = "DIGEST_STREAM_TEST_METRICS_FILE"
+
+
+def _dump_metrics(app: Any) -> None:
+    import os
+
+    path = os.environ.get(METRICS_DUMP_ENV)
+    if not path:
+        return
+    from prometheus_client import Counter, generate_latest
+
+    # Only the declared counters: live gauges (lag, per-partition stats) need open clients.
+    counters = [m for m in vars(app.metrics).values() if isinstance(m, Counter)]
+
+    class _Counters:
+        def collect(self) -> Any:
+            for counter in counters:
+                yield from counter.collect()
+
+    with open(path, "wb") as out:
+        out.write(generate_latest(_Counters()))
 
 
 # --------------------------------------------------------------------------- topics
