@@ -52,3 +52,19 @@ demo: venv stack-up
 chaos: venv stack-up
 	$(STACK_ENV) && DIGEST_STREAM_CHAOS=1 DIGEST_STREAM_CHAOS_RESULTS=$(CURDIR)/chaos-results.txt \
 		$(BIN)/pytest tests/chaos -m chaos -s $(PYTEST_ARGS)
+
+# Benchmarks (docs/benchmarks.md). The Quix Streams peer of scenario 1c needs its own virtualenv:
+# quixstreams pins pydantic<2.14 and confluent-kafka<2.13, which the service cannot use.
+BENCH_PEER_VENV ?= $(HOME)/.cache/digest-stream/bench-peer-venv
+QUIXSTREAMS_VERSION ?= 3.28.1
+
+bench-peer-venv:
+	@test -x $(BENCH_PEER_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_PEER_VENV)
+	@$(BENCH_PEER_VENV)/bin/python -c 'import quixstreams' 2>/dev/null || \
+		$(BENCH_PEER_VENV)/bin/python -m pip install -q 'quixstreams[avro]==$(QUIXSTREAMS_VERSION)'
+
+bench: venv stack-up bench-peer-venv
+	$(STACK_ENV) && DIGEST_STREAM_BENCH_PEER_PYTHON=$(BENCH_PEER_VENV)/bin/python $(BIN)/python -m bench.run
+
+bench-quick: venv stack-up bench-peer-venv
+	$(STACK_ENV) && DIGEST_STREAM_BENCH_PEER_PYTHON=$(BENCH_PEER_VENV)/bin/python $(BIN)/python -m bench.run --quick

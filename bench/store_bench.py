@@ -177,9 +177,13 @@ def throughput(client: redis.Redis, payload_size: int) -> dict[str, Any]:
 
 
 def memory_per_record(
-    client: redis.Redis, per_timeline: int, payload_size: int, layout: str
+    client: redis.Redis,
+    per_timeline: int,
+    payload_size: int,
+    layout: str,
+    count: int = MEMORY_RECORDS,
 ) -> float:
-    records = make_records(MEMORY_RECORDS, per_timeline, payload_size)
+    records = make_records(count, per_timeline, payload_size)
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
     if layout == "store":
         store = RedisStore(client, namespace=namespace, policy=TimelinePolicy())
@@ -197,19 +201,23 @@ def memory_per_record(
     return (after - before) / len(records) - payload_size
 
 
-def memory(client: redis.Redis, payload_size: int) -> dict[str, Any]:
+def memory(
+    client: redis.Redis, payload_size: int, count: int = MEMORY_RECORDS, reps: int = REPS
+) -> dict[str, Any]:
     table: dict[str, Any] = {}
     for per_timeline in MEMORY_SHAPES:
         samples: dict[str, list[float]] = {"store": [], "seed_style": []}
-        for _ in range(REPS):  # alternate, so drift in the allocator hits both alike
+        for _ in range(reps):  # alternate, so drift in the allocator hits both alike
             for layout, values in samples.items():
-                values.append(memory_per_record(client, per_timeline, payload_size, layout))
+                values.append(memory_per_record(client, per_timeline, payload_size, layout, count))
         ours = statistics.median(samples["store"])
         seed = statistics.median(samples["seed_style"])
+        ratios = [a / b for a, b in zip(samples["store"], samples["seed_style"], strict=True)]
         table[str(per_timeline)] = {
             "store_bytes": round(ours, 1),
             "seed_style_bytes": round(seed, 1),
             "ratio": round(ours / seed, 2),
+            "ratio_reps": [round(value, 3) for value in ratios],
             "store_reps": [round(value, 1) for value in samples["store"]],
             "seed_style_reps": [round(value, 1) for value in samples["seed_style"]],
         }

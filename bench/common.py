@@ -1,0 +1,222 @@
+"""Shared helpers of the benchmark suite: the stack's addresses, unique names, topics,
+Redis cleanup, event production, statistics and the machine description.
+
+Every scenario uses names of its own (topics, groups, namespaces) and removes what it created,
+so benches can run while tests or other benches use the same stack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from digest_stream import codec
+from digest_stream.models import Event
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+T0 = 1_700_000_000.0
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Addresses of the local stack (from `digest-stream dev env`)."""
+
+    bootstrap: str
+    redis_url: str
+
+
+def stack() -> Stack:
+    """The stack named by the environment (what `make bench` exports)."""
+    return Stack(
+        bootstrap=os.environ.get("DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092"),
+        redis_url=os.environ.get("DIGEST_STREAM_REDIS_URL", "redis://127.0.0.1:16379/0"),
+    )
+
+
+def unique(prefix: str) -> str:
+    """A name no other bench, test or earlier run uses."""
+    return f"bench-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+# ------------------------------------------------------------------------------ kafka
+
+
+def create_topics(bootstrap: str, names: Sequence[str], partitions: int = 1) -> None:
+    """Create topics with the admin client and wait until every partition has a leader."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1) for name in names]
+    )
+    for future in futures.values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    for name in names:
+        while True:
+            meta = admin.list_topics(name, timeout=5).topics.get(name)
+            if (
+                meta is not None
+                and meta.error is None
+                and len(meta.partitions) == partitions
+                and all(p.leader >= 0 for p in meta.partitions.values())
+            ):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {name} has no leader after 30 s")
+            time.sleep(0.05)
+
+
+def delete_topics(bootstrap: str, names: Sequence[str]) -> None:
+    """Delete topics (missing ones are fine)."""
+    if not names:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics(list(names)).values():
+        with contextlib.suppress(Exception):
+            future.result(timeout=30)
+
+
+@contextlib.contextmanager
+def topics(bootstrap: str, names: Sequence[str], partitions: int = 1) -> Iterator[None]:
+    """Topics that exist for the duration of a with block."""
+    try:
+        create_topics(bootstrap, names, partitions)
+        yield
+    finally:
+        delete_topics(bootstrap, names)
+
+
+def encode_events(count: int, timelines: int, payload_size: int) -> list[tuple[bytes, bytes]]:
+    """(key, Avro value) pairs: `count` events spread round-robin over `timelines` timelines."""
+    payload = os.urandom(payload_size)
+    now_ms = int(time.time() * 1000)
+    pairs = []
+    for i in range(count):
+        event = Event(id=f"e-{i:08d}", timestamp=now_ms, payload=payload)
+        pairs.append((f"timeline-{i % timelines:06d}".encode(), codec.encode_event(event)))
+    return pairs
+
+
+def produce(bootstrap: str, topic: str, pairs: Sequence[tuple[bytes, bytes]]) -> None:
+    """Produce pre-encoded events and wait for every acknowledgement."""
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000}
+    )
+    failures: list[str] = []
+
+    def on_delivery(error: Any, _message: Any) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    for key, value in pairs:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(60) or failures:
+        raise RuntimeError(f"producing to {topic} failed: {failures[:3]}")
+
+
+# ------------------------------------------------------------------------------ redis
+
+
+def delete_namespace(client: redis.Redis, namespace: str) -> None:
+    """Remove every key of a store namespace."""
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=f"{{{namespace}:*", count=5000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            client.delete(*batch)
+            batch.clear()
+    if batch:
+        client.delete(*batch)
+
+
+# ------------------------------------------------------------------------------ statistics
+
+
+def summary(values: Sequence[float], digits: int = 0) -> dict[str, Any]:
+    """Median, min, max and every repetition; spread = (max - min) / median."""
+    median = statistics.median(values)
+    return {
+        "median": round(median, digits) if digits else round(median),
+        "min": round(min(values), digits) if digits else round(min(values)),
+        "max": round(max(values), digits) if digits else round(max(values)),
+        "spread": round((max(values) - min(values)) / median, 3) if median else None,
+        "reps": [round(v, digits) if digits else round(v) for v in values],
+    }
+
+
+def ratio(numerators: Sequence[float], denominators: Sequence[float]) -> dict[str, Any]:
+    """Per-repetition ratios (each rep's pair was measured back to back): median [min..max]."""
+    values = [n / d for n, d in zip(numerators, denominators, strict=True)]
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        "reps": [round(v, 3) for v in values],
+    }
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile (fraction in 0..1)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+# ------------------------------------------------------------------------------ reporting
+
+
+def cpu_model() -> str:
+    """The CPU model line of /proc/cpuinfo."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def machine(redis_url: str) -> dict[str, Any]:
+    """What produced the figures: cores, CPU, load, versions."""
+    from digest_stream.devstack import KAFKA_VERSION
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        redis_version = str(client.info("server").get("redis_version"))
+    finally:
+        client.close()
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu_model(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "redis": redis_version,
+        "kafka": KAFKA_VERSION,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write_result(name: str, result: dict[str, Any]) -> Path:
+    """Write bench/results/<name>.json."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path

@@ -1,0 +1,106 @@
+"""The benchmark suite: `make bench` (everything) and `make bench-quick` (scenarios 1, 2, 4).
+
+    python -m bench.run [--quick]
+
+Full: writes bench/results/{ingest,latency,memory,tick}.json and regenerates the table between
+the markers in docs/benchmarks.md. Quick: fewer events, repetitions and seconds (under three
+minutes), writes bench/results/*_quick.json, leaves the docs alone, and prints the headline
+ratios on its last lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import redis
+
+from bench import ingest_bench, latency_bench, report, tick_bench
+from bench.common import RESULTS_DIR, machine, stack, write_result
+from bench.store_bench import memory
+
+MEMORY_PAYLOAD = 200
+
+
+def run_memory(quick: bool) -> dict[str, Any]:
+    """Scenario 4: Redis bytes per pending record beyond its payload, vs the seed-style layout."""
+    env = stack()
+    client = redis.Redis.from_url(env.redis_url)
+    count, reps = (5_000, 3) if quick else (20_000, 5)
+    print(f"scenario 4: memory per pending record, {count:,} records x {reps} reps", flush=True)
+    try:
+        table = memory(client, MEMORY_PAYLOAD, count, reps)
+    finally:
+        client.close()
+    result = {
+        "machine": machine(env.redis_url),
+        "records": count,
+        "reps": reps,
+        "payload_bytes": MEMORY_PAYLOAD,
+        "per_timeline": table,
+        "target_ratio": 0.5,
+    }
+    write_result("memory_quick" if quick else "memory", result)
+    return result
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((RESULTS_DIR / f"{name}.json").read_text())
+    return data
+
+
+def headline(quick: bool) -> list[str]:
+    """The ratio lines printed last."""
+    suffix = "_quick" if quick else ""
+    lines = []
+    throughput = load(f"ingest{suffix}")["throughput"]
+    for key, label, target in (
+        ("ingest_vs_raw", "ingest / raw consume+decode", ">= 0.60"),
+        ("ingest_vs_seed", "ingest / seed-style store", ">= 5"),
+        ("ingest_vs_quix", "ingest / Quix Streams", "> 1"),
+    ):
+        if key in throughput:
+            r = throughput[key]
+            lines.append(f"{label:<34} {r['median']:>7} [{r['min']}..{r['max']}]  target {target}")
+    immediate = load(f"latency{suffix}")["immediate"]
+    lines.append(
+        f"{'immediate latency p50 / p99 (ms)':<34} {immediate['p50_ms']:>7} / {immediate['p99_ms']}"
+        f"  target p99 < 100  ({immediate['delivered']} probes)"
+    )
+    for shape, row in load(f"memory{suffix}")["per_timeline"].items():
+        lines.append(
+            f"{f'memory/record vs seed, {shape}/timeline':<34} {row['ratio']:>7} "
+            f"[{min(row['ratio_reps'])}..{max(row['ratio_reps'])}]  target <= 0.5"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    quick = ["--quick"] if args.quick else []
+    if args.quick:
+        ingest_bench.main([*quick, "--only", "throughput"])
+        latency_bench.main([*quick, "--only", "immediate"])
+    else:
+        ingest_bench.main([])
+        latency_bench.main([])
+        tick_bench.main([])
+    run_memory(args.quick)
+    if not args.quick:
+        path = report.write()
+        print(f"regenerated {path}")
+    print(f"\nbench{'-quick' if args.quick else ''} took {time.perf_counter() - started:.0f} s")
+    print("ratios: median [min..max] over repetitions, each rep measured back to back")
+    for line in headline(args.quick):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
