@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import redis
@@ -13,10 +13,13 @@ from redis.cluster import RedisCluster
 
 from digest_stream.clock import Clock, SystemClock
 from digest_stream.delivery import Delivery
+from digest_stream.health import Health, Heartbeats, PartitionGauges
+from digest_stream.hooks import Hook, Hooks, load_hooks
 from digest_stream.ingest import Ingest
 from digest_stream.kafka import producer_config
 from digest_stream.metrics import Metrics
 from digest_stream.scheduler import ScheduleEmitter, Scheduler
+from digest_stream.server import OpsServer
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
 from digest_stream.store.redis import RedisStore
@@ -31,6 +34,8 @@ STOP_TIMEOUT = 60.0
 # Redis socket timeouts: long enough for a 10,000-record digest, short enough to notice an outage.
 REDIS_SOCKET_TIMEOUT = 10.0
 REDIS_CONNECT_TIMEOUT = 2.0
+# Consumer lag is refreshed this often by each role loop (cheap local calls, but not per batch).
+LAG_REFRESH = 1.0
 
 
 def parse_roles(text: str | Iterable[str]) -> frozenset[str]:
@@ -60,7 +65,11 @@ def redis_client(settings: Settings) -> redis.Redis | RedisCluster:
 def connect_store(settings: Settings) -> RedisStore:
     """The Redis store of the settings, with its Functions library loaded and checked."""
     return RedisStore(
-        redis_client(settings), namespace=settings.namespace, policy=settings.policy()
+        redis_client(settings),
+        namespace=settings.namespace,
+        policy=settings.policy(),
+        resolver=settings.resolver(),  # per-timeline-prefix overrides
+        load_library=settings.redis_load_library,
     )
 
 
@@ -73,6 +82,7 @@ class App:
     clock: Clock = field(default_factory=SystemClock)
     store: DigestStore | None = None
     metrics: Metrics = field(default_factory=Metrics)
+    hooks: Sequence[Hook] = ()
 
     def __post_init__(self) -> None:
         self.roles = parse_roles(self.roles)
@@ -81,26 +91,63 @@ class App:
         self._errors: list[BaseException] = []
         self.ingest: Ingest | None = None
         self.delivery: Delivery | None = None
+        self.heartbeats = Heartbeats()
+        self.health = Health(self)
+        self.server: OpsServer | None = None
+        self.started = False
 
     def start(self) -> None:
-        """Connect, join the groups and start the role threads."""
+        """Connect, join the groups and start the role threads (and the metrics server)."""
         store = self.store if self.store is not None else connect_store(self.settings)
         self.store = store
+        hooks = Hooks([*self.hooks, *load_hooks(self.settings.hooks, self.settings)])
         if "ingest" in self.roles:
             producer = Producer(producer_config(self.settings))
             scheduler = None
             if "scheduler" in self.roles:
-                emitter = ScheduleEmitter(producer, self.settings.schedule_topic, self.metrics)
+                emitter = ScheduleEmitter(
+                    producer, self.settings.schedule_topic, self.metrics, hooks=hooks
+                )
                 scheduler = Scheduler(self.settings, store, emitter, self.clock, self.metrics)
             self.ingest = Ingest(
-                self.settings, store, self.clock, self.metrics, producer, scheduler
+                self.settings, store, self.clock, self.metrics, producer, scheduler, hooks=hooks
             )
-            self._spawn("ingest", self.ingest.start, self.ingest.step, self.ingest.close)
+            self._spawn(
+                "ingest", self.ingest.start, self.ingest.step, self.ingest.close, self.ingest.lag
+            )
         if "delivery" in self.roles:
             producer = Producer(producer_config(self.settings))
-            self.delivery = Delivery(self.settings, store, self.clock, self.metrics, producer)
-            self._spawn("delivery", self.delivery.start, self.delivery.step, self.delivery.close)
+            self.delivery = Delivery(
+                self.settings, store, self.clock, self.metrics, producer, hooks=hooks
+            )
+            d = self.delivery
+            self._spawn("delivery", d.start, d.step, d.close, d.lag)
+        self.metrics.registry.register(PartitionGauges(self))
+        if self.settings.metrics_port is not None:
+            self.server = OpsServer(
+                self.settings.metrics_host,
+                self.settings.metrics_port,
+                self.metrics.registry,
+                self.health.live,
+                self.health.ready,
+            )
+            self.server.start()
+        self.started = True
         log.info("started roles %s", ",".join(r for r in ROLES if r in self.roles))
+
+    def loop_roles(self) -> list[str]:
+        """The role threads this process runs (the scheduler runs inside ingest)."""
+        return [r for r in ("ingest", "delivery") if r in self.roles]
+
+    @property
+    def scheduler_runs(self) -> bool:
+        """Whether this process schedules its input partitions (and so owns their gauges)."""
+        return "scheduler" in self.roles
+
+    @property
+    def stopping(self) -> bool:
+        """stop() was asked for (or a role failed)."""
+        return self._stop.is_set()
 
     def _spawn(
         self,
@@ -108,12 +155,20 @@ class App:
         start: Callable[[Callable[[], bool]], None],
         step: Callable[[], int],
         close: Callable[[], None],
+        lag: Callable[[], dict[int, int]],
     ) -> None:
         def loop() -> None:
             try:
                 start(self._stop.is_set)
+                next_lag = 0.0
                 while not self._stop.is_set():
                     step()
+                    now = self.heartbeats.beat(name)
+                    if now >= next_lag:
+                        # On the role's own thread: a consumer blocks calls from other threads
+                        # while it is inside consume(), so a scrape only reads this cache.
+                        next_lag = now + LAG_REFRESH
+                        self.heartbeats.refresh_lag(name, lag)
             except BaseException as exc:
                 log.exception("%s role failed; stopping the process", name)
                 self._errors.append(exc)
@@ -142,6 +197,9 @@ class App:
         alive = [t.name for t in self._threads if t.is_alive()]
         if alive:
             log.error("roles did not stop within %.0fs: %s", STOP_TIMEOUT, ", ".join(alive))
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
         return not alive
 
     @property

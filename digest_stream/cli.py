@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sys
@@ -9,8 +10,9 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_origin
 
 import click
 from confluent_kafka import KafkaException
@@ -19,7 +21,13 @@ from confluent_kafka.cimpl import NewTopic
 from pydantic import ValidationError
 
 from digest_stream import devstack
-from digest_stream.settings import Settings, describe_error
+from digest_stream.settings import (
+    CONFIG_ENV,
+    ConfigFileError,
+    Settings,
+    config_file,
+    describe_error,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,27 +38,59 @@ def settings_options(command: F) -> F:
         flag = "--" + name.replace("_", "-")
         help_text = f"{info.description} [env DIGEST_STREAM_{name.upper()}]"
         command = click.option(flag, name, default=None, help=help_text)(command)
-    return command
+    return click.option(
+        "--config",
+        "config",
+        default=None,
+        type=click.Path(dir_okay=False, path_type=Path),
+        help=f"TOML settings file (flags > env > file > defaults) [env {CONFIG_ENV}]",
+    )(command)
+
+
+def _flag_value(name: str, value: Any) -> Any:
+    # Flags arrive as text; dict and list settings take JSON, like their env vars.
+    if isinstance(value, str) and name in _JSON_FIELDS:
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value  # validation then names the setting
+    return value
+
+
+_JSON_FIELDS = {
+    name
+    for name, info in Settings.model_fields.items()
+    if get_origin(info.annotation) in (dict, list)
+}
 
 
 def load_settings(flags: dict[str, Any]) -> Settings:
-    """Settings from env and flags; invalid ones exit with one line per problem."""
-    given = {k: v for k, v in flags.items() if k in Settings.model_fields and v is not None}
+    """Settings from flags, env and the TOML file; invalid ones exit with one line each."""
+    given = {
+        k: _flag_value(k, v)
+        for k, v in flags.items()
+        if k in Settings.model_fields and v is not None
+    }
+    token = config_file.set(flags.get("config"))
     try:
         return Settings(**given)
+    except ConfigFileError as exc:
+        click.echo(f"digest-stream: {exc}", err=True)
+        sys.exit(2)
     except ValidationError as exc:
         for line in describe_error(exc):
             click.echo(f"digest-stream: {line}", err=True)
         sys.exit(2)
+    finally:
+        config_file.reset(token)
 
 
-def setup_logging(level: str = "INFO") -> None:
-    """Human-readable logs on stderr."""
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s",
-        stream=sys.stderr,
-    )
+def setup_logging(settings: Settings) -> None:
+    """Log lines on stderr in the configured format, with the settings' secrets scrubbed."""
+    from digest_stream import logs
+    from digest_stream.config import secret_values
+
+    logs.setup(settings.log_level, settings.log_format, secret_values(settings))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -114,14 +154,13 @@ def dev_status() -> None:
     show_default=True,
     help="Comma-separated subset of ingest,scheduler,delivery.",
 )
-@click.option("--log-level", default="INFO", show_default=True)
 @settings_options
-def run(roles: str, log_level: str, **flags: Any) -> None:
+def run(roles: str, **flags: Any) -> None:
     """Run the service until SIGTERM/SIGINT, then stop gracefully."""
     from digest_stream.app import App, parse_roles
 
     settings = load_settings(flags)
-    setup_logging(log_level)
+    setup_logging(settings)
     try:
         chosen = parse_roles(roles)
     except ValueError as exc:
@@ -312,6 +351,27 @@ def tail(
 
 
 # --------------------------------------------------------------------------- operators
+
+
+@main.group("config")
+def config_group() -> None:
+    """Inspect the effective configuration."""
+
+
+@config_group.command("show")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of TOML.")
+@settings_options
+def config_show(as_json: bool, **flags: Any) -> None:
+    """Print the effective settings (secrets masked) and where each one came from."""
+    from digest_stream.config import masked_settings, setting_sources, to_toml
+
+    settings = load_settings(flags)
+    values = masked_settings(settings)
+    if as_json:
+        click.echo(json.dumps(values, indent=2, sort_keys=True))
+        return
+    sources = setting_sources(settings, flags)
+    click.echo(to_toml(values, sources))
 
 
 def _partitions(settings: Settings) -> list[int]:

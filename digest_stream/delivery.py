@@ -14,14 +14,15 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from digest_stream import codec
+from digest_stream import codec, envelope
 from digest_stream.clock import Clock
 from digest_stream.dlq import DeadLetters
-from digest_stream.kafka import commit, consumer_config
+from digest_stream.hooks import NO_HOOKS, Hooks
+from digest_stream.kafka import commit, consumer_config, consumer_lag
 from digest_stream.metrics import Metrics
 from digest_stream.models import Digest, Record, ScheduleEntry
 from digest_stream.retry import backoff_delay, until_redis_answers
@@ -31,6 +32,7 @@ from digest_stream.store.base import DigestStore, InvalidState, OpenDigest
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_KafkaHeaders = list[tuple[str, str | bytes | None]]
 
 #: Test hook (not a setting): when set to a path, delivery writes that file after the broker
 #: acknowledged a digest and then blocks before closing it, so a test can kill it right there.
@@ -50,6 +52,8 @@ class _Pending:
     digest: OpenDigest
     parts: list[Digest]
     errors: list[str] = field(default_factory=list)
+    whole: Digest | None = None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)  # carried event headers
 
 
 class Delivery:
@@ -62,18 +66,25 @@ class Delivery:
         clock: Clock,
         metrics: Metrics,
         producer: Producer,
+        *,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self._settings = settings
         self._store = store
         self._clock = clock
         self._metrics = metrics
         self._producer = producer
-        self._dlq = DeadLetters(producer, settings.dlq_topic, metrics)
+        self._hooks = hooks
+        self._dlq = DeadLetters(producer, settings.dlq_topic, metrics, hooks=hooks)
         self._topic = settings.schedule_topic
         self._consumer = Consumer(consumer_config(settings, settings.delivery_group_id))
         self._positions: dict[int, int] = {}
         self._stopping: Callable[[], bool] = lambda: False
         self._pause_file = os.environ.get(PAUSE_BEFORE_CLOSE_ENV)
+
+    def lag(self) -> dict[int, int]:
+        """Consumer lag per assigned schedule partition (local, cheap; for the metrics scrape)."""
+        return consumer_lag(self._consumer)
 
     def start(self, stopping: Callable[[], bool]) -> None:
         """Join the delivery group."""
@@ -141,7 +152,8 @@ class Delivery:
                 # Already delivered and closed (a repeated or recovered entry): nothing to do.
                 self._metrics.stale_entries.inc()
                 continue
-            records = self._records(digest)
+            carried: list[list[tuple[str, bytes]]] = []
+            records = self._records(digest, carried)
             if not records:
                 self._empty(entry, digest)
                 continue
@@ -153,15 +165,21 @@ class Delivery:
                 dropped=digest.dropped + (len(digest.records) - len(records)),
             )
             parts = codec.split_digest(whole, self._settings.max_message_bytes)
-            pending.append(_Pending(message, entry, digest, parts))
+            headers = envelope.digest_headers(carried) if carried else []
+            pending.append(_Pending(message, entry, digest, parts, whole=whole, headers=headers))
         return pending
 
-    def _records(self, digest: OpenDigest) -> list[Record]:
+    def _records(
+        self, digest: OpenDigest, carried: list[list[tuple[str, bytes]]] | None = None
+    ) -> list[Record]:
         records = []
         for stored in digest.records:
             try:
-                records.append(Record.from_event(codec.decode_event(stored.payload)))
-            except codec.DecodeError as exc:
+                headers, event = envelope.unwrap(stored.payload)
+                records.append(Record.from_event(codec.decode_event(event)))
+                if headers and carried is not None:
+                    carried.append(headers)
+            except ValueError as exc:  # codec.DecodeError or a damaged header envelope
                 # Stored bytes were valid when ingested; corrupt ones count as lost, not fatal.
                 log.error(
                     "timeline %s: unreadable stored record %s: %s", digest.timeline, stored.id, exc
@@ -197,6 +215,7 @@ class Delivery:
                         settings.output_topic,
                         key=part.timeline.encode(),
                         value=codec.encode_digest(part),
+                        headers=cast(_KafkaHeaders, item.headers) or None,
                         on_delivery=_collect(item.errors),
                     )
             unacked = self._producer.flush(PUBLISH_TIMEOUT)
@@ -229,6 +248,8 @@ class Delivery:
             self._metrics.digest_parts.inc(len(item.parts))
             self._metrics.records_per_digest.observe(len(item.digest.records))
             self._metrics.delivery_lateness.observe(max(0.0, now - item.entry.scheduled_at / 1000))
+            if self._hooks and item.whole is not None:
+                self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
         return published, False
 
     def _give_up(self, item: _Pending) -> None:
@@ -252,12 +273,14 @@ class Delivery:
             self._close_one(item.entry, item.digest)
 
     def _close_one(self, entry: ScheduleEntry, digest: OpenDigest) -> None:
-        self._with_redis(
+        closed = self._with_redis(
             lambda: self._store.close(
                 entry.partition, entry.timeline, digest.id, self._clock.now()
             ),
             "close",
         )
+        if self._hooks:
+            self._hooks.on_close(entry.partition, entry.timeline, digest.id, closed)
 
     # ------------------------------------------------------------------ plumbing
 

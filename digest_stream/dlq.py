@@ -6,6 +6,7 @@ import logging
 
 from confluent_kafka import Message, Producer
 
+from digest_stream.hooks import NO_HOOKS, Hooks
 from digest_stream.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -17,10 +18,13 @@ _MAX_DETAIL = 1000
 class DeadLetters:
     """Publishes refused messages to the DLQ topic and counts them by reason."""
 
-    def __init__(self, producer: Producer, topic: str, metrics: Metrics) -> None:
+    def __init__(
+        self, producer: Producer, topic: str, metrics: Metrics, *, hooks: Hooks = NO_HOOKS
+    ) -> None:
         self._producer = producer
         self._topic = topic
         self._metrics = metrics
+        self._hooks = hooks
 
     def send(self, message: Message, reason: str, detail: str = "") -> None:
         """Dead-letter a consumed message as is, with headers naming why and whence."""
@@ -55,6 +59,8 @@ class DeadLetters:
             key = key[:4096]
         self._producer.produce(self._topic, key=key, value=value, headers=headers)
         self._metrics.dead_letters.labels(reason=reason).inc()
+        if self._hooks:
+            self._hooks.on_dead_letter(reason, detail, source)
         log.warning(
             "dead-lettered %s[%d]@%d: %s %s", topic, partition, offset, reason, detail[:200]
         )

@@ -24,10 +24,11 @@ from confluent_kafka import (
 )
 from tenacity import RetryCallState
 
-from digest_stream import codec
+from digest_stream import codec, envelope
 from digest_stream.clock import Clock
 from digest_stream.dlq import DeadLetters
-from digest_stream.kafka import commit, consumer_config
+from digest_stream.hooks import NO_HOOKS, Hooks
+from digest_stream.kafka import commit, consumer_config, consumer_lag
 from digest_stream.metrics import Metrics
 from digest_stream.models import ScheduleReason, validate_timeline
 from digest_stream.retry import REDIS_DOWN, until_redis_answers
@@ -55,6 +56,8 @@ class Ingest:
         metrics: Metrics,
         producer: Producer,
         scheduler: Scheduler | None,
+        *,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -62,8 +65,11 @@ class Ingest:
         self._metrics = metrics
         self._producer = producer
         self._scheduler = scheduler
-        self._emitter = ScheduleEmitter(producer, settings.schedule_topic, metrics)
-        self._dlq = DeadLetters(producer, settings.dlq_topic, metrics)
+        self._hooks = hooks
+        # Header names carried into digests; empty = headers are never looked at.
+        self._carry = frozenset(settings.carry_headers)
+        self._emitter = ScheduleEmitter(producer, settings.schedule_topic, metrics, hooks=hooks)
+        self._dlq = DeadLetters(producer, settings.dlq_topic, metrics, hooks=hooks)
         self._topic = settings.events_topic
         self._consumer = Consumer(consumer_config(settings, settings.group_id))
         self._owned: set[int] = set()
@@ -90,6 +96,10 @@ class Ingest:
     def owned(self) -> frozenset[int]:
         """Input partitions this instance owns right now."""
         return frozenset(self._owned)
+
+    def lag(self) -> dict[int, int]:
+        """Consumer lag per assigned input partition (local, cheap; for the metrics scrape)."""
+        return consumer_lag(self._consumer)
 
     def step(self) -> int:
         """One consume -> apply -> commit cycle, then a scheduler tick when one is due."""
@@ -153,6 +163,8 @@ class Ingest:
             self._metrics.events_skipped.inc(result.skipped)
         if result.dropped:
             self._metrics.events_dropped.labels(reason="capacity").inc(result.dropped)
+        if self._hooks:
+            self._hooks.on_add(partition, records, result)
         if result.ready:
             self._emitter.emit(
                 partition, ((t, now) for t in result.ready), ScheduleReason.IMMEDIATE
@@ -197,7 +209,7 @@ class Ingest:
             timeline=timeline,
             id=event.id,
             timestamp=timestamp,
-            payload=value,
+            payload=envelope.wrap(message.headers(), self._carry, value) if self._carry else value,
             offset=message.offset() or 0,
         )
 
@@ -258,7 +270,7 @@ class Ingest:
             except InvalidArgument as exc:
                 self._dlq.send_raw(
                     key=record.timeline,
-                    value=record.payload,
+                    value=envelope.unwrap(record.payload)[1],
                     reason="store-refused",
                     detail=str(exc),
                     source=(self._topic, partition, record.offset),

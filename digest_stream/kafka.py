@@ -67,3 +67,18 @@ def commit(consumer: Consumer, offsets: list[TopicPartition], sync: bool) -> boo
         log.warning("commit of %s failed: %s", offsets, exc)
         return False
     return True
+
+
+def consumer_lag(consumer: Consumer) -> dict[int, int]:
+    """Lag per assigned partition: the cached high watermark minus the next offset to read.
+
+    Local calls only (no broker round trip): the high watermark comes with every fetch
+    response, so this is cheap enough to run on every metrics scrape.
+    """
+    lag: dict[int, int] = {}
+    for tp in consumer.position(consumer.assignment()):
+        low, high = consumer.get_watermark_offsets(tp, cached=True)
+        start = tp.offset if tp.offset >= 0 else low  # nothing consumed yet: from the start
+        if high >= 0 and start >= 0:
+            lag[tp.partition] = max(0, high - start)
+    return lag

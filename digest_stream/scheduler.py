@@ -9,6 +9,7 @@ from confluent_kafka import Producer
 
 from digest_stream import codec
 from digest_stream.clock import Clock
+from digest_stream.hooks import NO_HOOKS, Hooks
 from digest_stream.metrics import Metrics
 from digest_stream.models import ScheduleEntry, ScheduleReason
 from digest_stream.retry import REDIS_DOWN
@@ -21,16 +22,20 @@ log = logging.getLogger(__name__)
 class ScheduleEmitter:
     """Publishes ScheduleEntries (keyed by timeline) to the schedule topic."""
 
-    def __init__(self, producer: Producer, topic: str, metrics: Metrics) -> None:
+    def __init__(
+        self, producer: Producer, topic: str, metrics: Metrics, *, hooks: Hooks = NO_HOOKS
+    ) -> None:
         self._producer = producer
         self._topic = topic
         self._metrics = metrics
+        self._hooks = hooks
 
     def emit(
         self, partition: int, timelines: Iterable[tuple[str, float]], reason: ScheduleReason
     ) -> int:
         """Announce (timeline, due-or-ready time) pairs of one input partition."""
         count = 0
+        announced: list[str] | None = [] if self._hooks.wants_ready else None
         for timeline, at in timelines:
             entry = ScheduleEntry(
                 timeline=timeline,
@@ -42,8 +47,12 @@ class ScheduleEmitter:
                 self._topic, key=timeline.encode(), value=codec.encode_schedule_entry(entry)
             )
             count += 1
+            if announced is not None:
+                announced.append(timeline)
         if count:
             self._metrics.schedule_entries.labels(reason=reason.value).inc(count)
+            if announced:
+                self._hooks.on_ready(partition, announced, reason.value)
             self._producer.poll(0)  # serve delivery reports without blocking
         return count
 

@@ -2,14 +2,50 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from contextvars import ContextVar
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
-from digest_stream.store.base import InvalidArgument, TimelinePolicy
+from digest_stream.store.base import InvalidArgument, PolicyResolver, TimelinePolicy
 
 ENV_PREFIX = "DIGEST_STREAM_"
+#: Env var naming the optional TOML settings file (also `--config PATH`); not a setting itself.
+CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
+#: The TOML file of the command being run (set by the CLI's --config); wins over CONFIG_ENV.
+config_file: ContextVar[Path | None] = ContextVar("digest_stream_config_file", default=None)
+
+
+class ConfigFileError(ValueError):
+    """The TOML settings file is unreadable or names something that is not a setting."""
+
+
+class PolicyOverride(BaseModel):
+    """Per-timeline-prefix changes to the default policy; unset fields keep the default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    minimum_delay: float | None = Field(None, ge=0)
+    increment_delay: float | None = Field(None, ge=0)
+    maximum_delay: float | None = Field(None, ge=0)
+    ttl: float | None = Field(None, gt=0)
+    capacity: int | None = Field(None, ge=1)
 
 
 class Settings(BaseSettings):
@@ -55,6 +91,11 @@ class Settings(BaseSettings):
     capacity: int | None = Field(
         None, ge=1, description="Max records per timeline (oldest dropped); unset = no limit."
     )
+    overrides: dict[str, PolicyOverride] = Field(
+        default_factory=dict,
+        description="Per-timeline-prefix policy, as JSON: "
+        '`{"mail:p:*": {"minimum_delay": 60, "capacity": 100}}`; longest prefix wins.',
+    )
 
     # -- scheduling
     scheduler_interval: float = Field(0.25, gt=0, description="Seconds between schedule ticks.")
@@ -86,6 +127,60 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(
         1_000_000, ge=10_000, description="Largest digest message; bigger ones are split."
     )
+    carry_headers: list[str] = Field(
+        default_factory=list,
+        description='Event header names (JSON list, e.g. `["traceparent"]`) carried '
+        "into the digest's headers.",
+    )
+
+    # -- operations
+    redis_load_library: bool = Field(
+        True, description="Load the Functions library at start; false = only check its version."
+    )
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="HTTP port for /metrics, /healthz, /readyz; unset = no server, 0 = any.",
+    )
+    # Scrapers and probes come from other hosts (Prometheus, kubelet); the port is off unless
+    # asked for, so nothing listens by default.
+    metrics_host: str = Field("0.0.0.0", description="Address the metrics server binds to.")  # noqa: S104
+    stall_timeout: float = Field(
+        300.0, gt=0, description="/healthz fails when a role loop is stuck this long (s)."
+    )
+    log_format: Literal["human", "json"] = Field(
+        "human", description="Log lines as human-readable text or one JSON object each."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Lowest level logged."
+    )
+    hooks: list[str] = Field(
+        default_factory=list,
+        description="Lifecycle hook factories to load (JSON list of `module:attribute`).",
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Precedence: explicit values (CLI flags) > environment > TOML file > defaults.
+        path = config_file.get() or (
+            Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None
+        )
+        if path is None:
+            return (init_settings, env_settings)
+        return (init_settings, env_settings, InitSettingsSource(settings_cls, read_toml(path)))
 
     @model_validator(mode="after")
     def _check_policy(self) -> Settings:
@@ -99,6 +194,17 @@ class Settings(BaseSettings):
             self.policy()
         except InvalidArgument as exc:
             raise ValueError(str(exc)) from exc
+        for pattern in self.overrides:
+            prefix = pattern.removesuffix("*")
+            if not pattern.endswith("*") or not prefix or any(c in prefix for c in "*?["):
+                raise ValueError(
+                    f"{env_name('overrides')}: {pattern!r} must be a timeline prefix ending "
+                    "in '*' (e.g. 'mail:p:*')"
+                )
+            try:
+                self.policy_for(pattern)
+            except InvalidArgument as exc:
+                raise ValueError(f"{env_name('overrides')} {pattern!r}: {exc}") from exc
         return self
 
     def policy(self) -> TimelinePolicy:
@@ -110,6 +216,57 @@ class Settings(BaseSettings):
             ttl=self.ttl,
             capacity=self.capacity,
         )
+
+    def policy_for(self, pattern: str) -> TimelinePolicy:
+        """The policy of timelines matching one override pattern."""
+        base = self.policy()
+        changes = self.overrides[pattern].model_dump(exclude_none=True)
+        merged = {
+            "minimum_delay": base.minimum_delay,
+            "increment_delay": base.increment_delay,
+            "maximum_delay": base.maximum_delay,
+            "ttl": base.ttl,
+            "capacity": base.capacity,
+            **changes,
+        }
+        return TimelinePolicy(**merged)
+
+    def resolver(self) -> PolicyResolver:
+        """timeline -> policy: the longest matching override prefix, else the default."""
+        default = self.policy()
+        if not self.overrides:
+            return lambda _timeline: default
+        # Longest prefix first, so "mail:p:*" beats "mail:*" whatever the order given.
+        table = sorted(
+            ((p.removesuffix("*"), self.policy_for(p)) for p in self.overrides),
+            key=lambda item: -len(item[0]),
+        )
+
+        # Called once per timeline per add batch; timelines repeat, so remember answers.
+        @lru_cache(maxsize=65_536)
+        def resolve(timeline: str) -> TimelinePolicy:
+            for prefix, policy in table:
+                if timeline.startswith(prefix):
+                    return policy
+            return default
+
+        return resolve
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Settings from a TOML file (top-level keys are setting names); unknown keys refused."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+    except OSError as exc:
+        raise ConfigFileError(f"config file {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError(f"config file {path}: {exc}") from exc
+    unknown = sorted(set(data) - set(Settings.model_fields))
+    if unknown:
+        raise ConfigFileError(f"config file {path}: unknown settings {', '.join(unknown)}")
+    return data
 
 
 def env_name(field: str) -> str:

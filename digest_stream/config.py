@@ -1,0 +1,118 @@
+"""Effective configuration for operators: secrets masked, for `config show` and the logs."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from digest_stream.settings import Settings
+
+MASK = "***"
+
+#: librdkafka properties whose values are secrets (passwords, keys, tokens, JAAS configs).
+#: Paths such as ssl.key.location or ssl.ca.location are not secrets and stay readable.
+SECRET_KAFKA_KEY = re.compile(
+    r"password|secret|token|credential|jaas|oauthbearer\.config|\.key\.pem$|^ssl\.key$", re.I
+)
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password (if any) replaced by ***; the user name stays visible."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port is not None else ""
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}{port}"))
+
+
+def mask_kafka_config(config: dict[str, str]) -> dict[str, str]:
+    """librdkafka properties with secret values masked."""
+    return {k: MASK if SECRET_KAFKA_KEY.search(k) else v for k, v in config.items()}
+
+
+def masked_settings(settings: Settings) -> dict[str, Any]:
+    """Every setting as JSON-able values, secrets masked."""
+    data = settings.model_dump(mode="json")
+    data["redis_url"] = mask_url(settings.redis_url)
+    data["kafka_config"] = mask_kafka_config(settings.kafka_config)
+    return data
+
+
+def secret_values(settings: Settings) -> list[str]:
+    """The literal secrets in these settings, so the log formatter can scrub them anywhere."""
+    found = [v for k, v in settings.kafka_config.items() if SECRET_KAFKA_KEY.search(k) and v]
+    try:
+        password = urlsplit(settings.redis_url).password
+    except ValueError:
+        password = None
+    if password:
+        found.append(password)
+    # Very short values would mask unrelated text; they are still masked in `config show`.
+    return [v for v in found if len(v) >= 4]
+
+
+def setting_sources(settings: Settings, flags: dict[str, Any]) -> dict[str, str]:
+    """Where each setting's value came from: flag, env, file or default."""
+    import os
+    from pathlib import Path
+
+    from digest_stream.settings import CONFIG_ENV, env_name, read_toml
+
+    path = flags.get("config") or (
+        Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None
+    )
+    in_file = set(read_toml(Path(path))) if path else set()
+    sources = {}
+    for name in Settings.model_fields:
+        if flags.get(name) is not None:
+            sources[name] = "flag"
+        elif env_name(name) in os.environ:
+            sources[name] = "env"
+        elif name in in_file:
+            sources[name] = "file"
+        else:
+            sources[name] = "default"
+    return sources
+
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # JSON string escapes are valid TOML basic strings
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = (f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+        return "{" + ", ".join(items) + "}"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def to_toml(values: dict[str, Any], sources: dict[str, str]) -> str:
+    """Settings as a TOML document (usable as --config once secrets are filled in)."""
+    lines = []
+    for name, value in values.items():
+        note = f"  # {sources.get(name, 'default')}"
+        if value is None:
+            lines.append(f"# {name} is unset{note}")
+        else:
+            lines.append(f"{name} = {_toml_value(value)}{note}")
+    return "\n".join(lines)

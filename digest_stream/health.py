@@ -1,0 +1,219 @@
+"""Liveness, readiness and the per-partition gauges, computed on demand (never on the hot path).
+
+- live: every role loop came round within ``stall_timeout``, or it is inside a Redis-outage
+  retry (the Redis error counter moved within that window): waiting for Redis is not stuck.
+- ready: the roles started and are not stopping; the ingest role owns at least one input
+  partition (a delivery-only process: at least one schedule partition); the store answers and
+  runs the Functions library version this code expects (on every primary of a cluster).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaException
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from redis.cluster import RedisCluster
+
+from digest_stream.retry import REDIS_DOWN
+from digest_stream.store.redis import LIBRARY_VERSION, RedisClient, RedisStore
+
+if TYPE_CHECKING:
+    from digest_stream.app import App
+
+log = logging.getLogger(__name__)
+
+# A readiness probe may come every second from several probers; one Redis round trip per
+# second at most is plenty to notice an outage.
+READY_CACHE_SECONDS = 1.0
+
+# Per-partition gauges, declared once (see docs/operations.md).
+WAITING = "digest_partition_waiting_timelines"
+READY = "digest_partition_ready_timelines"
+OVERDUE = "digest_partition_oldest_overdue_seconds"
+LAG = "digest_consumer_lag"
+OWNED = "digest_owned_partitions"
+LOOP_AGE = "digest_role_loop_age_seconds"
+
+
+@dataclass
+class Heartbeats:
+    """Last loop iteration time per role (monotonic), written by the role threads."""
+
+    clock: Callable[[], float] = time.monotonic
+    beats: dict[str, float] = field(default_factory=dict)
+    lags: dict[str, dict[int, int]] = field(default_factory=dict)
+
+    def beat(self, role: str) -> float:
+        """The role finished one loop iteration; returns the time."""
+        now = self.clock()
+        self.beats[role] = now
+        return now
+
+    def refresh_lag(self, role: str, lag: Callable[[], dict[int, int]]) -> None:
+        """Remember a role's consumer lag per partition (called on the role's thread)."""
+        try:
+            self.lags[role] = lag()
+        except KafkaException as exc:
+            log.debug("%s: consumer lag unavailable: %s", role, exc)
+
+    def ages(self) -> dict[str, float]:
+        """Seconds since each role's last iteration."""
+        now = self.clock()
+        return {role: now - at for role, at in dict(self.beats).items()}
+
+
+def library_versions(client: RedisClient) -> dict[str, str]:
+    """The Functions library version on every primary (read-only FCALL_RO ds_version)."""
+    if isinstance(client, RedisCluster):
+        found = {}
+        for node in client.get_primaries():
+            reply = client.execute_command("FCALL_RO", "ds_version", 0, target_nodes=node)
+            found[node.name] = reply.decode() if isinstance(reply, bytes) else str(reply)
+        return found
+    reply = client.execute_command("FCALL_RO", "ds_version", 0)
+    return {"redis": reply.decode() if isinstance(reply, bytes) else str(reply)}
+
+
+class Health:
+    """Answers /healthz and /readyz for one App."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._lock = threading.Lock()
+        self._ready_at = -1.0
+        self._ready: tuple[bool, dict[str, Any]] = (False, {})
+        self._redis_errors = -1.0
+        self._redis_errors_changed = time.monotonic()
+
+    def live(self) -> tuple[bool, dict[str, Any]]:
+        """(alive, details): role loops not stuck."""
+        app = self._app
+        limit = app.settings.stall_timeout
+        errors = app.metrics.value("digest_redis_errors_total")
+        now = time.monotonic()
+        with self._lock:
+            if errors != self._redis_errors:
+                self._redis_errors, self._redis_errors_changed = errors, now
+            retrying_redis = now - self._redis_errors_changed < limit and errors > 0
+        ages = app.heartbeats.ages()
+        roles: dict[str, Any] = {}
+        ok = app.failed is None
+        for role in app.loop_roles():
+            age = ages.get(role)
+            stuck = age is not None and age > limit and not retrying_redis
+            roles[role] = {"loop_age_seconds": None if age is None else round(age, 3),
+                           "stuck": stuck}  # fmt: skip
+            ok = ok and not stuck
+        details = {"status": "ok" if ok else "stuck", "roles": roles,
+                   "waiting_for_redis": retrying_redis}  # fmt: skip
+        if app.failed is not None:
+            details["status"] = "failed"
+            details["error"] = str(app.failed)
+        return ok, details
+
+    def ready(self) -> tuple[bool, dict[str, Any]]:
+        """(ready, details); cached for READY_CACHE_SECONDS."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._ready_at < READY_CACHE_SECONDS:
+                return self._ready
+        result = self._check_ready()
+        with self._lock:
+            self._ready_at, self._ready = time.monotonic(), result
+        return result
+
+    def _check_ready(self) -> tuple[bool, dict[str, Any]]:
+        app = self._app
+        problems: list[str] = []
+        details: dict[str, Any] = {}
+        if not app.started:
+            problems.append("not started")
+        if app.stopping:
+            problems.append("stopping")
+        if app.ingest is not None:
+            owned = sorted(app.ingest.owned)
+            details["ingest_partitions"] = owned
+            if not owned:
+                problems.append("no input partitions assigned")
+        elif app.delivery is not None:
+            assigned = sorted(app.heartbeats.lags.get("delivery", {}))
+            details["delivery_partitions"] = assigned
+            if not assigned:
+                problems.append("no schedule partitions assigned")
+        store = app.store
+        if isinstance(store, RedisStore):
+            try:
+                versions = library_versions(store.client)
+            except REDIS_DOWN as exc:
+                problems.append(f"Redis unreachable: {exc}")
+            except Exception as exc:  # e.g. "Function not found" after a restart, ACL refusals
+                problems.append(f"Redis refused the version check: {exc}")
+            else:
+                details["library_versions"] = versions
+                wrong = {n: v for n, v in versions.items() if v != LIBRARY_VERSION}
+                if wrong:
+                    problems.append(
+                        f"Functions library version mismatch (need {LIBRARY_VERSION}): {wrong}"
+                    )
+        details["status"] = "ready" if not problems else "not ready"
+        details["problems"] = problems
+        return not problems, details
+
+
+class PartitionGauges(Collector):
+    """Per-owned-partition gauges, computed when scraped: one read-only FCALL per partition."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        # Declaring the families lets the registry refuse duplicates without calling collect().
+        return list(self._families())
+
+    def _families(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(WAITING, "WAITING timelines of an owned input partition.",
+                                labels=["partition"])  # fmt: skip
+        yield GaugeMetricFamily(READY, "READY timelines (due, not yet delivered).",
+                                labels=["partition"])  # fmt: skip
+        yield GaugeMetricFamily(
+            OVERDUE, "Age of the oldest WAITING timeline past its due time (0 = none).",
+            labels=["partition"],
+        )  # fmt: skip
+        yield GaugeMetricFamily(LAG, "Consumer lag (high watermark - position) by role.",
+                                labels=["role", "partition"])  # fmt: skip
+        yield GaugeMetricFamily(OWNED, "Input partitions this instance owns.")
+        yield GaugeMetricFamily(LOOP_AGE, "Seconds since each role loop last came round.",
+                                labels=["role"])  # fmt: skip
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        waiting, ready, overdue, lag, owned_g, loop_age = self._families()
+        app = self._app
+        now = app.clock.now()
+        owned: frozenset[int] = frozenset()
+        if app.ingest is not None:
+            owned = app.ingest.owned
+        for role, lags in sorted(dict(app.heartbeats.lags).items()):
+            for partition, value in sorted(lags.items()):
+                lag.add_metric([role, str(partition)], value)
+        owned_g.add_metric([], len(owned))
+        if app.store is not None and app.scheduler_runs:
+            for partition in sorted(owned):
+                try:
+                    stats = app.store.stats(partition)
+                except REDIS_DOWN:
+                    continue  # the scrape still answers; digest_redis_errors tells the story
+                label = [str(partition)]
+                waiting.add_metric(label, stats.waiting)
+                ready.add_metric(label, stats.ready)
+                late = 0.0 if stats.oldest_due is None else max(0.0, now - stats.oldest_due)
+                overdue.add_metric(label, late)
+        for role, age in sorted(app.heartbeats.ages().items()):
+            loop_age.add_metric([role], age)
+        yield from (waiting, ready, overdue, lag, owned_g, loop_age)

@@ -1,0 +1,61 @@
+"""Helpers for the operations tests: HTTP scraping and free ports."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from typing import Any
+
+# Re-export the end-to-end harness fixtures for tests in this folder.
+from tests.e2e.conftest import pipeline_factory
+
+__all__ = ["free_port", "get", "metric", "pipeline_factory", "probe"]
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """(status, body) of a GET; connection refused is status 0."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0, b""
+
+
+def probe(url: str) -> tuple[int, dict[str, Any]]:
+    """(status, JSON body) of /healthz or /readyz."""
+    status, body = get(url)
+    return status, (json.loads(body) if body else {})
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """One sample's value from Prometheus text, or None."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return None
+
+
+def metric_sum(text: str, name: str) -> float:
+    """Sum of every sample of a name (e.g. over partitions)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(
+        float(s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    )

@@ -1,0 +1,113 @@
+"""The metrics/health HTTP server of a running service, scraped over real HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from digest_stream import health
+from tests.conftest import unique, wait_until
+from tests.e2e.conftest import Pipeline
+from tests.ops.conftest import free_port, get, metric, metric_sum, probe
+
+
+def test_scrape_a_running_process_and_watch_values_move(
+    pipeline_factory: Callable[..., Pipeline],
+) -> None:
+    pipe = pipeline_factory(partitions=2)
+    port = free_port()
+    proc = pipe.process(
+        DIGEST_STREAM_METRICS_PORT=str(port), DIGEST_STREAM_METRICS_HOST="127.0.0.1"
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_until(lambda: probe(f"{base}/readyz")[0] == 200, 60, f"/readyz never 200: {proc.log()}")
+    status, ready = probe(f"{base}/readyz")
+    assert ready["ingest_partitions"] == [0, 1]
+    assert set(ready["library_versions"].values()) == {"2"}
+    assert probe(f"{base}/healthz")[0] == 200
+
+    status, body = get(f"{base}/metrics")
+    assert status == 200
+    before = body.decode()
+    assert metric(before, "digest_events_ingested_total") == 0
+    assert metric(before, "digest_owned_partitions") == 2
+
+    timelines = [unique("ops") for _ in range(3)]
+    with pipe.producer() as producer:
+        for n in range(30):
+            producer.send(timelines[n % 3], f"e{n}", b"{}")
+        producer.flush()
+
+    def scraped() -> str:
+        return get(f"{base}/metrics")[1].decode()
+
+    wait_until(
+        lambda: metric(scraped(), "digest_events_ingested_total") == 30, 30, "30 events ingested"
+    )
+    wait_until(
+        lambda: (metric(scraped(), "digest_digests_published_total") or 0) >= 3,
+        30,
+        "3 immediate digests published",
+    )
+    after = scraped()
+    # One batch held all 30 events: three digests of 10, then a cool-down per timeline.
+    assert metric(after, "digest_records_per_digest_sum") == 30
+    assert metric_sum(after, "digest_partition_waiting_timelines") == 3
+    assert metric(after, "digest_consumer_lag", role="ingest", partition="0") == 0
+    assert metric(after, "digest_role_loop_age_seconds", role="ingest") is not None
+    with pipe.producer() as producer:
+        for timeline in timelines:
+            producer.send(timeline, unique("late"), b"{}")
+        producer.flush()
+    wait_until(
+        lambda: metric(scraped(), "digest_digests_published_total") == 6,
+        30,
+        "the digests at the end of the cool-down",
+    )
+    # Delivered, cooling down again; with nothing new they retire: the gauge drops to 0.
+    wait_until(
+        lambda: metric_sum(scraped(), "digest_partition_waiting_timelines") == 0,
+        30,
+        "the timelines retired",
+    )
+    assert get(f"{base}/nope")[0] == 404
+    assert proc.stop() == 0
+    assert get(f"{base}/healthz")[0] == 0, "the port is released after a stop"
+
+
+def test_readyz_refuses_a_library_version_mismatch(
+    pipeline_factory: Callable[..., Pipeline], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipe = pipeline_factory(partitions=1)
+    app = pipe.app(metrics_port=0, metrics_host="127.0.0.1")
+    assert app.server is not None
+    url = f"http://127.0.0.1:{app.server.port}/readyz"
+    wait_until(lambda: probe(url)[0] == 200, 60, "ready")
+    monkeypatch.setattr(health, "LIBRARY_VERSION", "999")
+    monkeypatch.setattr(health, "READY_CACHE_SECONDS", 0.0)
+    status, body = probe(url)
+    assert status == 503
+    assert any("version mismatch" in p for p in body["problems"])
+
+
+def test_healthz_reports_a_stuck_loop(pipeline_factory: Callable[..., Pipeline]) -> None:
+    pipe = pipeline_factory(partitions=1, stall_timeout=5.0)
+    app = pipe.app(metrics_port=0, metrics_host="127.0.0.1")
+    assert app.server is not None
+    url = f"http://127.0.0.1:{app.server.port}/healthz"
+    wait_until(lambda: "ingest" in app.heartbeats.ages(), 30, "the ingest loop came round")
+    assert probe(url)[0] == 200
+    # Freeze the delivery role's heartbeat 10 s in the past: a loop that stopped coming round.
+    app.heartbeats.beats["delivery"] = app.heartbeats.clock() - 10.0
+    frozen = app.heartbeats.beats["delivery"]
+    app.heartbeats.beat = lambda role: frozen  # type: ignore[method-assign]
+    status, body = probe(url)
+    assert status == 503
+    assert body["roles"]["delivery"]["stuck"] is True
+    assert body["roles"]["ingest"]["stuck"] is False
+
+
+def test_no_server_unless_a_port_is_set(pipeline_factory: Callable[..., Pipeline]) -> None:
+    app = pipeline_factory(partitions=1).app()
+    assert app.server is None

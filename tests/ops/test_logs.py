@@ -1,0 +1,66 @@
+"""Logs: human by default, JSON on request, timelines named, secrets never printed."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from digest_stream import logs
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_json_lines_carry_context_fields_and_no_secrets() -> None:
+    out = io.StringIO()
+    logs.setup("INFO", "json", secrets=["k4fka-pass"], stream=out)
+    log = logging.getLogger("digest_stream.test")
+    log.info(
+        "timeline %s: connecting to %s with %s",
+        "mail:p:1",
+        "redis://svc:r3dis-pass@h:6379/0",
+        "sasl.password=k4fka-pass",
+        extra={"timeline": "mail:p:1", "partition": 3},
+    )
+    try:
+        raise RuntimeError("failed on rediss://svc:r3dis-pass@h/0")
+    except RuntimeError:
+        log.exception("boom")
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert len(lines) == 2
+    first = lines[0]
+    assert first["level"] == "INFO"
+    assert first["timeline"] == "mail:p:1"
+    assert first["partition"] == 3
+    assert "timeline mail:p:1" in first["message"]
+    assert "svc:***@h:6379" in first["message"]
+    text = out.getvalue()
+    assert "r3dis-pass" not in text
+    assert "k4fka-pass" not in text
+    assert "RuntimeError" in lines[1]["exc"]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_human_format_is_the_default_and_scrubbed() -> None:
+    out = io.StringIO()
+    logs.setup(stream=out)
+    logging.getLogger("digest_stream.test").warning("url redis://:pw-secret@h/0")
+    text = out.getvalue()
+    assert " WARNING digest_stream.test [" in text
+    assert "pw-secret" not in text
+    assert "redis://:***@h/0" in text
+    assert not text.startswith("{")
