@@ -353,6 +353,63 @@ def tail(
 # --------------------------------------------------------------------------- operators
 
 
+@main.command()
+@click.argument("timeline")
+@click.option("--partition", type=int, default=None, help="Input partition (default: search).")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@settings_options
+def delete(timeline: str, partition: int | None, yes: bool, **flags: Any) -> None:
+    """Delete one timeline: its pending records, open digest and schedule entries."""
+    from digest_stream.admin import find_timeline
+    from digest_stream.app import connect_store
+
+    settings = load_settings(flags)
+    store = connect_store(settings)
+    candidates = [partition] if partition is not None else _partitions(settings)
+    found = find_timeline(store, candidates, timeline)
+    if not found:
+        click.echo(f"timeline {timeline} has no state (absent); nothing to delete")
+        return
+    for p in found:
+        info = store.inspect(p, timeline)
+        click.echo(
+            f"timeline {timeline}: partition {p}, {info.state}, {info.pending} pending records, "
+            f"open digest {info.open_digest or '-'} ({info.open_records} records)"
+        )
+    if not yes:
+        click.confirm(f"Delete timeline {timeline}? Its records are lost", abort=True)
+    for p in found:
+        store.delete(p, timeline)
+    click.echo(f"deleted timeline {timeline}")
+
+
+@main.command()
+@click.option("--partition", type=int, required=True, help="Input partition to replay.")
+@click.option("--from", "from_offset", type=int, required=True, help="First offset to apply.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@settings_options
+def replay(partition: int, from_offset: int, yes: bool, **flags: Any) -> None:
+    """Replay an input partition from an offset: reset the fence and the group's offset.
+
+    The ingest group must be inactive (every instance stopped).
+    """
+    from digest_stream.admin import AdminError, apply_replay, plan_replay
+    from digest_stream.app import connect_store
+
+    settings = load_settings(flags)
+    store = connect_store(settings)
+    try:
+        plan = plan_replay(settings, partition, from_offset, store)
+        click.echo(plan.describe())
+        if not yes:
+            click.confirm("Go ahead?", abort=True)
+        apply_replay(settings, plan, store)
+    except AdminError as exc:
+        click.echo(f"digest-stream replay: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"partition {partition} replays from offset {from_offset} at the next start")
+
+
 @main.group("config")
 def config_group() -> None:
     """Inspect the effective configuration."""
