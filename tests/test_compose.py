@@ -48,3 +48,40 @@ def test_compose_service_points_at_the_compose_brokers() -> None:
         in services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
     )
     assert env["DIGEST_STREAM_REDIS_URL"].startswith("redis://redis:6379")
+
+
+def test_compose_runs_every_role_with_metrics_and_a_readiness_healthcheck() -> None:
+    services = _compose()["services"]
+    service = services["digest-stream"]
+    assert service["command"][:1] == ["run"]
+    roles = service["command"][service["command"].index("--roles") + 1]
+    assert set(roles.split(",")) == {"ingest", "scheduler", "delivery"}
+    port = service["environment"]["DIGEST_STREAM_METRICS_PORT"]
+    assert f"{port}:{port}" in service["ports"]
+    assert service["environment"]["DIGEST_STREAM_METRICS_HOST"] == "0.0.0.0"
+    assert f"127.0.0.1:{port}/readyz" in " ".join(service["healthcheck"]["test"])
+    for name in ("kafka", "redis", "digest-stream"):
+        assert "healthcheck" in services[name], name
+    assert service["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+    assert services["topics"]["command"][:2] == ["topics", "create"]
+
+
+def test_compose_redis_keeps_an_append_only_file_on_a_named_volume() -> None:
+    data = _compose()
+    redis = data["services"]["redis"]
+    command = " ".join(redis["command"])
+    assert "--appendonly yes" in command
+    volumes = {v.split(":")[0] for s in data["services"].values() for v in s.get("volumes", [])}
+    assert {"redis-data", "kafka-data"} <= volumes
+    assert volumes <= set(data["volumes"]), "every volume is a named volume"
+
+
+def test_compose_sample_producer_is_an_opt_in_profile() -> None:
+    services = _compose()["services"]
+    producer = services["producer"]
+    assert producer["profiles"] == ["producer"]
+    assert producer["command"][0] == "produce"
+    for name in ("producer", "topics"):
+        env = services[name]["environment"]
+        assert env["DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS"] == "kafka:19092"
+        Settings.model_validate({k[len(ENV_PREFIX) :].lower(): v for k, v in env.items()})

@@ -1,0 +1,152 @@
+"""Redis ACL: the service runs as a user limited to its key pattern and the commands it needs."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import redis
+from redis.exceptions import NoPermissionError
+
+from digest_stream.app import connect_store
+from digest_stream.store import NewRecord
+from tests.conftest import unique, wait_until
+from tests.e2e.conftest import Pipeline
+from tests.ops.conftest import free_port, probe
+
+#: Commands the Functions library runs (checked against the caller's ACL inside FCALL).
+LIBRARY_COMMANDS = [
+    "del",
+    "exists",
+    "get",
+    "hexists",
+    "hget",
+    "hgetall",
+    "hlen",
+    "hset",
+    "pexpire",
+    "pttl",
+    "rename",
+    "set",
+    "type",
+    "zadd",
+    "zcard",
+    "zrange",
+    "zrangebyscore",
+    "zrem",
+    "zscore",
+]
+#: What the service itself sends: function calls, the library load (optional) and PING.
+SERVICE_COMMANDS = ["fcall", "fcall_ro", "ping"]
+
+
+def acl_rules(namespace: str, *, load_library: bool) -> list[str]:
+    """The ACL SETUSER rules documented in the README, for one namespace."""
+    commands = SERVICE_COMMANDS + (["function|load"] if load_library else []) + LIBRARY_COMMANDS
+    return [f"~{{{namespace}:*", "resetchannels", "-@all", *(f"+{c}" for c in commands)]
+
+
+@pytest.fixture
+def acl_user(redis_client: redis.Redis) -> Iterator[Callable[..., str]]:
+    """Create ACL users (name, password) and delete them afterwards."""
+    made: list[str] = []
+
+    def make(namespace: str, redis_url: str, *, load_library: bool = True) -> str:
+        name, password = unique("ds-acl"), uuid.uuid4().hex
+        rules = [
+            "on",
+            f">{password}",
+            "resetkeys",
+            *acl_rules(namespace, load_library=load_library),
+        ]
+        redis_client.execute_command("ACL", "SETUSER", name, *rules)
+        made.append(name)
+        parts = urlsplit(redis_url)
+        return urlunsplit(parts._replace(netloc=f"{name}:{password}@{parts.hostname}:{parts.port}"))
+
+    yield make
+    for name in made:
+        redis_client.acl_deluser(name)
+
+
+def test_service_runs_as_a_restricted_acl_user(
+    pipeline_factory: Callable[..., Pipeline],
+    acl_user: Callable[..., str],
+    redis_url: str,
+    namespace: str,
+) -> None:
+    url = acl_user(namespace, redis_url)
+    password = urlsplit(url).password
+    assert password
+    pipe = pipeline_factory(partitions=2)
+    port = free_port()
+    proc = pipe.process(
+        DIGEST_STREAM_REDIS_URL=url,
+        DIGEST_STREAM_LOG_FORMAT="json",
+        DIGEST_STREAM_METRICS_PORT=str(port),
+        DIGEST_STREAM_METRICS_HOST="127.0.0.1",
+    )
+    ready = f"http://127.0.0.1:{port}/readyz"
+    wait_until(lambda: probe(ready)[0] == 200, 60, f"ready as the ACL user: {proc.log()}")
+    output = pipe.output()
+    timelines = [unique("acl") for _ in range(4)]
+    with pipe.producer() as producer:
+        for timeline in timelines:
+            producer.send(timeline, "e1", b"{}")
+        producer.flush()
+    output.wait_for(lambda: len(output.messages) >= 4, 30, "four digests via the ACL user")
+    output.close()
+    assert proc.stop() == 0
+    log = proc.log()
+    assert password not in log
+    lines = [json.loads(line) for line in log.splitlines() if line.strip()]
+    assert any("started roles" in line["message"] for line in lines)
+
+    # The same user is refused everything outside its pattern and command list.
+    client = redis.Redis.from_url(url)
+    with pytest.raises(NoPermissionError):
+        client.get("someone-else")
+    with pytest.raises(NoPermissionError):
+        client.get(f"{{{namespace}x:0}}:o")
+    with pytest.raises(NoPermissionError):
+        client.execute_command("KEYS", "*")
+    with pytest.raises(NoPermissionError):
+        client.execute_command("FLUSHALL")
+    with pytest.raises(NoPermissionError):
+        client.execute_command("CONFIG", "GET", "*")
+    with pytest.raises(NoPermissionError):  # the library's keys of another namespace
+        client.execute_command("FCALL", "ds_fence_get", 1, f"{{{namespace}x:0}}:o")
+    assert client.ping()
+    client.close()
+
+
+def test_without_function_load_the_library_must_be_preloaded(
+    acl_user: Callable[..., str], redis_url: str, namespace: str
+) -> None:
+    from digest_stream.settings import Settings
+
+    url = acl_user(namespace, redis_url, load_library=False)
+    loading = Settings(redis_url=url, namespace=namespace)
+    with pytest.raises(NoPermissionError):
+        connect_store(loading)  # FUNCTION LOAD is not granted
+    store = connect_store(loading.model_copy(update={"redis_load_library": False}))
+    store.add(0, [NewRecord("t", "r", 1.0, b"x", offset=0)], 10.0)
+    assert store.inspect(0, "t").state == "ready"
+    store.client.close()
+
+
+def test_acl_lists_match_the_library_and_the_readme() -> None:
+    import re
+    from importlib import resources
+    from pathlib import Path
+
+    lua = resources.files("digest_stream.store").joinpath("digests.lua").read_text("utf-8")
+    used = {c.lower() for c in re.findall(r"redis\.p?call\('([A-Za-z]+)'", lua)}
+    assert used == set(LIBRARY_COMMANDS)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    line = " ".join(["ACL SETUSER digest-stream on >CHANGE-ME resetkeys",
+                     *acl_rules("d", load_library=True)])  # fmt: skip
+    assert line in readme, f"README lacks the ACL line:\n{line}"
