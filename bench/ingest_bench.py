@@ -28,6 +28,7 @@ import json
 import os
 import pstats
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -305,12 +306,73 @@ def scaling(env: Stack, client: redis.Redis, count: int, reps: int) -> dict[str,
     return result
 
 
+# Where a sampled stack of the ingest thread is, first match wins (py-spy frame names).
+BUCKETS = (
+    ("redis-py: packing the call", ("pack_command", "RespSerializer.pack", "pack_commands")),
+    ("redis: ds_add call (Lua + round trip)", ("recv_into", "_fcall", "read_response")),
+    ("decode: codec.decode_event", ("decode_event",)),
+    ("record checks and NewRecord (Ingest._record)", ("_record",)),
+    ("store.add: validation and arguments", ("(digest_stream/store/",)),
+    ("kafka: consume", ("consume",)),
+    ("kafka: commit, schedule entries, rest of step", ("step",)),
+)
+
+
+def sample(env: Stack, client: redis.Redis, topic: str, count: int) -> dict[str, Any] | None:
+    """py-spy (sampling, no instrumentation bias) of this process during an ingest run."""
+    spy = Path(sys.executable).parent / "py-spy"
+    if not spy.exists():
+        return None
+    out = Path(tempfile.mkdtemp(prefix="bench-pyspy-")) / "raw.txt"
+    command = [str(spy), "record", "--pid", str(os.getpid()), "--format", "raw"]
+    command += ["--output", str(out), "--rate", "250", "--idle", "--nonblocking"]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(1.0)  # attached
+        rate = run_ingest(env, topic, count, 1000, client)
+    finally:
+        process.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if not out.exists():
+        return None
+    shares: dict[str, int] = {}
+    total = 0
+    for line in out.read_text().splitlines():
+        stack_text, _, number = line.rpartition(" ")
+        if "run_ingest" not in stack_text or "step (" not in stack_text:
+            continue  # other threads, or set-up outside the measured loop
+        step_part = stack_text.split("step (", 1)[1]
+        name = next(
+            (label for label, marks in BUCKETS if any(m in step_part for m in marks)), "other"
+        )
+        shares[name] = shares.get(name, 0) + int(number)
+        total += int(number)
+    shutil.rmtree(out.parent, ignore_errors=True)
+    return {
+        "rate_while_sampled": round(rate),
+        "samples": total,
+        "share_of_step": {k: round(v / total, 3) for k, v in sorted(shares.items())}
+        if total
+        else {},
+    }
+
+
 def profile(env: Stack, client: redis.Redis, count: int) -> dict[str, Any]:
-    """cProfile of Ingest.step over one pass of the topic (first batch excluded)."""
+    """cProfile of Ingest.step over one pass of the topic (first batch excluded), and a
+    py-spy sample of another pass when py-spy is installed (the `bench` extra)."""
     topic = _fill(env, count, PAYLOAD)
     prof = cProfile.Profile()
     try:
         rate = run_ingest(env, topic, count, 1000, client, profile=prof)
+        sampled = sample(env, client, topic, count)
     finally:
         delete_topics(env.bootstrap, [topic])
     text = io.StringIO()
@@ -322,6 +384,7 @@ def profile(env: Stack, client: redis.Redis, count: int) -> dict[str, Any]:
     top = sorted(raw_stats.items(), key=lambda item: item[1][2], reverse=True)[:15]
     return {
         "events": count,
+        "py_spy": sampled,
         "rate_while_profiled": round(rate),
         "total_tottime_s": round(total, 3),
         "top_tottime": [

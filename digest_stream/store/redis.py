@@ -248,29 +248,40 @@ class RedisStore:
         now = validate.time_value(now, "now")
         validate.records(records)
         expected, through = validate.fence_arguments(records, expected_fence, through_offset)
-        index: dict[str, int] = {}
+        index: dict[str, str] = {}
         policy_args: list[str | bytes] = []
         record_args: list[str | bytes] = []
+        # Hot path (bench/hotpath_bench.py): a batch's timelines mostly share one policy
+        # object (the default), so each object is checked and formatted once per call, not
+        # once per timeline. The dict holds the object, so its id cannot be reused meanwhile.
+        formatted: dict[int, tuple[object, list[str]]] = {}
         for record in records:
             position = index.get(record.timeline)
             if position is None:
-                position = index[record.timeline] = len(index) + 1
-                policy = self._policy(record.timeline)
-                policy_args += [
-                    record.timeline,
-                    _arg(policy.minimum_delay),
-                    _arg(policy.increment_delay),
-                    _arg(policy.maximum_delay),
-                    _arg(policy.ttl),
-                    str(policy.capacity or 0),
-                ]
-            record_args += [
-                str(position),
+                position = index[record.timeline] = str(len(index) + 1)
+                resolved = self._resolver(record.timeline)
+                cached = formatted.get(id(resolved))
+                if cached is None:
+                    policy = validate.policy(resolved, record.timeline)
+                    cached = formatted[id(resolved)] = (
+                        resolved,
+                        [
+                            _arg(policy.minimum_delay),
+                            _arg(policy.increment_delay),
+                            _arg(policy.maximum_delay),
+                            _arg(policy.ttl),
+                            str(policy.capacity or 0),
+                        ],
+                    )
+                policy_args.append(record.timeline)
+                policy_args += cached[1]
+            record_args += (
+                position,
                 record.id,
                 _arg(record.timestamp),
                 str(record.offset),
                 record.payload,
-            ]
+            )
         reply = _list(
             self._fcall(
                 "ds_add",

@@ -38,6 +38,8 @@ def partition(value: object) -> int:
 
 def time_value(value: object, name: str) -> float:
     """A finite, non-negative time in seconds."""
+    if type(value) is float and 0.0 <= value < math.inf:
+        return value  # the common case, checked per record on the ingest hot path
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgument(f"{name} must be a number of seconds, got {value!r}")
     number = float(value)
@@ -50,6 +52,10 @@ def name(value: object, what: str) -> str:
     """A timeline name or record id: 1..MAX_NAME_BYTES bytes of UTF-8."""
     if not isinstance(value, str):
         raise InvalidArgument(f"{what} must be a str, got {value!r}")
+    if value.isascii():  # one byte per character, and no surrogate can be ASCII
+        if not 1 <= len(value) <= MAX_NAME_BYTES:
+            raise InvalidArgument(f"{what} must be 1..{MAX_NAME_BYTES} bytes, got {len(value)}")
+        return value
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError as error:  # lone surrogates cannot reach Redis as UTF-8
