@@ -68,3 +68,5 @@ bench: venv stack-up bench-peer-venv
 
 bench-quick: venv stack-up bench-peer-venv
 	$(STACK_ENV) && DIGEST_STREAM_BENCH_PEER_PYTHON=$(BENCH_PEER_VENV)/bin/python $(BIN)/python -m bench.run --quick
+
+.PHONY: bench-peer-venv

@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(","))
     env = stack()
     client = redis.Redis.from_url(env.redis_url)
-    count, reps = (20_000, 3) if args.quick else (100_000, 5)
+    count, reps = (20_000, 3) if args.quick else (50_000, 5)
     result: dict[str, Any] = {"machine": machine(env.redis_url), "quick": args.quick}
     started = time.perf_counter()
     try:

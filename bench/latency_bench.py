@@ -168,7 +168,7 @@ def _digest_ids(message: Message) -> list[str]:
     return [record.id for record in codec.decode_digest(message.value() or b"").records]
 
 
-def immediate(env: Stack, seconds: float) -> dict[str, Any]:
+def immediate(env: Stack, seconds: float, **settings: str) -> dict[str, Any]:
     """Scenario 2: first event of a new timeline -> its digest at a reader, under 1k events/s."""
     payload = os.urandom(200)
     arrived: dict[str, float] = {}
@@ -182,7 +182,7 @@ def immediate(env: Stack, seconds: float) -> dict[str, Any]:
             elif record_id.startswith("w-"):
                 warm_digests[0] += 1
 
-    with Service(env) as service:
+    with Service(env, **settings) as service:
         events = service.topics["events"]
         reader = Reader(env, service.topics["output"], on_digest)
         reader.start()
@@ -247,6 +247,7 @@ def immediate(env: Stack, seconds: float) -> dict[str, Any]:
             background.flush(5)
     latencies = [(arrived[p] - t) * 1000 for p, t in sent.items() if p in arrived]
     return {
+        "settings": settings,
         "seconds": seconds,
         "probes": len(sent),
         "delivered": len(latencies),
@@ -360,13 +361,17 @@ def main(argv: list[str] | None = None) -> int:
         seconds = 15.0 if args.quick else 60.0
         print(f"scenario 2: immediate-path latency, {seconds:.0f} s under 1k events/s", flush=True)
         result["immediate"] = immediate(env, seconds)
+        if not args.quick:
+            # Where the time goes: the same run with batches that wait 5 ms to fill, not 50.
+            print("scenario 2 again with DIGEST_STREAM_BATCH_TIMEOUT=0.005", flush=True)
+            result["immediate_batch_timeout_5ms"] = immediate(env, seconds, batch_timeout="0.005")
     if "scheduled" in only:
         timelines, spread = (2_000, 20.0) if args.quick else (10_000, 60.0)
         print(f"scenario 3: scheduled lateness, {timelines:,} timelines over {spread:.0f} s")
         result["scheduled"] = scheduled(env, timelines, spread)
     result["seconds"] = round(time.perf_counter() - started, 1)
     path = write_result("latency_quick" if args.quick else "latency", result)
-    for name in ("immediate", "scheduled"):
+    for name in ("immediate", "immediate_batch_timeout_5ms", "scheduled"):
         if name in result:
             r = result[name]
             print(
