@@ -70,3 +70,10 @@ bench-quick: venv stack-up bench-peer-venv
 	$(STACK_ENV) && DIGEST_STREAM_BENCH_PEER_PYTHON=$(BENCH_PEER_VENV)/bin/python $(BIN)/python -m bench.run --quick
 
 .PHONY: bench-peer-venv
+
+# The `bench` extra (py-spy, for the sampled profile of scenario 6), installed once.
+bench-deps: venv
+	@test -x $(BIN)/py-spy || $(BIN)/python -m pip install -q -e '.[dev,bench]'
+
+bench bench-quick: bench-deps
+.PHONY: bench-deps
