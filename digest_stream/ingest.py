@@ -389,6 +389,11 @@ class Ingest:
             fence = self._store.applied_offset(partition)
         except REDIS_DOWN as exc:
             log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)
+            if has_commit and offset > 0:
+                # The group committed through offset - 1 only after Redis applied it, so the
+                # fence must be at least that: the first add checks it (Redis may have lost
+                # writes meanwhile) and rewinds, instead of silently skipping the gap.
+                self._expected[partition] = offset - 1
             return offset if has_commit else OFFSET_INVALID
         if fence is None:
             if not has_commit:

@@ -1,0 +1,112 @@
+"""Short regression tests for the bugs the chaos scenarios led to (they run in make test)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from digest_stream import codec
+from digest_stream.models import Event
+from digest_stream.settings import Settings
+from tests.chaos.conftest import SettingsFactory
+from tests.chaos.harness import OwnRedis, Services
+from tests.chaos.scenarios import committed_offsets
+from tests.conftest import wait_until
+from tests.e2e.conftest import Collector
+from tests.proxy import TcpProxy
+
+
+def _send(settings: Settings, timelines: list[str], per_timeline: int) -> list[str]:
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
+    ids = []
+    for _ in range(per_timeline):
+        for timeline in timelines:
+            record_id = uuid.uuid4().hex
+            event = Event(id=record_id, timestamp=int(time.time() * 1000), payload=b"{}")
+            producer.produce(
+                settings.events_topic, key=timeline.encode(), value=codec.encode_event(event)
+            )
+            ids.append(record_id)
+    assert producer.flush(30) == 0
+    return ids
+
+
+def _end_offsets(settings: Settings, partitions: int) -> list[int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": "x"})
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(settings.events_topic, p), timeout=10)[1]
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_rolled_back_fence_is_noticed_when_redis_was_down_at_assignment(
+    make_settings: SettingsFactory, own_redis: OwnRedis
+) -> None:
+    """Redis restarted from an older snapshot AND unreachable while the partitions are assigned.
+
+    The ingest cannot read the fence at assignment, so it starts at the committed offset. It
+    must still notice, at its first batch, that Redis is behind what the group committed, and
+    replay the gap; otherwise the records between the snapshot and the commit are lost.
+    """
+    with TcpProxy("127.0.0.1", own_redis.port) as proxy:
+        settings = make_settings(
+            redis=f"redis://{proxy.address}/0",
+            partitions=2,
+            minimum_delay=15.0,
+            increment_delay=0.1,
+            maximum_delay=20.0,
+            ttl=120.0,
+        )
+        services = Services(settings)
+        out = Collector(settings, settings.output_topic)
+        try:
+            a, b = services.start(), services.start()
+            for proc in (a, b):
+                services.wait_started(proc)
+            wait_until(
+                lambda: "] assigned " in a.log() and "] assigned " in b.log(),
+                60,
+                "both instances to own a partition",
+            )
+            timelines = [f"gap:{i}" for i in range(8)]
+            first = _send(settings, timelines, 1)  # immediate digests
+            out.wait_for(lambda: set(first) <= out.record_ids(), 60, "the first digests")
+            own_redis.snapshot()  # the fence covers `first` only
+            pending = _send(settings, timelines, 2)  # cool-down: WAITING in Redis
+            ends = _end_offsets(settings, 2)
+            wait_until(
+                lambda: (
+                    committed_offsets(settings, settings.group_id, settings.events_topic, 2) == ends
+                ),
+                30,
+                "the pending records to be applied and committed",
+            )
+            proxy.block()
+            services.kill(a)  # its partition moves to b while Redis is unreachable
+            own_redis.shutdown_nosave()
+            own_redis.start()  # back to the snapshot: `pending` is gone from Redis
+            wait_until(
+                lambda: "Redis unreachable at assignment" in b.log(),
+                60,
+                "b to be assigned a's partition during the outage",
+            )
+            proxy.unblock()
+            later = _send(settings, timelines, 1)
+            out.wait_for(
+                lambda: set(first + pending + later) <= out.record_ids(),
+                90,
+                "every record, including those the rollback removed from Redis",
+            )
+        finally:
+            services.cleanup()
+            out.close()
