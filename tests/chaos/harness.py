@@ -391,6 +391,7 @@ class Figures:
     dropped: int
     lost: int
     note: str = ""
+    forfeited: int = 0  # lost by contract (on_state_loss=continue), not counted in `lost`
 
     def line(self) -> str:
         """The one-line summary."""
@@ -399,6 +400,8 @@ class Figures:
             f"duplicated={self.duplicated} dead-lettered={self.dead_lettered} "
             f"dropped={self.dropped} lost={self.lost}"
         )
+        if self.forfeited:
+            text += f" forfeited-by-contract={self.forfeited}"
         return f"{text} ({self.note})" if self.note else text
 
 
