@@ -25,7 +25,7 @@ from digest_stream.hooks import NO_HOOKS, Hooks
 from digest_stream.kafka import commit, consumer_config, consumer_lag
 from digest_stream.metrics import Metrics
 from digest_stream.models import Digest, Record, ScheduleEntry
-from digest_stream.retry import backoff_delay, until_redis_answers
+from digest_stream.retry import REDIS_DOWN, backoff_delay, until_redis_answers
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, InvalidState, OpenDigest
 
@@ -99,10 +99,18 @@ class Delivery:
         if not messages:
             return 0
         entries = self._decode(messages)
-        pending = self._open(entries)
-        published, cut_short = self._publish(pending)
-        self._pause_if_asked(published)
-        self._close(published)
+        try:
+            pending = self._open(entries)
+            published, cut_short = self._publish(pending)
+            self._pause_if_asked(published)
+            self._close(published)
+        except REDIS_DOWN:
+            if not self._stopping():
+                raise
+            # Asked to stop while Redis is unreachable: a graceful stop, not a failure. The
+            # batch is not committed; its entries come back and reopen the same digest ids.
+            log.warning("stopping while Redis is unreachable; this batch will be redelivered")
+            return 0
         if not cut_short:
             self._commit(messages, sync=False)
         return len(published)

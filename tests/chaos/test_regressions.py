@@ -9,10 +9,10 @@ import pytest
 from confluent_kafka import Producer
 
 from digest_stream import codec
-from digest_stream.models import Event
+from digest_stream.models import Event, ScheduleEntry, ScheduleReason
 from digest_stream.settings import Settings
 from tests.chaos.conftest import SettingsFactory
-from tests.chaos.harness import OwnRedis, Services
+from tests.chaos.harness import OwnRedis, Services, free_port
 from tests.chaos.scenarios import committed_offsets
 from tests.conftest import wait_until
 from tests.e2e.conftest import Collector
@@ -45,6 +45,24 @@ def _end_offsets(settings: Settings, partitions: int) -> list[int]:
         ]
     finally:
         consumer.close()
+
+
+def _open_attempts(port: int) -> float:
+    """store.open calls (failed ones too) of the delivery, from the /metrics endpoint."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if (
+                sample.name == "digest_store_call_seconds_count"
+                and sample.labels.get("operation") == "open"
+            ):
+                return sample.value
+    return 0.0
 
 
 @pytest.mark.slow
@@ -107,6 +125,62 @@ def test_rolled_back_fence_is_noticed_when_redis_was_down_at_assignment(
                 90,
                 "every record, including those the rollback removed from Redis",
             )
+        finally:
+            services.cleanup()
+            out.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_sigterm_during_a_redis_outage_stops_cleanly_and_loses_nothing(
+    make_settings: SettingsFactory, redis_url: str
+) -> None:
+    """An operator restarts the service while Redis is down: a clean exit, then catch-up."""
+    host, port = redis_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    with TcpProxy(host, int(port)) as proxy:
+        settings = make_settings(
+            redis=f"redis://{proxy.address}/0", partitions=2, metrics_port=free_port()
+        )
+        services = Services(settings)
+        out = Collector(settings, settings.output_topic)
+        try:
+            service = services.start()
+            services.wait_started(service)
+            timelines = [f"term:{i}" for i in range(8)]
+            first = _send(settings, timelines, 1)
+            out.wait_for(lambda: set(first) <= out.record_ids(), 60, "the first digests")
+            more = _send(settings, timelines, 1)  # ingested and scheduled, not yet delivered
+            proxy.block()
+            during = _send(settings, timelines, 1)
+            # A schedule entry arriving now keeps the delivery retrying store.open.
+            entry = ScheduleEntry(
+                timeline=timelines[0],
+                partition=0,
+                scheduled_at=int(time.time() * 1000),
+                reason=ScheduleReason.RECOVERED,
+            )
+            producer = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
+            producer.produce(
+                settings.schedule_topic,
+                key=timelines[0].encode(),
+                value=codec.encode_schedule_entry(entry),
+            )
+            assert producer.flush(30) == 0
+            wait_until(lambda: "Redis unreachable" in service.log(), 30, "the outage noticed")
+            metrics = int(settings.metrics_port or 0)
+            opens = _open_attempts(metrics)
+            wait_until(
+                lambda: _open_attempts(metrics) >= opens + 2, 30, "the delivery to retry store.open"
+            )
+            started = time.monotonic()
+            code = service.stop(timeout=90)
+            assert code == 0, service.log()[-3000:]
+            assert time.monotonic() - started < 30
+            assert "role failed" not in service.log(), service.log()[-3000:]
+            proxy.unblock()
+            service = services.start()
+            services.wait_started(service)
+            out.wait_for(lambda: set(first + more + during) <= out.record_ids(), 90, "every record")
         finally:
             services.cleanup()
             out.close()
