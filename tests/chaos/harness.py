@@ -193,6 +193,11 @@ class Load:
         self._stop.set()
         self._thread.join(60)
 
+    def acked_copy(self) -> dict[str, Sent]:
+        """The acknowledgements so far (a copy: the load thread keeps adding)."""
+        with self._lock:
+            return dict(self.acked)
+
     def progress(self) -> float:
         """Fraction of the good events produced so far."""
         return self.produced / self.count
@@ -417,7 +422,7 @@ class Accounting:
 
     def tracked(self) -> dict[str, Sent]:
         """Every event id that must come out, with its acknowledgement."""
-        return {**self.load.acked, **self.extra}
+        return {**self.load.acked_copy(), **self.extra}
 
     def dead_lettered_ids(self) -> set[str]:
         """Tracked event ids whose source offset is in the DLQ (should be none)."""

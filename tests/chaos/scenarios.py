@@ -250,7 +250,7 @@ def redis_restarted_empty(settings: Settings, size: Size, redis: OwnRedis, mode:
             down_at = time.time()
             redis.wipe_snapshot()
             redis.start()
-            before = {rid for rid, sent in load.acked.items() if sent.at <= down_at}
+            before = {rid for rid, sent in load.acked_copy().items() if sent.at <= down_at}
             acc.load.wait_acked(timeout=size.seconds * 4 + 300)
             if mode == "replay":
                 acc.wait_complete(size.drain)
