@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import Message, Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from digest_stream.hooks import NO_HOOKS, Hooks
 from digest_stream.metrics import Metrics
@@ -25,6 +25,13 @@ class DeadLetters:
         self._topic = topic
         self._metrics = metrics
         self._hooks = hooks
+        # Sources whose dead letter the broker refused: they must be dead-lettered again.
+        self._failed: list[tuple[str, int, int]] = []
+
+    def take_failures(self) -> list[tuple[str, int, int]]:
+        """(topic, partition, offset) of dead letters the broker refused since the last call."""
+        failed, self._failed = self._failed, []
+        return failed
 
     def send(self, message: Message, reason: str, detail: str = "") -> None:
         """Dead-letter a consumed message as is, with headers naming why and whence."""
@@ -57,7 +64,15 @@ class DeadLetters:
         # A key too long for Kafka's own limits would fail the DLQ write too: cut it.
         if isinstance(key, bytes | str) and len(key) > 4096:
             key = key[:4096]
-        self._producer.produce(self._topic, key=key, value=value, headers=headers)
+
+        def on_delivery(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                log.error("dead letter for %s[%d]@%d was refused: %s", *source, error)
+                self._failed.append(source)
+
+        self._producer.produce(
+            self._topic, key=key, value=value, headers=headers, on_delivery=on_delivery
+        )
         self._metrics.dead_letters.labels(reason=reason).inc()
         if self._hooks:
             self._hooks.on_dead_letter(reason, detail, source)

@@ -466,7 +466,16 @@ class Ingest:
             return
         if self._dead_letters_unflushed:
             # A dead letter must be durable before the offset that skips its source is.
-            self._producer.flush(COMMIT_TIMEOUT)
+            if self._producer.flush(COMMIT_TIMEOUT):
+                log.error("dead letters unacknowledged after %.0fs; not committing", COMMIT_TIMEOUT)
+                return
             self._dead_letters_unflushed = False
+            refused = self._dlq.take_failures()
+            if refused:
+                # Read the refused sources again (the fence skips what was applied since).
+                for partition in sorted({p for _, p, _ in refused}):
+                    first = min(o for _, p, o in refused if p == partition)
+                    self._seek(partition, first)
+                offsets = [tp for tp in offsets if tp.partition in self._positions]
         if commit(self._consumer, offsets, sync):
             self._uncommitted.difference_update(tp.partition for tp in offsets)
