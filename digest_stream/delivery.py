@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from digest_stream import codec, envelope
 from digest_stream.clock import Clock
 from digest_stream.dlq import DeadLetters
 from digest_stream.hooks import NO_HOOKS, Hooks
-from digest_stream.kafka import commit, consumer_config, consumer_lag
+from digest_stream.kafka import commit, consumer_config, consumer_lag, usable
 from digest_stream.metrics import Metrics
 from digest_stream.models import Digest, Record, ScheduleEntry
 from digest_stream.retry import REDIS_DOWN, backoff_delay, until_redis_answers
@@ -125,14 +125,7 @@ class Delivery:
 
     def _decode(self, messages: Sequence[Message]) -> list[tuple[Message, ScheduleEntry]]:
         entries: list[tuple[Message, ScheduleEntry]] = []
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.fatal():
-                    raise KafkaException(error)
-                if error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("delivery consumer error: %s", error)
-                continue
+        for message in usable(messages, "delivery"):
             try:
                 entry = codec.decode_schedule_entry(message.value() or b"")
             except codec.DecodeError as exc:

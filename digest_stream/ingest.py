@@ -16,8 +16,6 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_INVALID,
     Consumer,
-    KafkaError,
-    KafkaException,
     Message,
     Producer,
     TopicPartition,
@@ -28,7 +26,7 @@ from digest_stream import codec, envelope
 from digest_stream.clock import Clock
 from digest_stream.dlq import DeadLetters
 from digest_stream.hooks import NO_HOOKS, Hooks
-from digest_stream.kafka import commit, consumer_config, consumer_lag
+from digest_stream.kafka import commit, consumer_config, consumer_lag, usable
 from digest_stream.metrics import Metrics
 from digest_stream.models import ScheduleReason, validate_timeline
 from digest_stream.retry import REDIS_DOWN, until_redis_answers
@@ -121,14 +119,7 @@ class Ingest:
 
     def _process(self, messages: Sequence[Message]) -> int:
         by_partition: dict[int, list[Message]] = {}
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.fatal():
-                    raise KafkaException(error)
-                if error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("consumer error: %s", error)
-                continue
+        for message in usable(messages, "ingest"):
             by_partition.setdefault(message.partition() or 0, []).append(message)
         applied = 0
         for partition, batch in by_partition.items():

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from digest_stream.settings import Settings
 
@@ -82,3 +83,16 @@ def consumer_lag(consumer: Consumer) -> dict[int, int]:
         if high >= 0 and start >= 0:
             lag[tp.partition] = max(0, high - start)
     return lag
+
+
+def usable(messages: Sequence[Message], role: str) -> Iterator[Message]:
+    """Messages that carry data; fatal errors raise, end-of-partition is skipped, others logged."""
+    for message in messages:
+        error = message.error()
+        if error is None:
+            yield message
+            continue
+        if error.fatal():
+            raise KafkaException(error)
+        if error.code() != KafkaError._PARTITION_EOF:
+            log.warning("%s consumer error: %s", role, error)
