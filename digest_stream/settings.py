@@ -23,7 +23,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from digest_stream.store.base import InvalidArgument, PolicyResolver, TimelinePolicy
+from digest_stream.store.base import MAX_TTL, InvalidArgument, PolicyResolver, TimelinePolicy
 
 ENV_PREFIX = "DIGEST_STREAM_"
 #: Env var naming the optional TOML settings file (also `--config PATH`); not a setting itself.
@@ -44,7 +44,7 @@ class PolicyOverride(BaseModel):
     minimum_delay: float | None = Field(None, ge=0)
     increment_delay: float | None = Field(None, ge=0)
     maximum_delay: float | None = Field(None, ge=0)
-    ttl: float | None = Field(None, gt=0)
+    ttl: float | None = Field(None, gt=0, le=MAX_TTL)
     capacity: int | None = Field(None, ge=1)
 
 
@@ -87,7 +87,9 @@ class Settings(BaseSettings):
     minimum_delay: float = Field(300.0, ge=0, description="Cool-down after a digest.")
     increment_delay: float = Field(30.0, ge=0, description="Delay added by each new event.")
     maximum_delay: float = Field(1800.0, ge=0, description="Cap on delay after a delivery.")
-    ttl: float = Field(3600.0, gt=0, description="TTL of every Redis key (> maximum_delay).")
+    ttl: float = Field(
+        3600.0, gt=0, le=MAX_TTL, description="TTL of Redis keys (> maximum_delay, <= 10 years)."
+    )
     capacity: int | None = Field(
         None, ge=1, description="Max records per timeline (oldest dropped); unset = no limit."
     )

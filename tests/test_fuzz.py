@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from digest_stream import codec
@@ -260,6 +260,8 @@ def _keys_for(function: str, tag: str) -> list[str]:
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
+# Found by this test: a huge TTL reached PEXPIRE in exponent form ("1e+17") and Redis refused it.
+@example(function="ds_schedule", args=[0, 100000000000000.0], keys_ok=True, partition=0)
 @given(
     function=st.sampled_from(FUNCTIONS),
     args=lua_args,

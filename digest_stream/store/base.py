@@ -7,6 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+#: The longest TTL (seconds, ten years) the store accepts; the Lua guard enforces it too.
+MAX_TTL = 315_360_000
+
 #: Digest ids are 32 lowercase hex characters (a uuid4 hex), minted by the caller.
 DIGEST_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 
@@ -41,6 +44,8 @@ class TimelinePolicy:
         for name in ("minimum_delay", "increment_delay", "maximum_delay", "ttl"):
             if getattr(self, name) < 0:
                 raise InvalidArgument(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.ttl > MAX_TTL:
+            raise InvalidArgument(f"ttl must be at most {MAX_TTL} seconds, got {self.ttl!r}")
         if self.ttl <= self.maximum_delay:
             raise InvalidArgument(
                 f"ttl ({self.ttl}) must exceed maximum_delay ({self.maximum_delay})"

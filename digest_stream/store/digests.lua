@@ -24,7 +24,7 @@
 -- Ordering is computed only when a digest is opened or capacity trims, so no
 -- per-record index (sorted set) is kept at all.
 
-local LIBRARY_VERSION = '2'
+local LIBRARY_VERSION = '3'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -125,10 +125,17 @@ local function parse_digest_id(value)
     return value
 end
 
+-- Ten years. Beyond ~1e14 ms Lua would hand PEXPIRE an exponent-form number ("1e+17"),
+-- which Redis refuses; no digest needs to wait this long anyway.
+local MAX_TTL = 315360000
+
 local function parse_ttl(value)
     local ttl = parse_time(value, 'ttl')
     if ttl <= 0 then
         invalid_argument('ttl must be > 0, got ' .. tostring(value))
+    end
+    if ttl > MAX_TTL then
+        invalid_argument('ttl must be at most ' .. MAX_TTL .. ' seconds, got ' .. tostring(value))
     end
     return ttl
 end

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from digest_stream.store.base import (
     DIGEST_ID_PATTERN,
+    MAX_TTL,
     InvalidArgument,
     NewRecord,
     TimelinePolicy,
@@ -85,6 +86,8 @@ def policy(value: object, timeline: str) -> TimelinePolicy:
         raise InvalidArgument(f"policy for {timeline!r} is not a TimelinePolicy: {value!r}")
     for field in ("minimum_delay", "increment_delay", "maximum_delay", "ttl"):
         time_value(getattr(value, field), field)
+    if value.ttl > MAX_TTL:
+        raise InvalidArgument(f"ttl must be at most {MAX_TTL} seconds, got {value.ttl!r}")
     capacity = value.capacity
     if capacity is not None and (
         isinstance(capacity, bool) or not isinstance(capacity, int) or capacity > MAX_OFFSET
