@@ -214,9 +214,11 @@ def machine(redis_url: str) -> dict[str, Any]:
     }
 
 
-def write_result(name: str, result: dict[str, Any]) -> Path:
-    """Write bench/results/<name>.json."""
+def write_result(name: str, result: dict[str, Any], merge: bool = False) -> Path:
+    """Write bench/results/<name>.json; merge=True keeps the scenarios this run did not redo."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
+    if merge and path.exists():
+        result = json.loads(path.read_text()) | result
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path

@@ -401,9 +401,11 @@ def profile(env: Stack, client: redis.Redis, count: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer events and repetitions")
-    parser.add_argument("--only", default="throughput,scaling,profile")
+    parser.add_argument(
+        "--only", help="a subset of throughput,scaling,profile (merged into the results file)"
+    )
     args = parser.parse_args(argv)
-    only = set(args.only.split(","))
+    only = set((args.only or "throughput,scaling,profile").split(","))
     env = stack()
     client = redis.Redis.from_url(env.redis_url)
     count, reps = (20_000, 3) if args.quick else (50_000, 5)
@@ -423,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
     result["seconds"] = round(time.perf_counter() - started, 1)
     name = "ingest_quick" if args.quick else "ingest"
-    path = write_result(name, result)
+    path = write_result(name, result, bool(args.only))
     if "throughput" in result:
         t = result["throughput"]
         for key in ("ingest_vs_raw", "ingest_vs_seed", "ingest_vs_quix"):

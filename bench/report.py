@@ -59,22 +59,29 @@ def table() -> str:
                 rows.append(f"| {label[:2]} | {label[3:]} | {_ratio(t[key])} | {target} | {ok} |")
     latency = _load("latency")
     if latency:
-        for key, label in (("immediate", "2"), ("scheduled", "3")):
+        for key, label in (
+            ("immediate", "2"),
+            ("immediate_batch_timeout_5ms", "2"),
+            ("scheduled", "3"),
+        ):
             if key in latency:
                 r = latency[key]
                 ok = "yes" if r["p99_ms"] < r["target_p99_ms"] else "**no**"
                 rows.append(
-                    f"| {label} | {key} path p50 / p90 / p99 / max (ms), {r['delivered']:,} "
-                    f"samples | {r['p50_ms']} / {r['p90_ms']} / **{r['p99_ms']}** / "
+                    f"| {label} | {key.replace('_', ' ')}: p50 / p90 / p99 / max (ms), "
+                    f"{r['delivered']:,} samples"
+                    f" | {r['p50_ms']} / {r['p90_ms']} / **{r['p99_ms']}** / "
                     f"{r['max_ms']} | p99 < {r['target_p99_ms']} | {ok} |"
                 )
     memory = _load("memory")
     if memory:
+        check = memory.get("memory_usage_check", {})
         for shape, row in memory["per_timeline"].items():
             ok = "yes" if row["ratio"] <= 0.5 else "**no**"
             rows.append(
                 f"| 4 | memory per record beyond payload, {shape} record(s)/timeline: "
-                f"store {row['store_bytes']} B vs seed-style {row['seed_style_bytes']} B | "
+                f"store {row['store_bytes']} B vs seed-style {row['seed_style_bytes']} B "
+                f"(MEMORY USAGE check: {check.get(shape, '-')}) | "
                 f"**{row['ratio']}** [{min(row['ratio_reps'])}..{max(row['ratio_reps'])}] "
                 f"| <= 0.5 | {ok} |"
             )

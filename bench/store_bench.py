@@ -176,13 +176,29 @@ def throughput(client: redis.Redis, payload_size: int) -> dict[str, Any]:
     return result
 
 
+def key_bytes(client: redis.Redis, namespace: str) -> int:
+    """Sum of MEMORY USAGE (all samples) over the namespace's keys: blind to other clients."""
+    total = 0
+    keys = list(client.scan_iter(match=f"{{{namespace}:*", count=5000))
+    for start in range(0, len(keys), 1000):
+        pipe = client.pipeline(transaction=False)
+        for key in keys[start : start + 1000]:
+            pipe.execute_command("MEMORY", "USAGE", key, "SAMPLES", "0")
+        total += sum(int(size or 0) for size in pipe.execute())
+    return total
+
+
 def memory_per_record(
     client: redis.Redis,
     per_timeline: int,
     payload_size: int,
     layout: str,
     count: int = MEMORY_RECORDS,
+    method: str = "used_memory",
 ) -> float:
+    """Bytes per record beyond its payload. method "used_memory": growth of the server's
+    used_memory (counts allocator overhead, but also whatever other clients do meanwhile);
+    "memory_usage": MEMORY USAGE of the namespace's keys (only ours, robust on a shared Redis)."""
     records = make_records(count, per_timeline, payload_size)
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
     if layout == "store":
@@ -196,20 +212,28 @@ def memory_per_record(
             store.add(0, chunk, T0)
         else:
             seed.add_pipelined(chunk)
-    after = used_memory(client)
+    grown = used_memory(client) - before
+    if method == "memory_usage":
+        grown = key_bytes(client, namespace)
     delete_namespace(client, namespace)
-    return (after - before) / len(records) - payload_size
+    return grown / len(records) - payload_size
 
 
 def memory(
-    client: redis.Redis, payload_size: int, count: int = MEMORY_RECORDS, reps: int = REPS
+    client: redis.Redis,
+    payload_size: int,
+    count: int = MEMORY_RECORDS,
+    reps: int = REPS,
+    method: str = "used_memory",
 ) -> dict[str, Any]:
     table: dict[str, Any] = {}
     for per_timeline in MEMORY_SHAPES:
         samples: dict[str, list[float]] = {"store": [], "seed_style": []}
         for _ in range(reps):  # alternate, so drift in the allocator hits both alike
             for layout, values in samples.items():
-                values.append(memory_per_record(client, per_timeline, payload_size, layout, count))
+                values.append(
+                    memory_per_record(client, per_timeline, payload_size, layout, count, method)
+                )
         ours = statistics.median(samples["store"])
         seed = statistics.median(samples["seed_style"])
         ratios = [a / b for a, b in zip(samples["store"], samples["seed_style"], strict=True)]
