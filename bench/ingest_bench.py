@@ -378,7 +378,6 @@ def profile(env: Stack, client: redis.Redis, count: int) -> dict[str, Any]:
     text = io.StringIO()
     stats = pstats.Stats(prof, stream=text)
     stats.sort_stats("tottime").print_stats(25)
-    (Path(__file__).resolve().parent / "results" / "profile.txt").write_text(text.getvalue())
     raw_stats: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     total = sum(entry[2] for entry in raw_stats.values())
     top = sorted(raw_stats.items(), key=lambda item: item[1][2], reverse=True)[:15]
@@ -386,6 +385,7 @@ def profile(env: Stack, client: redis.Redis, count: int) -> dict[str, Any]:
         "events": count,
         "py_spy": sampled,
         "rate_while_profiled": round(rate),
+        "cprofile_text": text.getvalue().splitlines(),
         "total_tottime_s": round(total, 3),
         "top_tottime": [
             {
