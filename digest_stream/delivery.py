@@ -22,7 +22,7 @@ from digest_stream import codec, envelope
 from digest_stream.clock import Clock
 from digest_stream.dlq import DeadLetters
 from digest_stream.hooks import NO_HOOKS, Hooks
-from digest_stream.kafka import commit, consumer_config, consumer_lag, usable
+from digest_stream.kafka import commit, consumer_config, consumer_lag, take_batch, usable
 from digest_stream.metrics import Metrics
 from digest_stream.models import Digest, Record, ScheduleEntry
 from digest_stream.retry import REDIS_DOWN, backoff_delay, until_redis_answers
@@ -93,8 +93,8 @@ class Delivery:
 
     def step(self) -> int:
         """Deliver one batch of schedule entries; returns digests published."""
-        messages = self._consumer.consume(
-            self._settings.batch_size, timeout=self._settings.batch_timeout
+        messages = take_batch(
+            self._consumer, self._settings.batch_size, self._settings.batch_timeout
         )
         if not messages:
             return 0

@@ -26,7 +26,7 @@ from digest_stream import codec, envelope
 from digest_stream.clock import Clock
 from digest_stream.dlq import DeadLetters
 from digest_stream.hooks import NO_HOOKS, Hooks
-from digest_stream.kafka import commit, consumer_config, consumer_lag, usable
+from digest_stream.kafka import commit, consumer_config, consumer_lag, take_batch, usable
 from digest_stream.metrics import Metrics
 from digest_stream.models import ScheduleReason, validate_timeline
 from digest_stream.retry import REDIS_DOWN, until_redis_answers
@@ -101,8 +101,8 @@ class Ingest:
 
     def step(self) -> int:
         """One consume -> apply -> commit cycle, then a scheduler tick when one is due."""
-        messages = self._consumer.consume(
-            self._settings.batch_size, timeout=self._settings.batch_timeout
+        messages = take_batch(
+            self._consumer, self._settings.batch_size, self._settings.batch_timeout
         )
         applied = self._process(messages) if messages else 0
         if self._scheduler is not None and self._scheduler.due():

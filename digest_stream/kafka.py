@@ -96,3 +96,18 @@ def usable(messages: Sequence[Message], role: str) -> Iterator[Message]:
             raise KafkaException(error)
         if error.code() != KafkaError._PARTITION_EOF:
             log.warning("%s consumer error: %s", role, error)
+
+
+def take_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:
+    """Wait up to ``timeout`` for the first message, then take only what is already fetched.
+
+    librdkafka's consume(n, timeout) waits until n messages *or* the timeout, so on a quiet
+    topic every batch would pay the whole timeout: latency on each hop of the pipeline. Under
+    load the local prefetch queue fills batches anyway.
+    """
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    if max_messages <= 1:
+        return [first]
+    return [first, *consumer.consume(max_messages - 1, timeout=0)]

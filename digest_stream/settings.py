@@ -110,7 +110,11 @@ class Settings(BaseSettings):
 
     # -- ingest
     batch_size: int = Field(1000, ge=1, description="Max events consumed per batch.")
-    batch_timeout: float = Field(0.05, ge=0, description="Max seconds to wait filling a batch.")
+    batch_timeout: float = Field(
+        0.05,
+        ge=0,
+        description="Max seconds to wait for a batch's first message (not to fill it).",
+    )
     max_event_bytes: int = Field(
         256_000, ge=100, description="Larger input values go to the DLQ as oversize."
     )
