@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from digest_stream import codec
 from digest_stream.app import App
@@ -62,6 +62,22 @@ class Pipeline:
         proc = ServiceProcess(self.settings, roles, env)
         self.processes.append(proc)
         return proc
+
+    def committed(self, partition: int = 0) -> int:
+        """The ingest group's committed offset of an input partition (negative: none)."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.settings.kafka_bootstrap_servers,
+                "group.id": self.settings.group_id,
+            }
+        )
+        try:
+            (tp,) = consumer.committed(
+                [TopicPartition(self.settings.events_topic, partition)], timeout=10
+            )
+            return tp.offset
+        finally:
+            consumer.close()
 
     def producer(self) -> EventProducer:
         """An EventProducer on the events topic."""

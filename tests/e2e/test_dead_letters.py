@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 # The package re-exports these without declaring them; import from where they live (typed).
@@ -15,20 +15,6 @@ from tests.conftest import TopicFactory, unique, wait_until
 from tests.e2e.conftest import Pipeline
 
 PipelineFactory = Callable[..., Pipeline]
-
-
-def _committed(pipe: Pipeline) -> int:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": pipe.settings.kafka_bootstrap_servers,
-            "group.id": pipe.settings.group_id,
-        }
-    )
-    try:
-        (tp,) = consumer.committed([TopicPartition(pipe.settings.events_topic, 0)], timeout=10)
-        return tp.offset
-    finally:
-        consumer.close()
 
 
 def test_refused_dead_letter_holds_the_commit_and_is_retried(
@@ -59,7 +45,7 @@ def test_refused_dead_letter_holds_the_commit_and_is_retried(
 
     before = refusals()
     wait_until(lambda: refusals() >= before + 2, 30, "the refused dead letter to be retried")
-    assert _committed(pipe) <= 0
+    assert pipe.committed() <= 0
     resource = ConfigResource(
         ConfigResource.Type.TOPIC,
         dlq_topic,
@@ -69,7 +55,7 @@ def test_refused_dead_letter_holds_the_commit_and_is_retried(
     )
     for future in kafka_admin.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
-    wait_until(lambda: _committed(pipe) == 2, 60, "the commit to pass the poison once it landed")
+    wait_until(lambda: pipe.committed() == 2, 60, "the commit to pass the poison once it landed")
     dlq = pipe.dlq()
     dlq.wait_for(lambda: bool(dlq.messages), 30, "the poison in the DLQ")
     headers = dict(dlq.messages[0].headers() or [])

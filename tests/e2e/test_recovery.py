@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Callable
 
 import redis
-from confluent_kafka import Consumer, TopicPartition
 
 from digest_stream.store.keys import partition_tag
 from tests.conftest import wait_until
@@ -122,27 +121,13 @@ def test_assignment_behind_committed_offset_replays_the_gap(
     wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
     first.stop()
     assert first.wait()
-    assert _committed(pipe) == 10  # the graceful stop committed everything it applied
+    assert pipe.committed() == 10  # the graceful stop committed everything it applied
     _restore(redis_client, tag, snapshot)  # while no instance runs, Redis rolls back
     second = pipe.app(roles="ingest")
     wait_until(_fence_reaches(pipe, 9), 30, "the new owner replays offsets 5..9")
     assert second.store is not None
     assert second.store.inspect(0, "gap").pending == 10
     assert second.metrics.value("digest_replays_total", cause="fence_behind") == 1
-
-
-def _committed(pipe: Pipeline) -> int:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": pipe.settings.kafka_bootstrap_servers,
-            "group.id": pipe.settings.group_id,
-        }
-    )
-    try:
-        (tp,) = consumer.committed([TopicPartition(pipe.settings.events_topic, 0)], timeout=10)
-        return tp.offset
-    finally:
-        consumer.close()
 
 
 def test_sigterm_stops_gracefully_with_everything_committed(
@@ -157,5 +142,5 @@ def test_sigterm_stops_gracefully_with_everything_committed(
     assert service.stop(timeout=60) == 0, service.log()
     assert time.monotonic() - started < 30
     assert "finishing in-flight batches" in service.log()
-    assert _committed(pipe) == 20
+    assert pipe.committed() == 20
     out.close()
