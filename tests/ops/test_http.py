@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from digest_stream import health
+from digest_stream.store.redis import LIBRARY_VERSION
 from tests.conftest import unique, wait_until
 from tests.e2e.conftest import Pipeline
 from tests.ops.conftest import free_port, get, metric, metric_sum, probe
@@ -24,7 +25,7 @@ def test_scrape_a_running_process_and_watch_values_move(
     wait_until(lambda: probe(f"{base}/readyz")[0] == 200, 60, f"/readyz never 200: {proc.log()}")
     status, ready = probe(f"{base}/readyz")
     assert ready["ingest_partitions"] == [0, 1]
-    assert set(ready["library_versions"].values()) == {"2"}
+    assert set(ready["library_versions"].values()) == {LIBRARY_VERSION}
     assert probe(f"{base}/healthz")[0] == 200
 
     status, body = get(f"{base}/metrics")
