@@ -428,7 +428,7 @@ class Ingest:
         log.info("assigned %s", ", ".join(f"{tp.partition}@{tp.offset}" for tp in starts))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # The batch in hand finished before consume() ran this callback: commit, then let go.
+        # The batch in hand finished before the poll that runs this callback: commit, let go.
         revoked = {tp.partition for tp in partitions}
         self._commit(sorted(revoked & self._uncommitted), sync=True)
         self._release(revoked)
