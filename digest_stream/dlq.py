@@ -35,24 +35,8 @@ class DeadLetters:
 
     def send(self, message: Message, reason: str, detail: str = "") -> None:
         """Dead-letter a consumed message as is, with headers naming why and whence."""
-        self.send_raw(
-            key=message.key(),
-            value=message.value(),
-            reason=reason,
-            detail=detail,
-            source=(message.topic() or "", message.partition() or 0, message.offset() or 0),
-        )
-
-    def send_raw(
-        self,
-        *,
-        key: bytes | str | None,
-        value: bytes | str | None,
-        reason: str,
-        detail: str,
-        source: tuple[str, int, int],
-    ) -> None:
-        """Dead-letter arbitrary bytes with the same headers."""
+        key, value = message.key(), message.value()
+        source = (message.topic() or "", message.partition() or 0, message.offset() or 0)
         topic, partition, offset = source
         headers: list[tuple[str, str | bytes | None]] = [
             ("dlq.reason", reason.encode()),

@@ -32,6 +32,7 @@ from digest_stream.models import ScheduleReason, validate_timeline
 from digest_stream.retry import REDIS_DOWN, until_redis_answers
 from digest_stream.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
+from digest_stream.store import validate
 from digest_stream.store.base import AddResult, DigestStore, InvalidArgument, NewRecord
 
 log = logging.getLogger(__name__)
@@ -190,6 +191,12 @@ class Ingest:
         except codec.DecodeError as exc:
             self._dead_letter(message, exc.reason, exc.detail)
             return None
+        try:
+            # The store's own rule: a batch the store would refuse must never be sent to it.
+            validate.name(event.id, "record id")
+        except InvalidArgument as exc:
+            self._dead_letter(message, "invalid-id", str(exc))
+            return None
         timestamp = event.timestamp / 1000.0
         max_age = self._settings.max_event_age
         if max_age is not None and now - timestamp > max_age:
@@ -226,69 +233,8 @@ class Ingest:
                     partition, records, now, expected_fence=expected, through_offset=through
                 ),
             )
-        except InvalidArgument as exc:
-            # Validation above should make this unreachable; isolate the offender, never stall.
-            log.error(
-                "partition %d: store refused a batch (%s); retrying record by record",
-                partition,
-                exc,
-            )
-            return self._add_one_by_one(partition, records, now, expected, through)
         except REDIS_DOWN:
             return None
-
-    def _add_one_by_one(
-        self,
-        partition: int,
-        records: list[NewRecord],
-        now: float,
-        expected: int | None,
-        through: int,
-    ) -> AddResult | None:
-        ready: list[str] = []
-        added = skipped = dropped = 0
-        before: int | None = None
-        fence = expected
-        for index, record in enumerate(records):
-
-            def add_one(r: NewRecord = record, f: int | None = fence) -> AddResult:
-                return self._store.add(
-                    partition, [r], now, expected_fence=f, through_offset=r.offset
-                )
-
-            try:
-                one = self._retrying(partition, add_one)
-            except InvalidArgument as exc:
-                self._dlq.send_raw(
-                    key=record.timeline,
-                    value=envelope.unwrap(record.payload)[1],
-                    reason="store-refused",
-                    detail=str(exc),
-                    source=(self._topic, partition, record.offset),
-                )
-                self._dead_letters_unflushed = True
-                continue
-            except REDIS_DOWN:
-                return None
-            if index == 0:
-                before = one.fence_before
-            ready += one.ready
-            added, skipped, dropped = (
-                added + one.added,
-                skipped + one.skipped,
-                dropped + one.dropped,
-            )
-            fence = one.fence_after
-        try:
-            last = self._retrying(
-                partition,
-                lambda: self._store.add(
-                    partition, [], now, expected_fence=fence, through_offset=through
-                ),
-            )
-        except REDIS_DOWN:
-            return None
-        return AddResult(ready, added, skipped, dropped, before, last.fence_after)
 
     def _retrying(self, partition: int, call: Callable[[], T]) -> T:
         retrying = until_redis_answers(

@@ -217,3 +217,24 @@ def test_delivery_killed_between_publish_and_close_republishes_same_id(
     Path(marker).unlink()
     assert ingest.popen.poll() is None
     out.close()
+
+
+def test_a_record_id_longer_than_the_store_accepts_is_dead_lettered_alone(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    pipe = pipeline_factory(partitions=1)
+    app = pipe.app()
+    out, dlq = pipe.output(), pipe.dlq()
+    with pipe.producer() as producer:  # the Event schema allows any non-empty id
+        producer.send("ids", "x" * 2000, b"{}")
+        producer.send("ids", "fine", b"{}")
+        producer.flush()
+    out.wait_for(lambda: bool(out.digests), 30, "the good record's digest")
+    assert [r.id for r in out.digests[0].records] == ["fine"]
+    dlq.wait_for(lambda: bool(dlq.messages), 30, "the long id dead-lettered")
+    headers = dict(dlq.messages[0].headers() or [])
+    assert headers["dlq.reason"] == b"invalid-id"
+    assert headers["dlq.source.offset"] == b"0"
+    assert app.metrics.value("digest_dead_letters_total", reason="invalid-id") == 1
+    out.close()
+    dlq.close()
