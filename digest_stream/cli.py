@@ -6,6 +6,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -62,6 +63,23 @@ _JSON_FIELDS = {
     for name, info in Settings.model_fields.items()
     if get_origin(info.annotation) in (dict, list)
 }
+
+
+def on_stop_signals(action: Callable[[signal.Signals], None]) -> None:
+    """Run action(signal) on SIGTERM and SIGINT (graceful stop of any long command)."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        action(signal.Signals(signum))
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def stop_flag() -> threading.Event:
+    """An event set by SIGTERM/SIGINT, for loops that check it."""
+    stop = threading.Event()
+    on_stop_signals(lambda _signal: stop.set())
+    return stop
 
 
 def load_settings(flags: dict[str, Any]) -> Settings:
@@ -167,15 +185,13 @@ def run(roles: str, **flags: Any) -> None:
         raise click.BadParameter(str(exc), param_hint="--roles") from exc
     app = App(settings, roles=chosen)
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
+    def graceful(received: signal.Signals) -> None:
         logging.getLogger("digest_stream").info(
-            "%s: finishing in-flight batches, committing, leaving the groups",
-            signal.Signals(signum).name,
+            "%s: finishing in-flight batches, committing, leaving the groups", received.name
         )
         app.stop()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    on_stop_signals(graceful)
     try:
         app.start()
     except Exception as exc:
@@ -268,21 +284,14 @@ def produce(
     from digest_stream.client import EventProducer
 
     settings = load_settings(flags)
-    stopped = False
-
-    def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        nonlocal stopped
-        stopped = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_flag()
     started = time.monotonic()
     sent = 0
     filler = b"x" * max(0, payload_size - 40)
     with EventProducer(
         settings.kafka_bootstrap_servers, topic=settings.events_topic, **settings.kafka_config
     ) as producer:
-        while not stopped and (count == 0 or sent < count):
+        while not stop.is_set() and (count == 0 or sent < count):
             timeline = f"{prefix}:{sent % timelines}"
             body = f'{{"n":{sent},"at":{time.time():.3f}}}'.encode() + filler
             producer.send(timeline, uuid.uuid4().hex, body[:payload_size] or b"{}")
@@ -312,14 +321,7 @@ def tail(
     from digest_stream.client import DigestReader
 
     settings = load_settings(flags)
-    stopped = False
-
-    def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        nonlocal stopped
-        stopped = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_flag()
     overrides: dict[str, Any] = {
         **settings.kafka_config,
         "auto.offset.reset": "earliest" if from_beginning else "latest",
@@ -334,7 +336,7 @@ def tail(
         topic=settings.output_topic,
         **overrides,
     ) as reader:
-        while not stopped and (deadline is None or time.monotonic() < deadline):
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
             digest = reader.poll(0.5)
             if digest is None:
                 continue
