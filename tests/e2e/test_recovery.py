@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+import pytest
 import redis
 
 from digest_stream.store.keys import partition_tag
@@ -76,35 +77,29 @@ def test_fence_behind_after_rollback_is_replayed(
     assert app.metrics.value("digest_replays_total", cause="state_loss") == 0
 
 
-def test_redis_back_empty_with_on_state_loss_replay_rebuilds_everything(
-    pipeline_factory: PipelineFactory, redis_client: redis.Redis
+@pytest.mark.parametrize(
+    ("on_state_loss", "pending_after"),
+    [
+        ("replay", 11),  # replayed from the earliest offset: everything rebuilt
+        ("continue", 1),  # what Redis held is gone, as configured; the new event goes on
+    ],
+)
+def test_redis_back_empty_follows_on_state_loss(
+    pipeline_factory: PipelineFactory,
+    redis_client: redis.Redis,
+    on_state_loss: str,
+    pending_after: int,
 ) -> None:
-    pipe = pipeline_factory(partitions=1, on_state_loss="replay")
+    pipe = pipeline_factory(partitions=1, on_state_loss=on_state_loss)
     app = pipe.app(roles="ingest")
     tag = partition_tag(pipe.settings.namespace, 0)
     _send(pipe, "empty", 10)
     wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
     _restore(redis_client, tag, [])  # Redis came back with nothing
     _send(pipe, "empty", 1)
-    wait_until(_fence_reaches(pipe, 10), 30, "replay from the earliest offset")
+    wait_until(_fence_reaches(pipe, 10), 30, f"offset 10 applied under {on_state_loss}")
     assert app.store is not None
-    assert app.store.inspect(0, "empty").pending == 11
-    assert app.metrics.value("digest_replays_total", cause="state_loss") == 1
-
-
-def test_redis_back_empty_with_on_state_loss_continue_goes_on(
-    pipeline_factory: PipelineFactory, redis_client: redis.Redis
-) -> None:
-    pipe = pipeline_factory(partitions=1, on_state_loss="continue")
-    app = pipe.app(roles="ingest")
-    tag = partition_tag(pipe.settings.namespace, 0)
-    _send(pipe, "empty", 10)
-    wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
-    _restore(redis_client, tag, [])
-    _send(pipe, "empty", 1)
-    wait_until(_fence_reaches(pipe, 10), 30, "the new event applied")
-    assert app.store is not None
-    assert app.store.inspect(0, "empty").pending == 1  # what Redis held is gone, as configured
+    assert app.store.inspect(0, "empty").pending == pending_after
     assert app.metrics.value("digest_replays_total", cause="state_loss") == 1
 
 
