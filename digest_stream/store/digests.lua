@@ -24,7 +24,7 @@
 -- Ordering is computed only when a digest is opened or capacity trims, so no
 -- per-record index (sorted set) is kept at all.
 
-local LIBRARY_VERSION = '3'
+local LIBRARY_VERSION = '4'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -155,6 +155,28 @@ local function parse_policy(args, base)
             .. args[base + 3] .. ')')
     end
     return policy
+end
+
+-- Timelines of one batch mostly share a policy (the default): while a timeline's
+-- policy fields are the very strings of the one before, its parsed values are reused.
+local function same_policy_fields(args, base, other)
+    for offset = 1, POLICY_WIDTH - 1 do
+        if args[base + offset] ~= args[other + offset] then
+            return false
+        end
+    end
+    return true
+end
+
+local function reuse_policy(policy, timeline)
+    return {
+        timeline = timeline,
+        minimum = policy.minimum,
+        increment = policy.increment,
+        maximum = policy.maximum,
+        ttl = policy.ttl,
+        capacity = policy.capacity,
+    }
 end
 
 -- Encoding -------------------------------------------------------------------
@@ -385,8 +407,8 @@ local function inline_size(records)
     return size
 end
 
-local function read_container(key)
-    local kind = container_kind(key)
+local function read_container(key, known_kind)
+    local kind = known_kind or container_kind(key)
     if kind == 'none' then
         return {kind = kind, records = {}, damaged = {}}
     elseif kind == 'inline' then
@@ -415,14 +437,41 @@ local function read_container(key)
     return container
 end
 
--- Only the meta, without decoding a hash's records.
+-- The meta at the head of an inline blob, and the position its records start at,
+-- read without decoding the records: the meta is the blob's first msgpack value,
+-- a string. nil when the head is not a readable string.
+local function inline_head(blob)
+    local first = string.byte(blob, 1)
+    local length, start
+    if first == nil then
+        return nil
+    elseif first >= 0xa0 and first <= 0xbf then
+        length, start = first - 0xa0, 2
+    elseif first == 0xd9 then
+        length, start = string.byte(blob, 2), 3
+    elseif first == 0xda then
+        local high, low = string.byte(blob, 2, 3)
+        if low == nil then
+            return nil
+        end
+        length, start = high * 256 + low, 4
+    else
+        return nil
+    end
+    if length == nil or start + length - 1 > #blob then
+        return nil
+    end
+    return string.sub(blob, start, start + length - 1), start + length
+end
+
+-- Only the meta, without decoding the records.
 local function read_meta(key)
     local kind = container_kind(key)
     if kind == 'hash' then
         local raw = redis.call('HGET', key, META)
         return raw ~= false and raw or nil
     elseif kind == 'inline' then
-        return (decode_inline(redis.call('GET', key)))
+        return (inline_head(redis.call('GET', key)))
     end
     return nil
 end
@@ -452,10 +501,16 @@ local function write_meta(key, meta)
     end
     local records = {}
     if kind == 'inline' then
-        local _
-        _, records = decode_inline(redis.call('GET', key))
+        local blob = redis.call('GET', key)
+        local _, start = inline_head(blob)
+        if start ~= nil then
+            -- keep the records' bytes as they are; only the head changes
+            redis.call('SET', key, cmsgpack.pack(meta) .. string.sub(blob, start), 'KEEPTTL')
+            return
+        end
+        _, records = decode_inline(blob)
     end
-    redis.call('SET', key, encode_inline(meta, records))
+    redis.call('SET', key, encode_inline(meta, records), 'KEEPTTL')
 end
 
 local function write_hash(key, meta, records)
@@ -485,10 +540,59 @@ local function trim_victims(records, damaged, capacity)
     return victims
 end
 
+-- The common case of an inline (or missing) container, without decoding it: the
+-- batch's ids are new to it and it stays inline and under capacity, so the records
+-- are appended to the blob's bytes. `written` bounds the records it holds, and the
+-- blob's length bounds their ids and payloads, so these checks never pass where the
+-- general path would choose otherwise. Returns false to send the caller there.
+local function append_inline(key, blob, batch, capacity, inline_records, ms)
+    local raw_meta, start, tail = nil, nil, ''
+    if blob ~= nil then
+        raw_meta, start = inline_head(blob)
+        if start == nil then
+            return false
+        end
+        tail = string.sub(blob, start)
+    end
+    local meta = parse_timeline_meta(raw_meta)
+    local count = meta.written + #batch
+    if count > inline_records or (capacity > 0 and count > capacity) then
+        return false
+    end
+    local size, values, ids = #tail, {}, {}
+    for _, record in ipairs(batch) do
+        local packed_id = cmsgpack.pack(record.id)
+        -- a payload may contain these bytes too: a false alarm only costs the general path
+        if ids[record.id] or string.find(tail, packed_id, 1, true) then
+            return false
+        end
+        ids[record.id] = true
+        size = size + #record.id + #record.payload
+        values[#values + 1] = record.id
+        values[#values + 1] = record.timestamp
+        values[#values + 1] = record.payload
+    end
+    if size > INLINE_MAX_BYTES then
+        return false
+    end
+    meta.written = count
+    redis.call('SET', key, cmsgpack.pack(format_timeline_meta(meta)) .. tail
+        .. cmsgpack.pack(unpack(values)), 'PX', ms)
+    return true
+end
+
 -- Applies one batch's records (in order) to a timeline container, trims it to
--- capacity and stores it in the fitting encoding. Returns how many it dropped.
-local function store_batch(key, batch, capacity, inline_records)
+-- capacity, stores it in the fitting encoding and sets its TTL (ms).
+-- Returns how many it dropped.
+local function store_batch(key, batch, capacity, inline_records, ms)
     local kind = container_kind(key)
+    local blob = nil
+    if kind == 'inline' then
+        blob = redis.call('GET', key)
+    end
+    if kind ~= 'hash' and append_inline(key, blob, batch, capacity, inline_records, ms) then
+        return 0
+    end
     if kind == 'hash' then
         local fields = {}
         for _, record in ipairs(batch) do
@@ -512,10 +616,11 @@ local function store_batch(key, batch, capacity, inline_records)
             meta.dropped = meta.dropped + dropped
         end
         redis.call('HSET', key, META, format_timeline_meta(meta))
+        redis.call('PEXPIRE', key, ms)
         return dropped
     end
 
-    local container = read_container(key)
+    local container = read_container(key, kind)
     local meta = parse_timeline_meta(container.meta)
     local records, position = container.records, {}
     for index, record in ipairs(records) do
@@ -546,8 +651,9 @@ local function store_batch(key, batch, capacity, inline_records)
     end
     if #records > inline_records or inline_size(records) > INLINE_MAX_BYTES then
         write_hash(key, format_timeline_meta(meta), records)
+        redis.call('PEXPIRE', key, ms)
     else
-        redis.call('SET', key, encode_inline(format_timeline_meta(meta), records))
+        redis.call('SET', key, encode_inline(format_timeline_meta(meta), records), 'PX', ms)
     end
     return dropped
 end
@@ -584,9 +690,17 @@ local function add(keys, args)
             .. RECORD_WIDTH .. ' per record')
     end
 
-    local timelines, seen = {}, {}
+    local timelines, seen, last = {}, {}, nil
     for i = 1, policy_count do
-        local policy = parse_policy(args, 7 + (i - 1) * POLICY_WIDTH)
+        local base = 7 + (i - 1) * POLICY_WIDTH
+        local policy
+        if last ~= nil and same_policy_fields(args, base, last.base) then
+            policy = reuse_policy(last, parse_name(args[base], 'timeline'))
+        else
+            policy = parse_policy(args, base)
+        end
+        policy.base = base
+        last = policy
         if seen[policy.timeline] then
             invalid_argument('timeline listed twice: ' .. policy.timeline)
         end
@@ -598,14 +712,33 @@ local function add(keys, args)
 
     -- Validate the whole batch before the first write: a refused batch must
     -- leave no trace (Redis functions are not rolled back on error).
+    -- Per record, the checks run inline and the parse_* helpers only raise the error:
+    -- this loop is the one part of the library that runs once per record.
     local records = {}
     for base = records_base, #args, RECORD_WIDTH do
-        local index = parse_integer(args[base], 'timeline index', 1, policy_count)
+        -- a table lookup: nil unless an integer in 1..policy_count
+        local timeline = timelines[tonumber(args[base])]
+        if timeline == nil then
+            parse_integer(args[base], 'timeline index', 1, policy_count)
+        end
+        local id = args[base + 1]
+        if #id == 0 or #id > MAX_NAME_BYTES then
+            parse_name(id, 'record id')
+        end
+        local timestamp = tonumber(args[base + 2])
+        if timestamp == nil or not (timestamp >= 0 and timestamp < math.huge) then
+            parse_time(args[base + 2], 'record timestamp')
+        end
+        local offset = tonumber(args[base + 3])
+        if offset == nil or not (offset >= 0 and offset <= MAX_OFFSET)
+                or offset ~= math.floor(offset) then
+            parse_integer(args[base + 3], 'offset', 0, MAX_OFFSET)
+        end
         local record = {
-            timeline = timelines[index],
-            id = parse_name(args[base + 1], 'record id'),
-            timestamp = parse_time(args[base + 2], 'record timestamp'),
-            offset = parse_integer(args[base + 3], 'offset', 0, MAX_OFFSET),
+            timeline = timeline,
+            id = id,
+            timestamp = timestamp,
+            offset = offset,
             payload = args[base + 4],
         }
         if through_offset ~= nil and record.offset > through_offset then
@@ -634,8 +767,11 @@ local function add(keys, args)
                 timeline.batch = {}
                 table.insert(touched, timeline)
                 timeline.ready = redis.call('ZSCORE', ready_key(tag), timeline.timeline) ~= false
-                local due = redis.call('ZSCORE', waiting_key(tag), timeline.timeline)
-                timeline.due = due ~= false and tonumber(due) or nil
+                if not timeline.ready then
+                    -- a READY timeline ignores its due time: skip the lookup
+                    local due = redis.call('ZSCORE', waiting_key(tag), timeline.timeline)
+                    timeline.due = due ~= false and tonumber(due) or nil
+                end
                 timeline.due_changed = false
                 timeline.became_ready = false
                 if timeline.due ~= nil and not timeline.ready then
@@ -674,8 +810,9 @@ local function add(keys, args)
 
     for _, timeline in ipairs(touched) do
         -- Trim once per timeline per batch, after all its records are written.
-        dropped = dropped + store_batch(timeline.key, timeline.batch, timeline.capacity, inline_records)
-        redis.call('PEXPIRE', timeline.key, ttl_ms(timeline.ttl))
+        dropped = dropped
+            + store_batch(timeline.key, timeline.batch, timeline.capacity, inline_records,
+                ttl_ms(timeline.ttl))
         if timeline.became_ready then
             redis.call('ZADD', ready_key(tag), format_float(now), timeline.timeline)
         elseif timeline.due_changed then

@@ -208,6 +208,45 @@ def test_large_payloads_skip_the_inline_form(
     assert digest.records[0].payload == b"x" * 10_000
 
 
+def test_appending_to_an_inline_timeline_keeps_replace_semantics(
+    redis_store: RedisStore, client: RedisClient, namespace: str
+) -> None:
+    # The append path checks a batch's ids against the stored bytes. A payload that holds
+    # the packed bytes of a later id is a false alarm; a real repeat replaces the record.
+    key = timeline_key(tag(namespace), "t")
+    lookalike = b"\xa2r9"  # msgpack for the string "r9"
+    redis_store.add(0, [NewRecord("t", "r1", T0 + 1, b"a" + lookalike, 0)], T0)
+    redis_store.add(0, [NewRecord("t", "r9", T0 + 9, b"new", 1)], T0)  # a false alarm
+    redis_store.add(0, [NewRecord("t", "r1", T0 + 2, b"replaced", 2)], T0)  # a repeat
+    redis_store.add(
+        0, [NewRecord("t", "r5", T0 + 5, b"first", 3), NewRecord("t", "r5", T0 + 6, b"x", 4)], T0
+    )  # the same id twice in one batch: the later one wins
+    assert client.type(key) == b"string"
+    assert redis_store.inspect(0, "t").pending == 3
+    digest = redis_store.open(0, "t", new_id(), T0)
+    assert [(r.id, r.payload) for r in digest.records] == [
+        ("r9", b"new"),
+        ("r5", b"x"),
+        ("r1", b"replaced"),
+    ]
+    assert digest.dropped == 0
+
+
+def test_closing_keeps_the_pending_records_and_the_ttl_of_an_inline_timeline(
+    redis_store: RedisStore, client: RedisClient, namespace: str
+) -> None:
+    key = timeline_key(tag(namespace), "t")
+    redis_store.add(0, records("t", 1), T0)
+    digest = redis_store.open(0, "t", new_id(), T0)
+    redis_store.add(0, records("t", 3, first_offset=1)[1:], T0)  # r1, r2 arrive meanwhile
+    assert redis_store.close(0, "t", digest.id, T0 + 1)  # rewrites the meta in front
+    assert client.pttl(key) > 0
+    assert redis_store.inspect(0, "t").last_delivery == T0 + 1
+    assert redis_store.inspect(0, "t").pending == 2
+    redis_store.schedule(0, T0 + 100_000)
+    assert [r.id for r in redis_store.open(0, "t", new_id(), T0 + 99).records] == ["r2", "r1"]
+
+
 @pytest.mark.parametrize("inline_records", [0, 16])
 def test_capacity_in_either_encoding(
     make_redis_store: Callable[..., RedisStore], inline_records: int
