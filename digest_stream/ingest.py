@@ -4,12 +4,20 @@ Offsets are committed only after the store call that applied them succeeded. The
 fence (last applied offset per partition) makes replays harmless, and lets this process
 notice when Redis lost writes: the fence it finds is then behind what it applied, and the
 partition is rewound to rebuild the lost state from Kafka.
+
+Two batches overlap: while Redis runs one batch's store calls (on a worker thread), this
+thread consumes and decodes the next. Everything else (booking results, rewinds, commits,
+scheduler ticks, rebalance callbacks) stays on the role's thread and waits for the batch in
+flight first, so the commit discipline is exactly that of one batch at a time.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from confluent_kafka import (
@@ -42,6 +50,20 @@ T = TypeVar("T")
 # Bounded so a rebalance callback (which runs these) stays well inside the group's budget.
 COMMITTED_TIMEOUT = 10.0
 COMMIT_TIMEOUT = 10.0
+
+
+@dataclass
+class Prepared:
+    """One partition's decoded batch, ready for its store call."""
+
+    partition: int
+    records: list[NewRecord]
+    first: int  # the batch's first and last offsets (dead letters included)
+    last: int
+    now: float
+    expected: int | None = None  # the fence it was sent with
+    result: AddResult | None = None
+    error: BaseException | None = None
 
 
 class Ingest:
@@ -78,6 +100,13 @@ class Ingest:
         self._dead_letters_unflushed = False
         self._paused = False
         self._stopping: Callable[[], bool] = lambda: False
+        # One store worker: at most one batch is in flight, so per-partition order holds.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-store")
+        self._in_flight: Future[list[Prepared]] | None = None
+        self._done: list[Prepared] = []  # stored, not booked yet (kept by a callback)
+        # Partitions sought since the batch in hand was consumed, and where to.
+        self._rewound: dict[int, int] = {}
+        self._closing = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -101,47 +130,133 @@ class Ingest:
         return consumer_lag(self._consumer)
 
     def step(self) -> int:
-        """One consume -> apply -> commit cycle, then a scheduler tick when one is due."""
-        messages = take_batch(
-            self._consumer, self._settings.batch_size, self._settings.batch_timeout
-        )
-        applied = self._process(messages) if messages else 0
+        """Consume and decode a batch while the previous one is stored; book, commit, tick."""
+        # With a batch in flight, take only what is already fetched: waiting here would
+        # delay booking (and the immediate digests) of the batch in flight.
+        timeout = 0.0 if self._in_flight is not None else self._settings.batch_timeout
+        self._rewound.clear()
+        messages = take_batch(self._consumer, self._settings.batch_size, timeout)
+        batches = self._prepare(messages) if messages else []
+        applied = self._finish()
         if self._scheduler is not None and self._scheduler.due():
             self._scheduler.tick(self._owned)
+        self._submit(batches)
         return applied
 
     def close(self) -> None:
-        """Graceful stop: commit what was applied, flush outputs, leave the group."""
+        """Graceful stop: finish the batch in flight, commit, flush outputs, leave the group."""
+        self._finish()
+        self._worker.shutdown(wait=True)
         self._commit(sorted(self._uncommitted), sync=True)
         self._producer.flush(COMMIT_TIMEOUT)
+        self._closing = True
         self._consumer.close()
 
     # ------------------------------------------------------------------ batches
 
-    def _process(self, messages: Sequence[Message]) -> int:
+    def _prepare(self, messages: Sequence[Message]) -> list[Prepared]:
+        """Decode and check messages, by partition (bad ones are dead-lettered here)."""
         by_partition: dict[int, list[Message]] = {}
         for message in usable(messages, "ingest"):
             by_partition.setdefault(message.partition() or 0, []).append(message)
+        now = self._clock.now()
+        return [
+            Prepared(
+                partition,
+                [r for r in (self._record(m, now) for m in batch) if r is not None],
+                batch[0].offset() or 0,
+                batch[-1].offset() or 0,
+                now,
+            )
+            for partition, batch in by_partition.items()
+        ]
+
+    def _submit(self, batches: list[Prepared]) -> None:
+        """Start the store calls of a batch on the worker (fenced by what is booked now)."""
+        kept = []
+        for batch in batches:
+            if batch.partition not in self._owned:
+                continue  # revoked: the new owner reads it from the committed offset
+            target = self._rewound.get(batch.partition)
+            if target is None:
+                batch.expected = self._expected.get(batch.partition)
+                kept.append(batch)
+            elif 0 <= batch.first < target:
+                # Sought past part of this batch (a refused dead letter inside it): the
+                # batch is dropped, so read it again from its start.
+                self._seek(batch.partition, batch.first)
+        if kept:
+            self._in_flight = self._worker.submit(self._store_all, kept)
+
+    def _store_all(self, batches: list[Prepared]) -> list[Prepared]:
+        """Worker thread: one attempt per partition; failures are handled on the role thread."""
+        for batch in batches:
+            try:
+                batch.result = self._timed_call(
+                    partial(
+                        self._store.add,
+                        batch.partition,
+                        batch.records,
+                        batch.now,
+                        expected_fence=batch.expected,
+                        through_offset=batch.last,
+                    )
+                )
+            except BaseException as exc:  # handled or re-raised on the role thread
+                batch.error = exc
+                break  # the partitions after it are stored on the role thread, in order
+        return batches
+
+    def _finish(self, *, in_callback: bool = False) -> int:
+        """Wait for the batch in flight, book its results and commit; returns records added.
+
+        Inside a rebalance callback nothing may poll or seek, so a partition whose call
+        failed or found its fence behind is kept for the role thread's next _finish.
+        """
+        if self._in_flight is not None:
+            self._done += self._in_flight.result()
+            self._in_flight = None
+        batches, self._done = self._done, []
         applied = 0
-        for partition, batch in by_partition.items():
-            if partition not in self._owned:
-                continue  # revoked while this batch waited out a Redis outage
-            added = self._apply(partition, batch)
+        for batch in batches:
+            if batch.partition not in self._owned:
+                continue  # revoked or lost: whoever owns it reads the batch again
+            if in_callback and not self._bookable(batch):
+                self._done.append(batch)
+                continue
+            added = self._apply(batch)
             if added is not None:
                 applied += added
-        self._commit(sorted(self._uncommitted), sync=False)
+        if not in_callback:
+            self._commit(sorted(self._uncommitted), sync=False)
         return applied
 
-    def _apply(self, partition: int, batch: list[Message]) -> int | None:
-        """Apply one partition's batch; None when nothing was applied (rewound or gave up)."""
-        now = self._clock.now()
-        records = [r for r in (self._record(m, now) for m in batch) if r is not None]
-        last = batch[-1].offset() or 0
-        expected = self._expected.get(partition)
-        result = self._add(partition, records, now, expected, last)
+    @staticmethod
+    def _fence_behind(expected: int | None, result: AddResult) -> bool:
+        return expected is not None and (
+            result.fence_before is None or result.fence_before < expected
+        )
+
+    def _bookable(self, batch: Prepared) -> bool:
+        """The call succeeded and needs no rewind: booking it neither polls nor seeks."""
+        return batch.result is not None and not self._fence_behind(batch.expected, batch.result)
+
+    def _apply(self, batch: Prepared) -> int | None:
+        """Book one partition's store call; None when nothing was applied (rewound or gave up)."""
+        partition, records, now, last = batch.partition, batch.records, batch.now, batch.last
+        expected = batch.expected
+        result = batch.result
         if result is None:
-            return None
-        if expected is not None and (result.fence_before is None or result.fence_before < expected):
+            if batch.error is not None and not isinstance(batch.error, REDIS_DOWN):
+                raise batch.error
+            if batch.error is not None:
+                self._metrics.redis_errors.inc()
+                log.warning("Redis call failed (%s); retrying", batch.error)
+            # Stored here, with the retries that keep serving the group while Redis is down.
+            result = self._add(partition, records, now, expected, last)
+            if result is None:
+                return None
+        if expected is not None and self._fence_behind(expected, result):
             if not self._rewind(partition, result.fence_before, expected):
                 return None
             result = self._add(partition, records, now, None, last)
@@ -315,6 +430,7 @@ class Ingest:
 
     def _seek(self, partition: int, offset: int) -> None:
         self._consumer.seek(TopicPartition(self._topic, partition, offset))
+        self._rewound[partition] = offset
         self._positions.pop(partition, None)
         self._uncommitted.discard(partition)
 
@@ -361,7 +477,9 @@ class Ingest:
     # ------------------------------------------------------------------ rebalancing
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if not partitions:
+        if not partitions or self._closing:
+            # An assignment that lands while close() leaves the group: nothing will be read,
+            # and the committed-offset lookup would only time out against a closing consumer.
             return
         committed = consumer.committed(partitions, timeout=COMMITTED_TIMEOUT)
         starts = [
@@ -374,8 +492,9 @@ class Ingest:
         log.info("assigned %s", ", ".join(f"{tp.partition}@{tp.offset}" for tp in starts))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # The batch in hand finished before the poll that runs this callback: commit, let go.
+        # Book the batch in flight, commit what was applied of these partitions, let go.
         revoked = {tp.partition for tp in partitions}
+        self._finish(in_callback=True)
         self._commit(sorted(revoked & self._uncommitted), sync=True)
         self._release(revoked)
         log.info("revoked %s", ", ".join(str(p) for p in sorted(revoked)))
@@ -384,6 +503,7 @@ class Ingest:
         # Lost (not revoked): another member may already own them, so commit nothing.
         lost = {tp.partition for tp in partitions}
         self._release(lost)
+        self._finish(in_callback=True)  # no store call of ours may still be running for them
         log.warning("lost %s", ", ".join(str(p) for p in sorted(lost)))
 
     def _release(self, partitions: set[int]) -> None:
