@@ -27,7 +27,7 @@ from digest_stream.metrics import Metrics
 from digest_stream.models import Digest, Record, ScheduleEntry
 from digest_stream.retry import REDIS_DOWN, backoff_delay, until_redis_answers
 from digest_stream.settings import Settings
-from digest_stream.store.base import DigestStore, InvalidState, OpenDigest
+from digest_stream.store.base import DigestStore, DigestTarget, InvalidState, OpenDigest
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +100,11 @@ class Delivery:
             return 0
         entries = self._decode(messages)
         try:
-            pending = self._open(entries)
+            pending, empty = self._open(entries)
             published, cut_short = self._publish(pending)
             self._pause_if_asked(published)
-            self._close(published)
+            # One round trip closes the batch: what was published and the empty digests.
+            self._close(empty + [(item.entry, item.digest) for item in published])
         except REDIS_DOWN:
             if not self._stopping():
                 raise
@@ -134,22 +135,29 @@ class Delivery:
             entries.append((message, entry))
         return entries
 
-    def _open(self, entries: list[tuple[Message, ScheduleEntry]]) -> list[_Pending]:
-        pending: list[_Pending] = []
+    def _open(
+        self, entries: list[tuple[Message, ScheduleEntry]]
+    ) -> tuple[list[_Pending], list[tuple[ScheduleEntry, OpenDigest]]]:
+        """Open the batch's digests in one round trip; returns them and the empty ones."""
+        picked: list[tuple[Message, ScheduleEntry]] = []
+        targets: list[DigestTarget] = []
         seen: set[tuple[int, str]] = set()
-        now = self._clock.now()
         for message, entry in entries:
             target = (entry.partition, entry.timeline)
             if target in seen:
                 continue  # one digest per timeline per batch; the repeat would reopen it
             seen.add(target)
-
-            def open_one(e: ScheduleEntry = entry) -> OpenDigest:
-                return self._store.open(e.partition, e.timeline, uuid.uuid4().hex, now)
-
-            try:
-                digest = self._with_redis(open_one, "open")
-            except InvalidState:
+            picked.append((message, entry))
+            targets.append((entry.partition, entry.timeline, uuid.uuid4().hex))
+        if not targets:
+            return [], []
+        now = self._clock.now()
+        # Retried whole while Redis is down: opens are idempotent (a reopen keeps its id).
+        opened = self._with_redis(lambda: self._store.open_many(targets, now), "open")
+        pending: list[_Pending] = []
+        empty: list[tuple[ScheduleEntry, OpenDigest]] = []
+        for (message, entry), digest in zip(picked, opened, strict=True):
+            if isinstance(digest, InvalidState):
                 # Already delivered and closed (a repeated or recovered entry): nothing to do.
                 self._metrics.stale_entries.inc()
                 continue
@@ -157,6 +165,7 @@ class Delivery:
             records = self._records(digest, carried)
             if not records:
                 self._empty(entry, digest)
+                empty.append((entry, digest))
                 continue
             whole = Digest.build(
                 id=digest.id,
@@ -168,7 +177,7 @@ class Delivery:
             parts = codec.split_digest(whole, self._settings.max_message_bytes)
             headers = envelope.digest_headers(carried) if carried else []
             pending.append(_Pending(message, entry, digest, parts, whole=whole, headers=headers))
-        return pending
+        return pending, empty
 
     def _records(
         self, digest: OpenDigest, carried: list[list[tuple[str, bytes]]] | None = None
@@ -195,7 +204,6 @@ class Delivery:
                 entry.timeline, digest.id, digest.dropped,
             )  # fmt: skip
             self._metrics.events_dropped.labels(reason="missing_payload").inc(digest.dropped)
-        self._close_one(entry, digest)
 
     def _publish(self, pending: list[_Pending]) -> tuple[list[_Pending], bool]:
         """Publish every part and wait for acks, retrying failures with capped backoff.
@@ -269,19 +277,16 @@ class Delivery:
             while not self._stopping():
                 time.sleep(0.05)
 
-    def _close(self, published: list[_Pending]) -> None:
-        for item in published:
-            self._close_one(item.entry, item.digest)
-
-    def _close_one(self, entry: ScheduleEntry, digest: OpenDigest) -> None:
+    def _close(self, digests: list[tuple[ScheduleEntry, OpenDigest]]) -> None:
+        if not digests:
+            return
+        targets = [(entry.partition, entry.timeline, digest.id) for entry, digest in digests]
         closed = self._with_redis(
-            lambda: self._store.close(
-                entry.partition, entry.timeline, digest.id, self._clock.now()
-            ),
-            "close",
+            lambda: self._store.close_many(targets, self._clock.now()), "close"
         )
         if self._hooks:
-            self._hooks.on_close(entry.partition, entry.timeline, digest.id, closed)
+            for (entry, digest), done in zip(digests, closed, strict=True):
+                self._hooks.on_close(entry.partition, entry.timeline, digest.id, done)
 
     # ------------------------------------------------------------------ plumbing
 

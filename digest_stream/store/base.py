@@ -135,6 +135,10 @@ class PartitionStats:
     extra: dict[str, int] = field(default_factory=dict)
 
 
+#: (partition, timeline, digest id): one digest to open or close in a batch.
+DigestTarget = tuple[int, str, str]
+
+
 class DigestStore(Protocol):
     """Timelines and their schedule, scoped by input partition; every call is atomic."""
 
@@ -171,6 +175,19 @@ class DigestStore(Protocol):
 
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
         """Close that digest; False when the id is unknown or already closed."""
+        ...
+
+    def open_many(
+        self, targets: Sequence[DigestTarget], now: float
+    ) -> list[OpenDigest | InvalidState]:
+        """open() for each target, in order; a timeline that is not READY gives its error.
+
+        Each open is atomic on its own, the batch is not: it saves round trips, not races.
+        """
+        ...
+
+    def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
+        """close() for each target, in order (each atomic on its own)."""
         ...
 
     def delete(self, partition: int, timeline: str) -> bool:

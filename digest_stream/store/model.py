@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from digest_stream.store import validate
 from digest_stream.store.base import (
     AddResult,
+    DigestTarget,
     DueTimeline,
     InvalidState,
     NewRecord,
@@ -236,6 +237,22 @@ class MemoryStore:
         state.ready.pop(timeline, None)
         state.waiting[timeline] = now + policy.minimum_delay
         return True
+
+    def open_many(
+        self, targets: Sequence[DigestTarget], now: float
+    ) -> list[OpenDigest | InvalidState]:
+        """open() for each target, in order; a timeline that is not READY gives its error."""
+        results: list[OpenDigest | InvalidState] = []
+        for partition, timeline, digest_id in targets:
+            try:
+                results.append(self.open(partition, timeline, digest_id, now))
+            except InvalidState as state:
+                results.append(state)
+        return results
+
+    def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
+        """close() for each target, in order."""
+        return [self.close(p, timeline, digest_id, now) for p, timeline, digest_id in targets]
 
     def delete(self, partition: int, timeline: str) -> bool:
         """Remove the timeline and everything it owns; False when it did not exist."""

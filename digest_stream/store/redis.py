@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 from digest_stream.store import keys, validate
 from digest_stream.store.base import (
     AddResult,
+    DigestTarget,
     DueTimeline,
     InvalidArgument,
     InvalidState,
@@ -48,6 +49,8 @@ def _library_version(source: str) -> str:
 LIBRARY_VERSION = _library_version(LIBRARY_SOURCE)
 
 RedisClient = Redis | RedisCluster
+#: One FCALL's keys and arguments.
+_Call = tuple[list[str], list[str | bytes]]
 
 #: Timelines with up to this many records live in one compact string (see digests.lua):
 #: most timelines hold a handful of records, and one allocation each saves the per-entry
@@ -333,20 +336,21 @@ class RedisStore:
         )
         return self._due_list(reply)
 
-    def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
-        """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
+    def _open_call(self, target: DigestTarget, now: float) -> _Call:
+        partition, timeline, digest_id = target
         tag = self._tag(partition)
         validate.name(timeline, "timeline")
         validate.digest_id(digest_id)
         now = validate.time_value(now, "now")
         policy = self._policy(timeline)
-        reply = _list(
-            self._fcall(
-                "ds_open",
-                keys.timeline_keys(tag, timeline),
-                [timeline, digest_id, _arg(now), _arg(policy.ttl)],
-            )
+        return (
+            keys.timeline_keys(tag, timeline),
+            [timeline, digest_id, _arg(now), _arg(policy.ttl)],
         )
+
+    @staticmethod
+    def _open_result(timeline: str, raw: _Reply) -> OpenDigest:
+        reply = _list(raw)
         flat = _list(reply[3])
         records = [
             StoredRecord(_text(flat[i]), _float(flat[i + 1]), _bytes(flat[i + 2]))
@@ -360,15 +364,14 @@ class RedisStore:
             opened_at=_float(reply[1]),
         )
 
-    def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
-        """Close that digest; False when the id is unknown or already closed."""
+    def _close_call(self, target: DigestTarget, now: float) -> _Call:
+        partition, timeline, digest_id = target
         tag = self._tag(partition)
         validate.name(timeline, "timeline")
         validate.digest_id(digest_id)
         now = validate.time_value(now, "now")
         policy = self._policy(timeline)
-        reply = self._fcall(
-            "ds_close",
+        return (
             keys.timeline_keys(tag, timeline),
             [
                 timeline,
@@ -379,7 +382,84 @@ class RedisStore:
                 _arg(self.policy.ttl),
             ],
         )
-        return _int(reply) == 1
+
+    def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
+        """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
+        call = self._open_call((partition, timeline, digest_id), now)
+        return self._open_result(timeline, self._fcall("ds_open", *call))
+
+    def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
+        """Close that digest; False when the id is unknown or already closed."""
+        call = self._close_call((partition, timeline, digest_id), now)
+        return _int(self._fcall("ds_close", *call)) == 1
+
+    def open_many(
+        self, targets: Sequence[DigestTarget], now: float
+    ) -> list[OpenDigest | InvalidState]:
+        """open() for several timelines in one round trip per Redis node (each call atomic)."""
+        calls = [self._open_call(target, now) for target in targets]
+        return [
+            reply if isinstance(reply, InvalidState) else self._open_result(target[1], reply)
+            for target, reply in zip(targets, self._fcall_many("ds_open", calls), strict=True)
+        ]
+
+    def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
+        """close() for several digests in one round trip per Redis node (each call atomic)."""
+        calls = [self._close_call(target, now) for target in targets]
+        replies = self._fcall_many("ds_close", calls)
+        if any(isinstance(reply, InvalidState) for reply in replies):
+            raise InvalidState("ds_close never refuses a state; got " + repr(replies))
+        return [_int(reply) == 1 for reply in replies]
+
+    def _fcall_many(self, function: str, calls: Sequence[_Call]) -> list[_Reply | InvalidState]:
+        """Pipelined FCALLs, grouped by node; InvalidState comes back in place, others raise.
+
+        A reply the pipeline cannot settle (the library missing on a node, a cluster
+        redirection while slots move) is redone by _fcall, which handles both.
+        """
+        groups: dict[str, list[int]] = {}
+        nodes: dict[str, ClusterNode | None] = {}
+        for index, (call_keys, _) in enumerate(calls):
+            node = (
+                self.client.get_node_from_key(call_keys[0])
+                if isinstance(self.client, RedisCluster)
+                else None
+            )
+            name = "" if node is None else node.name
+            nodes[name] = node
+            groups.setdefault(name, []).append(index)
+        replies: list[_Reply | InvalidState] = [None] * len(calls)
+        for name, indexes in groups.items():
+            node = nodes[name]
+            connection = (
+                self.client
+                if node is None or not isinstance(self.client, RedisCluster)
+                else self.client.get_redis_connection(node)
+            )
+            pipe = connection.pipeline(transaction=False)
+            for index in indexes:
+                call_keys, args = calls[index]
+                pipe.execute_command("FCALL", function, len(call_keys), *call_keys, *args)
+            for index, reply in zip(indexes, pipe.execute(raise_on_error=False), strict=True):
+                if isinstance(reply, ResponseError):
+                    mapped = _map_error(reply)
+                    if isinstance(mapped, InvalidState):
+                        replies[index] = mapped
+                        continue
+                    if isinstance(mapped, InvalidArgument):
+                        raise mapped from reply
+                    replies[index] = self._fcall_or_state(function, calls[index])
+                elif isinstance(reply, Exception):
+                    raise reply
+                else:
+                    replies[index] = reply
+        return replies
+
+    def _fcall_or_state(self, function: str, call: _Call) -> _Reply | InvalidState:
+        try:
+            return self._fcall(function, *call)
+        except InvalidState as state:
+            return state
 
     def delete(self, partition: int, timeline: str) -> bool:
         """Remove the timeline and everything it owns; False when it did not exist."""

@@ -322,6 +322,28 @@ def test_close_is_idempotent_and_ignores_unknown_ids(store: DigestStore, feed: F
     assert store.inspect(P, "t") == before
 
 
+def test_open_many_and_close_many_act_like_one_call_each(store: DigestStore, feed: Feed) -> None:
+    # Timelines over several partitions (so over the cluster's nodes), one of them not READY.
+    for partition in range(4):
+        store.add(partition, [feed(f"t{partition}", "1"), feed(f"t{partition}", "2")], T0)
+    store.add(1, [feed("waiting", "1")], T0)
+    deliver(store, "waiting", T0, partition=1)  # now WAITING: opening it is refused
+    targets = [(p, f"t{p}", new_id()) for p in range(4)] + [(1, "waiting", new_id())]
+    opened = store.open_many(targets, T0 + 1)
+    assert isinstance(opened[4], InvalidState)
+    digests = opened[:4]
+    assert [ids(d.records) for d in digests if not isinstance(d, InvalidState)] == [["2", "1"]] * 4
+    # A retried batch reopens the same digests, whatever new ids it brings.
+    again = store.open_many([(p, t, new_id()) for p, t, _ in targets[:4]], T0 + 2)
+    assert again == digests
+    closing = [(p, f"t{p}", d.id) for p, d in enumerate(digests) if not isinstance(d, InvalidState)]
+    assert store.close_many([*closing, (0, "t0", new_id())], T0 + 3) == [True] * 4 + [False]
+    assert store.close_many(closing, T0 + 4) == [False] * 4  # already closed
+    assert [store.inspect(p, f"t{p}").state for p in range(4)] == ["waiting"] * 4
+    assert store.open_many([], T0) == []
+    assert store.close_many([], T0) == []
+
+
 def test_empty_digest_retires_timeline(store: DigestStore, feed: Feed) -> None:
     store.add(P, [feed("t", "1")], T0)
     assert deliver(store, "t", T0) == ["1"]
