@@ -314,7 +314,8 @@ BUCKETS = (
     ("decode: codec.decode_event", ("decode_event",)),
     ("record checks and NewRecord (Ingest._record)", ("_record",)),
     ("store.add: validation and arguments", ("(digest_stream/store/",)),
-    ("kafka: consume", ("consume",)),
+    ("kafka: take a batch (poll, consume)", ("take_batch", "consume")),
+    ("booking: schedule entries, metrics, commit", ("_finish", "_commit")),
     ("kafka: commit, schedule entries, rest of step", ("step",)),
 )
 

@@ -116,6 +116,19 @@ def table() -> str:
             + "; ".join(f"`{e['function']}` {e['tottime_share']:.0%}" for e in top)
             + " | | |"
         )
+    spy = ingest["profile"].get("py_spy") if ingest and "profile" in ingest else None
+    if spy:
+        for key, label in (
+            ("share_of_step", "the ingest thread's wall time"),
+            ("share_of_store_worker", "the store worker's busy time"),
+        ):
+            shares = sorted(spy.get(key, {}).items(), key=lambda item: item[1], reverse=True)
+            if shares:
+                rows.append(
+                    f"| 6 | py-spy, {label} | "
+                    + "; ".join(f"{name} {share:.0%}" for name, share in shares)
+                    + " | | |"
+                )
     head = ""
     if machine:
         head = (
