@@ -1,0 +1,122 @@
+"""The ingest's overlapping batches: a rebalance callback that lands while a batch is in flight.
+
+The callbacks are invoked the way librdkafka invokes them (inside the role's thread, between
+batches), on a real consumer, broker and Redis, at the one moment that matters: a batch's store
+call has run on the worker but the role's thread has not booked it yet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from confluent_kafka import Producer, TopicPartition
+
+from digest_stream import codec
+from digest_stream.app import connect_store
+from digest_stream.clock import SystemClock
+from digest_stream.ingest import Ingest
+from digest_stream.kafka import producer_config
+from digest_stream.metrics import Metrics
+from digest_stream.models import Event
+from digest_stream.store import RedisStore
+from tests.e2e.conftest import Pipeline
+
+
+def produce(pipe: Pipeline, partition: int, first: int, count: int) -> None:
+    """Events r<first>..r<first+count-1> of timeline "t" into one partition."""
+    producer = Producer({"bootstrap.servers": pipe.settings.kafka_bootstrap_servers})
+    now_ms = int(time.time() * 1000)
+    for n in range(first, first + count):
+        value = codec.encode_event(Event(id=f"r{n}", timestamp=now_ms, payload=b"x"))
+        producer.produce(pipe.settings.events_topic, key=b"t", value=value, partition=partition)
+    assert producer.flush(10) == 0
+
+
+class Harness:
+    """One Ingest role driven step by step by the test."""
+
+    def __init__(self, pipe: Pipeline) -> None:
+        self.settings = pipe.settings
+        self.store: RedisStore = connect_store(pipe.settings)
+        self.metrics = Metrics()
+        self.ingest = Ingest(
+            pipe.settings,
+            self.store,
+            SystemClock(),
+            self.metrics,
+            Producer(producer_config(pipe.settings)),
+            None,
+        )
+        self.ingest.start(lambda: False)
+
+    def step_until(self, condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            self.ingest.step()
+
+    def stored_not_booked(self) -> None:
+        """Step until a batch is handed to the store worker, then wait for its call only."""
+        self.step_until(lambda: self.ingest._in_flight is not None, "a batch in flight")
+        future = self.ingest._in_flight
+        assert future is not None
+        future.result(timeout=30)
+
+    def revoke(self, partition: int) -> None:
+        """Run the revocation callback as librdkafka would, inside the role's thread."""
+        self.ingest._on_revoke(
+            self.ingest._consumer, [TopicPartition(self.settings.events_topic, partition)]
+        )
+
+
+def test_a_revocation_books_and_commits_the_batch_in_flight(
+    pipeline_factory: Callable[..., Pipeline],
+) -> None:
+    pipe = pipeline_factory(partitions=1)
+    harness = Harness(pipe)
+    try:
+        harness.step_until(lambda: 0 in harness.ingest.owned, "the assignment")
+        produce(pipe, 0, 0, 20)
+        harness.stored_not_booked()
+        fence = harness.store.applied_offset(0)
+        assert fence is not None
+        harness.revoke(0)
+        # The callback waited for the batch, booked it and committed exactly what it applied.
+        assert harness.ingest._in_flight is None
+        assert pipe.committed(0) == fence + 1
+        assert harness.ingest.owned == frozenset()
+    finally:
+        harness.ingest.close()
+
+
+def test_a_fence_found_behind_during_a_callback_is_rewound_on_the_role_thread(
+    pipeline_factory: Callable[..., Pipeline],
+) -> None:
+    pipe = pipeline_factory(partitions=2)
+    harness = Harness(pipe)
+    try:
+        harness.step_until(lambda: harness.ingest.owned == {0, 1}, "the assignment")
+        produce(pipe, 0, 0, 20)
+        harness.step_until(
+            lambda: pipe.committed(0) == 20 and harness.ingest._in_flight is None,
+            "the first 20 events applied and committed",
+        )
+        # Redis loses writes: its fence goes back to 9 while this process applied through 19.
+        harness.store.set_applied_offset(0, 9)
+        produce(pipe, 0, 20, 10)
+        harness.stored_not_booked()
+        # Partition 1 is revoked meanwhile: the callback must neither seek nor commit past the
+        # batch that found the fence behind; it keeps it for the role's thread.
+        harness.revoke(1)
+        assert len(harness.ingest._done) == 1  # kept for the role's thread
+        assert pipe.committed(0) == 20
+        harness.step_until(
+            lambda: harness.store.applied_offset(0) == 29 and pipe.committed(0) == 30,
+            "the rewind and replay of partition 0",
+        )
+        replays = harness.metrics.replays.labels(cause="fence_behind")._value.get()
+        assert replays == 1
+        assert harness.store.inspect(0, "t").pending == 30  # r0..r29, each once
+    finally:
+        harness.ingest.close()
