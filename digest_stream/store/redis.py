@@ -336,17 +336,24 @@ class RedisStore:
         )
         return self._due_list(reply)
 
-    def _open_call(self, target: DigestTarget, now: float) -> _Call:
+    def _checked(
+        self, target: DigestTarget, now: float
+    ) -> tuple[list[str], list[str | bytes], TimelinePolicy]:
+        """A digest call's keys, its leading arguments (timeline, id, now) and the policy."""
         partition, timeline, digest_id = target
         tag = self._tag(partition)
         validate.name(timeline, "timeline")
         validate.digest_id(digest_id)
         now = validate.time_value(now, "now")
-        policy = self._policy(timeline)
         return (
             keys.timeline_keys(tag, timeline),
-            [timeline, digest_id, _arg(now), _arg(policy.ttl)],
+            [timeline, digest_id, _arg(now)],
+            self._policy(timeline),
         )
+
+    def _open_call(self, target: DigestTarget, now: float) -> _Call:
+        call_keys, args, policy = self._checked(target, now)
+        return call_keys, [*args, _arg(policy.ttl)]
 
     @staticmethod
     def _open_result(timeline: str, raw: _Reply) -> OpenDigest:
@@ -365,23 +372,13 @@ class RedisStore:
         )
 
     def _close_call(self, target: DigestTarget, now: float) -> _Call:
-        partition, timeline, digest_id = target
-        tag = self._tag(partition)
-        validate.name(timeline, "timeline")
-        validate.digest_id(digest_id)
-        now = validate.time_value(now, "now")
-        policy = self._policy(timeline)
-        return (
-            keys.timeline_keys(tag, timeline),
-            [
-                timeline,
-                digest_id,
-                _arg(now),
-                _arg(policy.minimum_delay),
-                _arg(policy.ttl),
-                _arg(self.policy.ttl),
-            ],
-        )
+        call_keys, args, policy = self._checked(target, now)
+        return call_keys, [
+            *args,
+            _arg(policy.minimum_delay),
+            _arg(policy.ttl),
+            _arg(self.policy.ttl),
+        ]
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
         """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
