@@ -508,6 +508,9 @@ class Ingest:
 
     def _release(self, partitions: set[int]) -> None:
         self._owned -= partitions
+        # A batch kept for the role's thread is read again by whoever owns it next (us too,
+        # if it comes back in the same rebalance: from the fence and committed offset).
+        self._done = [batch for batch in self._done if batch.partition not in partitions]
         for partition in partitions:
             self._expected.pop(partition, None)
             self._positions.pop(partition, None)

@@ -120,3 +120,28 @@ def test_a_fence_found_behind_during_a_callback_is_rewound_on_the_role_thread(
         assert harness.store.inspect(0, "t").pending == 30  # r0..r29, each once
     finally:
         harness.ingest.close()
+
+
+def test_a_batch_kept_for_the_role_thread_is_dropped_when_its_partition_goes(
+    pipeline_factory: Callable[..., Pipeline],
+) -> None:
+    pipe = pipeline_factory(partitions=1)
+    harness = Harness(pipe)
+    try:
+        harness.step_until(lambda: 0 in harness.ingest.owned, "the assignment")
+        produce(pipe, 0, 0, 10)
+        harness.step_until(
+            lambda: pipe.committed(0) == 10 and harness.ingest._in_flight is None,
+            "the first 10 events applied and committed",
+        )
+        harness.store.set_applied_offset(0, 4)  # Redis lost writes
+        produce(pipe, 0, 10, 10)
+        harness.stored_not_booked()
+        harness.revoke(0)
+        # Not booked, not committed, not kept: the next owner replays from the committed offset
+        # (10) and its own fence check, and nothing of this process acts on the partition.
+        assert harness.ingest._done == []
+        assert pipe.committed(0) == 10
+        assert harness.metrics.replays.labels(cause="fence_behind")._value.get() == 0
+    finally:
+        harness.ingest.close()
