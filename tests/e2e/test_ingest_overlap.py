@@ -63,6 +63,14 @@ class Harness:
         assert future is not None
         future.result(timeout=30)
 
+    def applied_and_committed(self, pipe: Pipeline, count: int) -> None:
+        """Produce `count` events to partition 0 and step until all are stored and committed."""
+        produce(pipe, 0, 0, count)
+        self.step_until(
+            lambda: pipe.committed(0) == count and self.ingest._in_flight is None,
+            f"the first {count} events applied and committed",
+        )
+
     def revoke(self, partition: int) -> None:
         """Run the revocation callback as librdkafka would, inside the role's thread."""
         self.ingest._on_revoke(
@@ -97,11 +105,7 @@ def test_a_fence_found_behind_during_a_callback_is_rewound_on_the_role_thread(
     harness = Harness(pipe)
     try:
         harness.step_until(lambda: harness.ingest.owned == {0, 1}, "the assignment")
-        produce(pipe, 0, 0, 20)
-        harness.step_until(
-            lambda: pipe.committed(0) == 20 and harness.ingest._in_flight is None,
-            "the first 20 events applied and committed",
-        )
+        harness.applied_and_committed(pipe, 20)
         # Redis loses writes: its fence goes back to 9 while this process applied through 19.
         harness.store.set_applied_offset(0, 9)
         produce(pipe, 0, 20, 10)
@@ -129,11 +133,7 @@ def test_a_batch_kept_for_the_role_thread_is_dropped_when_its_partition_goes(
     harness = Harness(pipe)
     try:
         harness.step_until(lambda: 0 in harness.ingest.owned, "the assignment")
-        produce(pipe, 0, 0, 10)
-        harness.step_until(
-            lambda: pipe.committed(0) == 10 and harness.ingest._in_flight is None,
-            "the first 10 events applied and committed",
-        )
+        harness.applied_and_committed(pipe, 10)
         harness.store.set_applied_offset(0, 4)  # Redis lost writes
         produce(pipe, 0, 10, 10)
         harness.stored_not_booked()
