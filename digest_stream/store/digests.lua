@@ -18,7 +18,8 @@
 -- A record container is ONE key per timeline, in one of two encodings:
 --   inline  a string cmsgpack(meta, id1, ts1, payload1, id2, ...) while the
 --           timeline is small (few records, few bytes): one key, one allocation
---           for all of it, rewritten whole on each batch (cheap while small);
+--           for all of it, rewritten whole on each batch (cheap while small; new
+--           records are appended to the stored bytes without decoding them);
 --   hash    field id -> struct.pack('>d', ts) .. payload, meta under field ""
 --           once it grows: one hash entry per record, updated in place.
 -- Ordering is computed only when a digest is opened or capacity trims, so no
