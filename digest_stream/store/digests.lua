@@ -25,7 +25,7 @@
 -- Ordering is computed only when a digest is opened or capacity trims, so no
 -- per-record index (sorted set) is kept at all.
 
-local LIBRARY_VERSION = '4'
+local LIBRARY_VERSION = '5'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -33,6 +33,7 @@ local MAX_NAME_BYTES = 1024
 -- Kafka offsets travel as Lua numbers (doubles): integers are exact up to 2^53.
 local MAX_OFFSET = 9007199254740992
 -- Redis caps the number of Lua stack slots unpack() may use; chunk below it.
+-- Even, so no chunk splits a field/value or score/member pair (HSET, ZADD).
 local UNPACK_CHUNK = 1000
 -- Fields of one record in the add batch: timeline index, id, timestamp, offset, payload.
 local RECORD_WIDTH = 5
@@ -82,6 +83,16 @@ local function expect_key(keys, index, expected)
     if keys[index] ~= expected then
         invalid_argument('KEYS[' .. index .. '] must be ' .. expected .. ', got ' .. tostring(keys[index]))
     end
+end
+
+-- The tag of a partition-level call, whose KEYS are waiting, ready, fence (ds_add
+-- has its own order).
+local function partition_tag_of(keys)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, waiting_key(tag))
+    expect_key(keys, 2, ready_key(tag))
+    expect_key(keys, 3, fence_key(tag))
+    return tag
 end
 
 -- Argument parsing (guards: the Python side validates first) ----------------
@@ -292,11 +303,14 @@ end
 
 -- Redis helpers -----------------------------------------------------------------
 
+-- Returns the sum of the chunks' integer replies (fields created, members removed...).
 local function call_chunked(command, key, items)
+    local total = 0
     for first = 1, #items, UNPACK_CHUNK do
         local last = math.min(first + UNPACK_CHUNK - 1, #items)
-        redis.call(command, key, unpack(items, first, last))
+        total = total + redis.call(command, key, unpack(items, first, last))
     end
+    return total
 end
 
 -- Partition-level keys are shared by timelines whose policies may differ, so
@@ -343,19 +357,17 @@ local function move_range(source, destination, bound, score_for)
     end
     if #members > 0 then
         call_chunked('ZREM', source, members)
-        -- ZADD takes score/member pairs: keep chunks even.
-        for first = 1, #additions, UNPACK_CHUNK * 2 do
-            local last = math.min(first + UNPACK_CHUNK * 2 - 1, #additions)
-            redis.call('ZADD', destination, unpack(additions, first, last))
-        end
+        -- ZADD takes score/member pairs: chunks must stay even (UNPACK_CHUNK is).
+        call_chunked('ZADD', destination, additions)
     end
     return moved
 end
 
 -- Record containers ------------------------------------------------------------
 --
--- read_container(key) -> {kind = 'none'|'inline'|'hash', meta = raw string|nil,
---                         records = {{id, timestamp, payload}...}, damaged = {ids}|count}
+-- read_container(key[, kind]) -> {kind = 'none'|'inline'|'hash', meta = raw string|nil,
+--     records = {{id, timestamp, payload}...}, damaged = {ids of unreadable hash fields},
+--     damaged_count = unreadable records of either encoding (inline ones have no id)}
 
 local function container_kind(key)
     local kind = redis.call('TYPE', key).ok
@@ -411,14 +423,11 @@ end
 local function read_container(key, known_kind)
     local kind = known_kind or container_kind(key)
     if kind == 'none' then
-        return {kind = kind, records = {}, damaged = {}}
+        return {kind = kind, records = {}, damaged = {}, damaged_count = 0}
     elseif kind == 'inline' then
         local meta, records, damaged = decode_inline(redis.call('GET', key))
-        local lost = {}
-        for i = 1, damaged do
-            lost[i] = false -- counted, but there is no field to delete
-        end
-        return {kind = kind, meta = meta, records = records, damaged = lost}
+        -- an inline record has no field to delete: it is only counted
+        return {kind = kind, meta = meta, records = records, damaged = {}, damaged_count = damaged}
     end
     local flat = redis.call('HGETALL', key)
     local container = {kind = kind, records = {}, damaged = {}}
@@ -435,6 +444,7 @@ local function read_container(key, known_kind)
             end
         end
     end
+    container.damaged_count = #container.damaged
     return container
 end
 
@@ -477,6 +487,21 @@ local function read_meta(key)
     return nil
 end
 
+-- A container's kind and raw meta, plus an inline one's blob and the position its
+-- records start at (nil for an unreadable head), without decoding the records: read
+-- once by the function that then writes the container, so no later step reads again.
+local function read_head(key)
+    local head = {kind = container_kind(key)}
+    if head.kind == 'hash' then
+        local raw = redis.call('HGET', key, META)
+        head.meta = raw ~= false and raw or nil
+    elseif head.kind == 'inline' then
+        head.blob = redis.call('GET', key)
+        head.meta, head.start = inline_head(head.blob)
+    end
+    return head
+end
+
 local function record_count(key)
     local kind = container_kind(key)
     if kind == 'hash' then
@@ -492,36 +517,67 @@ local function record_count(key)
     return 0
 end
 
--- Replaces the meta, keeping the records; a missing container becomes an
--- inline one holding only the meta.
-local function write_meta(key, meta)
-    local kind = container_kind(key)
-    if kind == 'hash' then
-        redis.call('HSET', key, META, meta)
-        return
+-- Records of the hash container `head` was read from (damaged ones included): its
+-- fields but the meta. Record ids are never META, so writing records since the
+-- read cannot have added the meta field: it is there exactly when the read found it.
+local function hash_record_count(key, head)
+    local count = redis.call('HLEN', key)
+    if head.meta ~= nil then
+        count = count - 1
     end
-    local records = {}
-    if kind == 'inline' then
-        local blob = redis.call('GET', key)
-        local _, start = inline_head(blob)
-        if start ~= nil then
-            -- keep the records' bytes as they are; only the head changes
-            redis.call('SET', key, cmsgpack.pack(meta) .. string.sub(blob, start), 'KEEPTTL')
-            return
-        end
-        _, records = decode_inline(blob)
-    end
-    redis.call('SET', key, encode_inline(meta, records), 'KEEPTTL')
+    return count
 end
 
-local function write_hash(key, meta, records)
-    local fields = {META, meta}
+-- Whether the container `head` was read from holds no record, damaged ones included.
+local function holds_no_records(key, head)
+    if head.kind == 'hash' then
+        return hash_record_count(key, head) == 0
+    elseif head.kind == 'inline' then
+        -- nothing after the meta; behind an unreadable head nothing is readable either
+        return head.start == nil or head.start > #head.blob
+    end
+    return true
+end
+
+-- Replaces the meta of the container `head` was read from, keeping its records; a
+-- missing container becomes an inline one holding only the meta.
+local function write_meta(key, head, meta)
+    if head.kind == 'hash' then
+        redis.call('HSET', key, META, meta)
+    elseif head.start ~= nil then
+        -- keep the records' bytes as they are; only the head changes
+        redis.call('SET', key, cmsgpack.pack(meta) .. string.sub(head.blob, head.start), 'KEEPTTL')
+    else
+        -- missing, or an unreadable head: no record behind it could be decoded either
+        redis.call('SET', key, encode_inline(meta, {}), 'KEEPTTL')
+    end
+end
+
+-- A timeline's last delivery: in its own meta (parsed), else in its open digest's meta
+-- (the digest carries it while open). `digest`: that digest's parsed meta, false when
+-- the caller found none, or nil to have it read here, only when it is needed.
+local function last_delivery_of(tag, timeline, meta, digest)
+    if meta.last_delivery ~= nil then
+        return meta.last_delivery
+    end
+    if digest == nil then
+        digest = parse_digest_meta(read_meta(digest_key(tag, timeline)))
+    end
+    return digest and digest.last_delivery or nil
+end
+
+-- Appends `records` to `fields` as HSET field/value pairs: id -> timestamp .. payload.
+local function hash_fields(fields, records)
     for _, record in ipairs(records) do
         fields[#fields + 1] = record.id
         fields[#fields + 1] = encode_field(record.timestamp, record.payload)
     end
+    return fields
+end
+
+local function write_hash(key, meta, records)
     redis.call('DEL', key)
-    call_chunked('HSET', key, fields)
+    call_chunked('HSET', key, hash_fields({META, meta}, records))
 end
 
 -- Ids to remove so that `records` keeps the newest `capacity`; damaged ids go first.
@@ -546,16 +602,15 @@ end
 -- are appended to the blob's bytes. `written` bounds the records it holds, and the
 -- blob's length bounds their ids and payloads, so these checks never pass where the
 -- general path would choose otherwise. Returns false to send the caller there.
-local function append_inline(key, blob, batch, capacity, inline_records, ms)
-    local raw_meta, start, tail = nil, nil, ''
-    if blob ~= nil then
-        raw_meta, start = inline_head(blob)
-        if start == nil then
+local function append_inline(key, head, batch, capacity, inline_records, ms)
+    local tail = ''
+    if head.kind == 'inline' then
+        if head.start == nil then
             return false
         end
-        tail = string.sub(blob, start)
+        tail = string.sub(head.blob, head.start)
     end
-    local meta = parse_timeline_meta(raw_meta)
+    local meta = parse_timeline_meta(head.meta)
     local count = meta.written + #batch
     if count > inline_records or (capacity > 0 and count > capacity) then
         return false
@@ -583,33 +638,19 @@ local function append_inline(key, blob, batch, capacity, inline_records, ms)
 end
 
 -- Applies one batch's records (in order) to a timeline container, trims it to
--- capacity, stores it in the fitting encoding and sets its TTL (ms).
+-- capacity, stores it in the fitting encoding and sets its TTL (ms). `head` is the
+-- container as read_head found it (nothing has written it since).
 -- Returns how many it dropped.
-local function store_batch(key, batch, capacity, inline_records, ms)
-    local kind = container_kind(key)
-    local blob = nil
-    if kind == 'inline' then
-        blob = redis.call('GET', key)
-    end
-    if kind ~= 'hash' and append_inline(key, blob, batch, capacity, inline_records, ms) then
+local function store_batch(key, head, batch, capacity, inline_records, ms)
+    if head.kind ~= 'hash' and append_inline(key, head, batch, capacity, inline_records, ms) then
         return 0
     end
-    if kind == 'hash' then
-        local fields = {}
-        for _, record in ipairs(batch) do
-            fields[#fields + 1] = record.id
-            fields[#fields + 1] = encode_field(record.timestamp, record.payload)
-        end
-        local meta = parse_timeline_meta(redis.call('HGET', key, META))
-        local created = 0
-        for first = 1, #fields, UNPACK_CHUNK do
-            local last = math.min(first + UNPACK_CHUNK - 1, #fields)
-            created = created + redis.call('HSET', key, unpack(fields, first, last))
-        end
-        meta.written = meta.written + created
+    if head.kind == 'hash' then
+        local meta = parse_timeline_meta(head.meta)
+        meta.written = meta.written + call_chunked('HSET', key, hash_fields({}, batch))
         local dropped = 0
-        if capacity > 0 and record_count(key) > capacity then
-            local container = read_container(key)
+        if capacity > 0 and hash_record_count(key, head) > capacity then
+            local container = read_container(key, 'hash')
             local victims = trim_victims(container.records, container.damaged, capacity)
             call_chunked('HDEL', key, victims)
             dropped = #victims
@@ -621,9 +662,12 @@ local function store_batch(key, batch, capacity, inline_records, ms)
         return dropped
     end
 
-    local container = read_container(key, kind)
-    local meta = parse_timeline_meta(container.meta)
-    local records, position = container.records, {}
+    local raw_meta, records = nil, {}
+    if head.kind == 'inline' then
+        raw_meta, records = decode_inline(head.blob)
+    end
+    local meta = parse_timeline_meta(raw_meta)
+    local position = {}
     for index, record in ipairs(records) do
         position[record.id] = index
     end
@@ -775,14 +819,11 @@ local function add(keys, args)
                 end
                 timeline.due_changed = false
                 timeline.became_ready = false
+                -- the one read of its container this batch: store_batch writes from it
+                timeline.head = read_head(timeline.key)
                 if timeline.due ~= nil and not timeline.ready then
-                    local meta = parse_timeline_meta(read_meta(timeline.key))
-                    timeline.last_delivery = meta.last_delivery
-                    if timeline.last_delivery == nil then
-                        -- an open digest carries the last delivery of its timeline
-                        local digest = parse_digest_meta(read_meta(digest_key(tag, timeline.timeline)))
-                        timeline.last_delivery = digest and digest.last_delivery
-                    end
+                    timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
+                        parse_timeline_meta(timeline.head.meta))
                 end
             end
             table.insert(timeline.batch, record)
@@ -812,8 +853,8 @@ local function add(keys, args)
     for _, timeline in ipairs(touched) do
         -- Trim once per timeline per batch, after all its records are written.
         dropped = dropped
-            + store_batch(timeline.key, timeline.batch, timeline.capacity, inline_records,
-                ttl_ms(timeline.ttl))
+            + store_batch(timeline.key, timeline.head, timeline.batch, timeline.capacity,
+                inline_records, ttl_ms(timeline.ttl))
         if timeline.became_ready then
             redis.call('ZADD', ready_key(tag), format_float(now), timeline.timeline)
         elseif timeline.due_changed then
@@ -839,10 +880,7 @@ end
 -- KEYS: waiting, ready, fence. ARGV: now, partition_ttl.
 -- Returns flat {timeline, due, ...} of timelines moved WAITING -> READY.
 local function schedule(keys, args)
-    local tag = tag_of(keys[1])
-    expect_key(keys, 1, waiting_key(tag))
-    expect_key(keys, 2, ready_key(tag))
-    expect_key(keys, 3, fence_key(tag))
+    local tag = partition_tag_of(keys)
     local now = parse_time(args[1], 'now')
     local partition_ttl = parse_ttl(args[2])
     local ready_at = format_float(now)
@@ -857,10 +895,7 @@ end
 -- Returns flat {timeline, ready_since, ...} moved READY -> WAITING (due = ready_since),
 -- so the next schedule tick hands them out again.
 local function maintenance(keys, args)
-    local tag = tag_of(keys[1])
-    expect_key(keys, 1, waiting_key(tag))
-    expect_key(keys, 2, ready_key(tag))
-    expect_key(keys, 3, fence_key(tag))
+    local tag = partition_tag_of(keys)
     local deadline = parse_time(args[1], 'deadline')
     parse_time(args[2], 'now')
     local partition_ttl = parse_ttl(args[3])
@@ -916,9 +951,9 @@ local function open(keys, args)
     end
     local container = read_container(digest)
     local meta = parse_timeline_meta(container.meta)
-    local present = #container.records + #container.damaged
+    local present = #container.records + container.damaged_count
     -- Records the timeline should hold but does not: evicted or removed payloads.
-    local missing = math.max(0, meta.written - present) + #container.damaged
+    local missing = math.max(0, meta.written - present) + container.damaged_count
     local digest_meta = {
         id = digest_id,
         opened_at = now,
@@ -927,13 +962,7 @@ local function open(keys, args)
         last_delivery = meta.last_delivery,
     }
     if container.kind == 'hash' then
-        local damaged = {}
-        for _, id in ipairs(container.damaged) do
-            if id then
-                table.insert(damaged, id)
-            end
-        end
-        call_chunked('HDEL', digest, damaged)
+        call_chunked('HDEL', digest, container.damaged)
         redis.call('HSET', digest, META, format_digest_meta(digest_meta))
     else
         redis.call('SET', digest, encode_inline(format_digest_meta(digest_meta), container.records))
@@ -959,16 +988,17 @@ local function close(keys, args)
     end
     redis.call('DEL', digest)
     local source = timeline_key(tag, timeline)
-    if meta.records == 0 and record_count(source) == 0 then
+    local head = read_head(source)
+    if meta.records == 0 and holds_no_records(source, head) then
         -- An empty digest ends the cool-down: retire, the next event is immediate.
         redis.call('DEL', source)
         redis.call('ZREM', ready_key(tag), timeline)
         redis.call('ZREM', waiting_key(tag), timeline)
         return 1
     end
-    local timeline_meta = parse_timeline_meta(read_meta(source))
+    local timeline_meta = parse_timeline_meta(head.meta)
     timeline_meta.last_delivery = now
-    write_meta(source, format_timeline_meta(timeline_meta))
+    write_meta(source, head, format_timeline_meta(timeline_meta))
     redis.call('PEXPIRE', source, ttl_ms(ttl))
     redis.call('ZREM', ready_key(tag), timeline)
     redis.call('ZADD', waiting_key(tag), format_float(now + minimum), timeline)
@@ -1004,10 +1034,7 @@ local function inspect(keys, args)
     end
     local meta = parse_timeline_meta(read_meta(source))
     local digest = parse_digest_meta(read_meta(digest_key(tag, timeline)))
-    local last_delivery = meta.last_delivery
-    if last_delivery == nil and digest ~= nil then
-        last_delivery = digest.last_delivery
-    end
+    local last_delivery = last_delivery_of(tag, timeline, meta, digest or false)
     if last_delivery ~= nil then
         last_delivery = format_float(last_delivery)
     end
@@ -1024,10 +1051,7 @@ end
 
 -- KEYS: waiting, ready, fence. Returns {waiting, ready, oldest due|nil, fence|nil}.
 local function stats(keys, _)
-    local tag = tag_of(keys[1])
-    expect_key(keys, 1, waiting_key(tag))
-    expect_key(keys, 2, ready_key(tag))
-    expect_key(keys, 3, fence_key(tag))
+    local tag = partition_tag_of(keys)
     local oldest = redis.call('ZRANGE', waiting_key(tag), 0, 0, 'WITHSCORES')
     local fence = read_fence(tag)
     return {

@@ -15,8 +15,8 @@ NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _WAITING = "w"  # zset: timeline -> due time
 _READY = "r"  # zset: timeline -> time it became ready
 _FENCE = "o"  # string: last applied Kafka offset of the partition
-_TIMELINE = "t"  # hash: record id -> packed timestamp + payload, meta under ""
-_DIGEST = "d"  # hash: the open digest, same encoding
+_TIMELINE = "t"  # record container (inline string or hash, see digests.lua): records + meta
+_DIGEST = "d"  # record container of the open digest, same encodings
 
 
 def partition_tag(namespace: str, partition: int) -> str:
@@ -40,12 +40,12 @@ def fence_key(tag: str) -> str:
 
 
 def timeline_key(tag: str, timeline: str) -> str:
-    """Hash of a timeline's pending records."""
+    """Record container (inline string or hash) of a timeline's pending records."""
     return f"{tag}:{_TIMELINE}:{timeline}"
 
 
 def digest_key(tag: str, timeline: str) -> str:
-    """Hash of a timeline's open digest."""
+    """Record container (inline string or hash) of a timeline's open digest."""
     return f"{tag}:{_DIGEST}:{timeline}"
 
 

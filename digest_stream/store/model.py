@@ -96,8 +96,8 @@ class MemoryStore:
         """Store a batch of records of one partition, fenced by offset."""
         state = self._partition(partition)
         now = validate.time_value(now, "now")
-        validate.records(records)
-        expected, through = validate.fence_arguments(records, expected_fence, through_offset)
+        expected, through = validate.fence_arguments(expected_fence, through_offset)
+        validate.records(records, through)
         policies = {record.timeline: self._policy(record.timeline) for record in records}
 
         fence_before = state.fence

@@ -141,7 +141,6 @@ class RedisStore:
         default = policy if policy is not None else TimelinePolicy()
         self.policy = validate.policy(default, "<default>")
         self._resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
-        self._cluster = isinstance(client, RedisCluster)
         self._load_library = load_library
         if isinstance(inline_records, bool) or not isinstance(inline_records, int):
             raise InvalidArgument(f"inline_records must be an int, got {inline_records!r}")
@@ -213,21 +212,13 @@ class RedisStore:
     def _send(
         self, command: str, function: str, call_keys: list[str], args: Sequence[str | bytes]
     ) -> _Reply:
+        node = None
         if isinstance(self.client, RedisCluster):
             # Route by the partition tag ourselves: redis-py would otherwise ask
             # the server (COMMAND GETKEYS) on every FCALL, doubling the traffic.
             # MOVED/ASK redirections are still followed by redis-py.
             node = self.client.get_node_from_key(call_keys[0])
-            return cast(
-                _Reply,
-                self.client.execute_command(
-                    command, function, len(call_keys), *call_keys, *args, target_nodes=node
-                ),
-            )
-        return cast(
-            _Reply,
-            self.client.execute_command(command, function, len(call_keys), *call_keys, *args),
-        )
+        return self._on(node, command, function, len(call_keys), *call_keys, *args)
 
     def _tag(self, partition: int) -> str:
         return keys.partition_tag(self.namespace, validate.partition(partition))
@@ -249,8 +240,8 @@ class RedisStore:
         """Store a batch of records of one partition, fenced by offset (one FCALL)."""
         tag = self._tag(partition)
         now = validate.time_value(now, "now")
-        validate.records(records)
-        expected, through = validate.fence_arguments(records, expected_fence, through_offset)
+        expected, through = validate.fence_arguments(expected_fence, through_offset)
+        validate.records(records, through)
         index: dict[str, str] = {}
         policy_args: list[str | bytes] = []
         record_args: list[str | bytes] = []
@@ -415,23 +406,20 @@ class RedisStore:
         redirection while slots move) is redone by _fcall, which handles both.
         """
         groups: dict[str, list[int]] = {}
-        nodes: dict[str, ClusterNode | None] = {}
+        nodes: dict[str, ClusterNode] = {}  # empty for a single node: one group, ""
         for index, (call_keys, _) in enumerate(calls):
-            node = (
-                self.client.get_node_from_key(call_keys[0])
-                if isinstance(self.client, RedisCluster)
-                else None
-            )
-            name = "" if node is None else node.name
-            nodes[name] = node
+            name = ""
+            if isinstance(self.client, RedisCluster):
+                node = self.client.get_node_from_key(call_keys[0])
+                name = node.name
+                nodes[name] = node
             groups.setdefault(name, []).append(index)
         replies: list[_Reply | InvalidState] = [None] * len(calls)
         for name, indexes in groups.items():
-            node = nodes[name]
             connection = (
-                self.client
-                if node is None or not isinstance(self.client, RedisCluster)
-                else self.client.get_redis_connection(node)
+                self.client.get_redis_connection(nodes[name])
+                if isinstance(self.client, RedisCluster)
+                else self.client
             )
             pipe = connection.pipeline(transaction=False)
             for index in indexes:

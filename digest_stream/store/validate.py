@@ -96,8 +96,12 @@ def policy(value: object, timeline: str) -> TimelinePolicy:
     return value
 
 
-def records(values: Sequence[NewRecord]) -> None:
-    """Every record of an add batch, before anything is written."""
+def records(values: Sequence[NewRecord], through: int | None = None) -> None:
+    """Every record of an add batch, before anything is written; ``through`` (already
+    checked by fence_arguments) must cover every record's offset.
+
+    One pass over the batch (the ingest hot path), in the order the Lua guard checks.
+    """
     for record in values:
         if not isinstance(record, NewRecord):
             raise InvalidArgument(f"expected NewRecord, got {record!r}")
@@ -107,18 +111,14 @@ def records(values: Sequence[NewRecord]) -> None:
         offset(record.offset)
         if not isinstance(record.payload, bytes):
             raise InvalidArgument(f"payload must be bytes, got {type(record.payload).__name__}")
+        if through is not None and record.offset > through:
+            raise InvalidArgument(f"record offset {record.offset} is past through_offset {through}")
 
 
 def fence_arguments(
-    values: Sequence[NewRecord], expected_fence: object, through_offset: object
+    expected_fence: object, through_offset: object
 ) -> tuple[int | None, int | None]:
-    """The optional fence arguments of add; ``through_offset`` covers every record."""
+    """The optional fence arguments of add; records() then checks ``through`` per record."""
     expected = None if expected_fence is None else offset(expected_fence)
     through = None if through_offset is None else offset(through_offset)
-    if through is not None:
-        for record in values:
-            if record.offset > through:
-                raise InvalidArgument(
-                    f"record offset {record.offset} is past through_offset {through}"
-                )
     return expected, through
