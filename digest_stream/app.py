@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -192,8 +193,10 @@ class App:
         self._stop.wait(timeout)
         if not self._stop.is_set():
             return False
+        # One deadline for all roles, not STOP_TIMEOUT each.
+        deadline = time.monotonic() + STOP_TIMEOUT
         for thread in self._threads:
-            thread.join(STOP_TIMEOUT)
+            thread.join(max(0.0, deadline - time.monotonic()))
         alive = [t.name for t in self._threads if t.is_alive()]
         if alive:
             log.error("roles did not stop within %.0fs: %s", STOP_TIMEOUT, ", ".join(alive))

@@ -51,8 +51,8 @@ class _Pending:
     entry: ScheduleEntry
     digest: OpenDigest
     parts: list[Digest]
+    whole: Digest  # the digest before splitting (what hooks see)
     errors: list[str] = field(default_factory=list)
-    whole: Digest | None = None
     headers: list[tuple[str, bytes]] = field(default_factory=list)  # carried event headers
 
 
@@ -176,18 +176,16 @@ class Delivery:
             )
             parts = codec.split_digest(whole, self._settings.max_message_bytes)
             headers = envelope.digest_headers(carried) if carried else []
-            pending.append(_Pending(message, entry, digest, parts, whole=whole, headers=headers))
+            pending.append(_Pending(message, entry, digest, parts, whole, headers=headers))
         return pending, empty
 
-    def _records(
-        self, digest: OpenDigest, carried: list[list[tuple[str, bytes]]] | None = None
-    ) -> list[Record]:
+    def _records(self, digest: OpenDigest, carried: list[list[tuple[str, bytes]]]) -> list[Record]:
         records = []
         for stored in digest.records:
             try:
                 headers, event = envelope.unwrap(stored.payload)
                 records.append(Record.from_event(codec.decode_event(event)))
-                if headers and carried is not None:
+                if headers:
                     carried.append(headers)
             except ValueError as exc:  # codec.DecodeError or a damaged header envelope
                 # Stored bytes were valid when ingested; corrupt ones count as lost, not fatal.
@@ -257,7 +255,7 @@ class Delivery:
             self._metrics.digest_parts.inc(len(item.parts))
             self._metrics.records_per_digest.observe(len(item.digest.records))
             self._metrics.delivery_lateness.observe(max(0.0, now - item.entry.scheduled_at / 1000))
-            if self._hooks and item.whole is not None:
+            if self._hooks:
                 self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
         return published, False
 

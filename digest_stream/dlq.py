@@ -28,6 +28,10 @@ class DeadLetters:
         # Sources whose dead letter the broker refused: they must be dead-lettered again.
         self._failed: list[tuple[str, int, int]] = []
 
+    def refused_partitions(self) -> set[int]:
+        """Partitions with a refused dead letter not taken yet (looking does not take them)."""
+        return {partition for _, partition, _ in self._failed}
+
     def take_failures(self) -> list[tuple[str, int, int]]:
         """(topic, partition, offset) of dead letters the broker refused since the last call."""
         failed, self._failed = self._failed, []

@@ -7,7 +7,7 @@ partition is rewound to rebuild the lost state from Kafka.
 
 Two batches overlap: while Redis runs one batch's store calls (on a worker thread), this
 thread consumes and decodes the next. Everything else (booking results, rewinds, commits,
-scheduler ticks, rebalance callbacks) stays on the role's thread and waits for the batch in
+scheduler ticks, revocation callbacks) stays on the role's thread and waits for the batch in
 flight first, so the commit discipline is exactly that of one batch at a time.
 """
 
@@ -104,8 +104,8 @@ class Ingest:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-store")
         self._in_flight: Future[list[Prepared]] | None = None
         self._done: list[Prepared] = []  # stored, not booked yet (kept by a callback)
-        # Partitions sought since the batch in hand was consumed, and where to.
-        self._rewound: dict[int, int] = {}
+        # Partitions whose read position moved since the batch in hand was taken, and where to.
+        self._moved: dict[int, int] = {}
         self._closing = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -134,8 +134,11 @@ class Ingest:
         # With a batch in flight, take only what is already fetched: waiting here would
         # delay booking (and the immediate digests) of the batch in flight.
         timeout = 0.0 if self._in_flight is not None else self._settings.batch_timeout
-        self._rewound.clear()
         messages = take_batch(self._consumer, self._settings.batch_size, timeout)
+        # From here on, a partition whose read position moves (a seek, an assignment) makes
+        # its part of this batch stale. Callbacks inside take_batch never seek, and an
+        # assignment there comes before the messages it returned.
+        self._moved.clear()
         batches = self._prepare(messages) if messages else []
         applied = self._finish()
         if self._scheduler is not None and self._scheduler.due():
@@ -145,12 +148,13 @@ class Ingest:
 
     def close(self) -> None:
         """Graceful stop: finish the batch in flight, commit, flush outputs, leave the group."""
-        self._finish()
-        self._worker.shutdown(wait=True)
-        self._commit(sorted(self._uncommitted), sync=True)
-        self._producer.flush(COMMIT_TIMEOUT)
-        self._closing = True
-        self._consumer.close()
+        try:
+            self._finish(sync=True)
+            self._worker.shutdown(wait=True)
+            self._producer.flush(COMMIT_TIMEOUT)
+        finally:
+            self._closing = True
+            self._consumer.close()
 
     # ------------------------------------------------------------------ batches
 
@@ -177,12 +181,12 @@ class Ingest:
         for batch in batches:
             if batch.partition not in self._owned:
                 continue  # revoked: the new owner reads it from the committed offset
-            target = self._rewound.get(batch.partition)
+            target = self._moved.get(batch.partition)
             if target is None:
                 batch.expected = self._expected.get(batch.partition)
                 kept.append(batch)
             elif 0 <= batch.first < target:
-                # Sought past part of this batch (a refused dead letter inside it): the
+                # Moved past part of this batch (a refused dead letter inside it): the
                 # batch is dropped, so read it again from its start.
                 self._seek(batch.partition, batch.first)
         if kept:
@@ -192,22 +196,13 @@ class Ingest:
         """Worker thread: one attempt per partition; failures are handled on the role thread."""
         for batch in batches:
             try:
-                batch.result = self._timed_call(
-                    partial(
-                        self._store.add,
-                        batch.partition,
-                        batch.records,
-                        batch.now,
-                        expected_fence=batch.expected,
-                        through_offset=batch.last,
-                    )
-                )
+                batch.result = self._timed_call(partial(self._store_add, batch, batch.expected))
             except BaseException as exc:  # handled or re-raised on the role thread
                 batch.error = exc
                 break  # the partitions after it are stored on the role thread, in order
         return batches
 
-    def _finish(self, *, in_callback: bool = False) -> int:
+    def _finish(self, *, in_callback: bool = False, sync: bool = False) -> int:
         """Wait for the batch in flight, book its results and commit; returns records added.
 
         Inside a rebalance callback nothing may poll or seek, so a partition whose call
@@ -228,18 +223,18 @@ class Ingest:
             if added is not None:
                 applied += added
         if not in_callback:
-            self._commit(sorted(self._uncommitted), sync=False)
+            self._commit(sorted(self._uncommitted), sync=sync)
         return applied
 
     @staticmethod
-    def _fence_behind(expected: int | None, result: AddResult) -> bool:
-        return expected is not None and (
-            result.fence_before is None or result.fence_before < expected
-        )
+    def _fence_behind(expected: int, result: AddResult) -> bool:
+        return result.fence_before is None or result.fence_before < expected
 
     def _bookable(self, batch: Prepared) -> bool:
         """The call succeeded and needs no rewind: booking it neither polls nor seeks."""
-        return batch.result is not None and not self._fence_behind(batch.expected, batch.result)
+        return batch.result is not None and (
+            batch.expected is None or not self._fence_behind(batch.expected, batch.result)
+        )
 
     def _apply(self, batch: Prepared) -> int | None:
         """Book one partition's store call; None when nothing was applied (rewound or gave up)."""
@@ -253,13 +248,13 @@ class Ingest:
                 self._metrics.redis_errors.inc()
                 log.warning("Redis call failed (%s); retrying", batch.error)
             # Stored here, with the retries that keep serving the group while Redis is down.
-            result = self._add(partition, records, now, expected, last)
+            result = self._add(batch, expected)
             if result is None:
                 return None
         if expected is not None and self._fence_behind(expected, result):
             if not self._rewind(partition, result.fence_before, expected):
                 return None
-            result = self._add(partition, records, now, None, last)
+            result = self._add(batch, None)
             if result is None:
                 return None
         self._expected[partition] = result.fence_after if result.fence_after is not None else last
@@ -332,23 +327,24 @@ class Ingest:
 
     # ------------------------------------------------------------------ store calls
 
-    def _add(
-        self,
-        partition: int,
-        records: list[NewRecord],
-        now: float,
-        expected: int | None,
-        through: int,
-    ) -> AddResult | None:
-        """store.add, retried while Redis is unreachable; None if we had to give up."""
+    def _store_add(self, batch: Prepared, expected: int | None) -> AddResult:
+        """The batch's one store call, fenced by `expected`."""
+        return self._store.add(
+            batch.partition,
+            batch.records,
+            batch.now,
+            expected_fence=expected,
+            through_offset=batch.last,
+        )
+
+    def _add(self, batch: Prepared, expected: int | None) -> AddResult | None:
+        """The store call, retried while Redis is unreachable; None if we had to give up."""
         try:
-            return self._retrying(
-                partition,
-                lambda: self._store.add(
-                    partition, records, now, expected_fence=expected, through_offset=through
-                ),
-            )
+            return self._retrying(batch.partition, partial(self._store_add, batch, expected))
         except REDIS_DOWN:
+            if batch.partition in self._owned:
+                # Not applied but read: read it again, so nothing after it is applied first.
+                self._seek(batch.partition, batch.first)
             return None
 
     def _retrying(self, partition: int, call: Callable[[], T]) -> T:
@@ -430,7 +426,7 @@ class Ingest:
 
     def _seek(self, partition: int, offset: int) -> None:
         self._consumer.seek(TopicPartition(self._topic, partition, offset))
-        self._rewound[partition] = offset
+        self._moved[partition] = offset
         self._positions.pop(partition, None)
         self._uncommitted.discard(partition)
 
@@ -489,13 +485,15 @@ class Ingest:
         if self._paused:
             consumer.pause(starts)
         self._owned.update(tp.partition for tp in partitions)
+        # A batch read before a reassignment (inside an outage's retry polls) is stale.
+        self._moved.update((tp.partition, tp.offset) for tp in starts)
         log.info("assigned %s", ", ".join(f"{tp.partition}@{tp.offset}" for tp in starts))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Book the batch in flight, commit what was applied of these partitions, let go.
         revoked = {tp.partition for tp in partitions}
         self._finish(in_callback=True)
-        self._commit(sorted(revoked & self._uncommitted), sync=True)
+        self._commit(sorted(revoked & self._uncommitted), sync=True, in_callback=True)
         self._release(revoked)
         log.info("revoked %s", ", ".join(str(p) for p in sorted(revoked)))
 
@@ -516,7 +514,7 @@ class Ingest:
             self._positions.pop(partition, None)
             self._uncommitted.discard(partition)
 
-    def _commit(self, partitions: list[int], sync: bool) -> None:
+    def _commit(self, partitions: list[int], sync: bool, *, in_callback: bool = False) -> None:
         offsets = [
             TopicPartition(self._topic, p, self._positions[p])
             for p in partitions
@@ -530,12 +528,16 @@ class Ingest:
                 log.error("dead letters unacknowledged after %.0fs; not committing", COMMIT_TIMEOUT)
                 return
             self._dead_letters_unflushed = False
+        refusing = self._dlq.refused_partitions()
+        if refusing and in_callback:
+            # Nothing may seek inside a rebalance callback: leave these partitions
+            # uncommitted; the role thread (or the next owner) reads the sources again.
+            offsets = [tp for tp in offsets if tp.partition not in refusing]
+        elif refusing:
             refused = self._dlq.take_failures()
-            if refused:
-                # Read the refused sources again (the fence skips what was applied since).
-                for partition in sorted({p for _, p, _ in refused}):
-                    first = min(o for _, p, o in refused if p == partition)
-                    self._seek(partition, first)
-                offsets = [tp for tp in offsets if tp.partition in self._positions]
+            # Read the refused sources again (the fence skips what was applied since).
+            for partition in sorted(refusing & self._owned):
+                self._seek(partition, min(o for _, p, o in refused if p == partition))
+            offsets = [tp for tp in offsets if tp.partition in self._positions]
         if commit(self._consumer, offsets, sync):
             self._uncommitted.difference_update(tp.partition for tp in offsets)

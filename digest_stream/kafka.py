@@ -22,7 +22,7 @@ def _base(settings: Settings) -> dict[str, Any]:
     return config | dict(settings.kafka_config)
 
 
-def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str, Any]:
+def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
     """A consumer that never auto-commits and uses cooperative rebalancing."""
     config = {
         "group.id": group_id,
@@ -36,10 +36,10 @@ def consumer_config(settings: Settings, group_id: str, **extra: Any) -> dict[str
         "session.timeout.ms": 10_000,
         "heartbeat.interval.ms": 1_000,
     }
-    return {**config, **extra, **_base(settings)}
+    return {**config, **_base(settings)}
 
 
-def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
+def producer_config(settings: Settings) -> dict[str, Any]:
     """An idempotent producer waiting for all in-sync replicas."""
     config = {
         "enable.idempotence": True,
@@ -47,7 +47,7 @@ def producer_config(settings: Settings, **extra: Any) -> dict[str, Any]:
         "linger.ms": 5,
         "message.max.bytes": settings.max_message_bytes + 64_000,
     }
-    return {**config, **extra, **_base(settings)}
+    return {**config, **_base(settings)}
 
 
 def admin_config(settings: Settings) -> dict[str, Any]:
@@ -60,6 +60,7 @@ def commit(consumer: Consumer, offsets: list[TopicPartition], sync: bool) -> boo
     if not offsets:
         return True
     try:
+        # Two calls, not asynchronous=not sync: the stubs type the two modes separately.
         if sync:
             consumer.commit(offsets=offsets, asynchronous=False)
         else:

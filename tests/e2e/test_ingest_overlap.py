@@ -19,8 +19,10 @@ from digest_stream.ingest import Ingest
 from digest_stream.kafka import producer_config
 from digest_stream.metrics import Metrics
 from digest_stream.models import Event
+from digest_stream.settings import Settings
 from digest_stream.store import RedisStore
 from tests.e2e.conftest import Pipeline
+from tests.proxy import TcpProxy
 
 
 def produce(pipe: Pipeline, partition: int, first: int, count: int) -> None:
@@ -36,19 +38,20 @@ def produce(pipe: Pipeline, partition: int, first: int, count: int) -> None:
 class Harness:
     """One Ingest role driven step by step by the test."""
 
-    def __init__(self, pipe: Pipeline) -> None:
-        self.settings = pipe.settings
-        self.store: RedisStore = connect_store(pipe.settings)
+    def __init__(self, pipe: Pipeline, settings: Settings | None = None) -> None:
+        self.settings = settings or pipe.settings
+        self.store: RedisStore = connect_store(self.settings)
         self.metrics = Metrics()
+        self.stopping = False
         self.ingest = Ingest(
-            pipe.settings,
+            self.settings,
             self.store,
             SystemClock(),
             self.metrics,
-            Producer(producer_config(pipe.settings)),
+            Producer(producer_config(self.settings)),
             None,
         )
-        self.ingest.start(lambda: False)
+        self.ingest.start(lambda: self.stopping)
 
     def step_until(self, condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -145,3 +148,32 @@ def test_a_batch_kept_for_the_role_thread_is_dropped_when_its_partition_goes(
         assert harness.metrics.replays.labels(cause="fence_behind")._value.get() == 0
     finally:
         harness.ingest.close()
+
+
+def test_a_batch_given_up_is_read_again_before_anything_after_it(
+    pipeline_factory: Callable[..., Pipeline], redis_url: str
+) -> None:
+    pipe = pipeline_factory(partitions=1)
+    host, port = redis_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    with TcpProxy(host, int(port)) as proxy:
+        harness = Harness(pipe, pipe.with_settings(redis_url=f"redis://{proxy.address}/0"))
+        try:
+            harness.step_until(lambda: 0 in harness.ingest.owned, "the assignment")
+            harness.applied_and_committed(pipe, 10)
+            proxy.block()  # Redis unreachable
+            produce(pipe, 0, 10, 10)  # batch A: its call fails on the worker
+            harness.stored_not_booked()
+            produce(pipe, 0, 20, 10)  # batch B: read while A waits for Redis
+            harness.stopping = True  # a stop request during the outage: A is given up
+            harness.ingest.step()
+            # B must not be stored before A (its fence would pass A's offsets for good).
+            assert harness.ingest._in_flight is None
+            proxy.unblock()
+            harness.stopping = False
+            harness.step_until(
+                lambda: harness.store.applied_offset(0) == 29 and pipe.committed(0) == 30,
+                "A and B applied after the outage",
+            )
+            assert harness.store.inspect(0, "t").pending == 30  # r0..r29: A was not lost
+        finally:
+            harness.ingest.close()
