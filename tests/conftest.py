@@ -10,13 +10,18 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 import redis
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from redis.cluster import ClusterNode, RedisCluster
+
+from digest_stream.settings import Settings
+from tests.proxy import TcpProxy
 
 HOW_TO = "run `make test` (it starts a local Kafka and Redis) or `eval $(digest-stream dev env)`"
 
@@ -114,6 +119,37 @@ def group_id() -> str:
     return unique("g")
 
 
+def committed_offsets(settings: Settings, partitions: Iterable[int]) -> list[int]:
+    """The ingest group's committed offsets of these input partitions (negative: none).
+
+    Read by a non-member (OffsetFetch only), so it never joins or disturbs the group.
+    """
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": settings.group_id}
+    )
+    try:
+        found = consumer.committed(
+            [TopicPartition(settings.events_topic, p) for p in partitions], timeout=10
+        )
+        return [tp.offset for tp in found]
+    finally:
+        consumer.close()
+
+
+def end_offsets(settings: Settings, partitions: Iterable[int]) -> list[int]:
+    """The end (high watermark) offsets of these input partitions."""
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": unique("probe")}
+    )
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(settings.events_topic, p), timeout=10)[1]
+            for p in partitions
+        ]
+    finally:
+        consumer.close()
+
+
 # ---------------------------------------------------------------------------- redis
 
 
@@ -158,6 +194,14 @@ def redis_cluster(redis_cluster_nodes: list[str]) -> Iterator[RedisCluster]:
     client = RedisCluster(startup_nodes=startup)
     yield client
     client.close()
+
+
+@pytest.fixture
+def redis_proxy(redis_url: str) -> Iterator[TcpProxy]:
+    """A proxy in front of the test Redis; closed (every connection dropped) at the end."""
+    parts = urlsplit(redis_url)
+    with TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379) as proxy:
+        yield proxy
 
 
 def _delete_namespace(client: redis.Redis, namespace: str) -> None:

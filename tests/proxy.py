@@ -50,11 +50,6 @@ class TcpProxy:
         """host:port clients should use."""
         return f"127.0.0.1:{self.port}"
 
-    @property
-    def blocked(self) -> bool:
-        """Whether connections are being refused."""
-        return self._blocked.is_set()
-
     def block(self) -> None:
         """Drop every open connection and refuse new ones until unblock()."""
         self._blocked.set()

@@ -14,8 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
-
 from digest_stream import codec
 from digest_stream.models import Event
 from digest_stream.settings import Settings
@@ -32,7 +30,8 @@ from tests.chaos.harness import (
     report,
     scenario,
 )
-from tests.conftest import unique, wait_until
+from tests.conftest import committed_offsets, wait_until
+from tests.e2e.conftest import ServiceProcess
 from tests.proxy import TcpProxy
 
 
@@ -51,6 +50,9 @@ class Size:
         return self.events / self.rate
 
 
+INGEST = "ingest,scheduler"
+ALL = "ingest,scheduler,delivery"
+
 FULL = Size(events=50_000, timelines=300, rate=1000.0, drain=300.0)
 SLICE = Size(events=4_000, timelines=100, rate=400.0, drain=90.0)
 
@@ -61,6 +63,24 @@ def pace(seconds: float, output: Output, dlq: DeadLetterLog) -> None:
     while time.monotonic() < end:
         output.poll(min(0.2, max(0.0, end - time.monotonic())))
         dlq.poll(0)
+
+
+def _start_under_load(
+    settings: Settings,
+    size: Size,
+    services: Services,
+    output: Output,
+    dlq: DeadLetterLog,
+    *roles: str,
+    load: Load | None = None,
+) -> tuple[list[ServiceProcess], Load, Accounting]:
+    """Start one service per roles, wait until each is ready; then start the load (this size,
+    unless one is given) and the accounting of where its events end up."""
+    procs = [services.start(r) for r in roles]
+    for proc in procs:
+        services.wait_started(proc)
+    load = (load or Load(settings, size.events, size.timelines, size.rate)).start()
+    return procs, load, Accounting(load, output, dlq)
 
 
 def _finish(
@@ -95,12 +115,9 @@ def _all_alive(services: Services) -> None:
 def ingest_sigkill(settings: Settings, size: Size, every: float = 3.0) -> Figures:
     """SIGKILL one of two ingest processes every `every` seconds, restarting it each time."""
     with scenario(settings) as (services, output, dlq):
-        delivery = services.start("delivery")
-        ingests = [services.start("ingest,scheduler") for _ in range(2)]
-        for proc in (delivery, *ingests):
-            services.wait_started(proc)
-        load = Load(settings, size.events, size.timelines, size.rate).start()
-        acc = Accounting(load, output, dlq)
+        (_, *ingests), load, acc = _start_under_load(
+            settings, size, services, output, dlq, "delivery", INGEST, INGEST
+        )
         kills = 0
         try:
             while not load.finished.is_set() or kills < 2:
@@ -108,7 +125,7 @@ def ingest_sigkill(settings: Settings, size: Size, every: float = 3.0) -> Figure
                 slot = kills % 2
                 services.kill(ingests[slot])
                 kills += 1
-                ingests[slot] = services.start("ingest,scheduler")
+                ingests[slot] = services.start(INGEST)
             figures = _finish("1 ingest SIGKILL", acc, size, note=f"{kills} kills every {every}s")
         finally:
             load.stop()
@@ -122,9 +139,7 @@ def ingest_sigkill(settings: Settings, size: Size, every: float = 3.0) -> Figure
 def delivery_sigkill_before_close(settings: Settings, size: Size, tmp: Path) -> Figures:
     """SIGKILL delivery between publish and close (test hook), restart it; repeat; then drain."""
     with scenario(settings) as (services, output, dlq):
-        services.wait_started(services.start("ingest,scheduler"))
-        load = Load(settings, size.events, size.timelines, size.rate).start()
-        acc = Accounting(load, output, dlq)
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, INGEST)
         paused: list[str] = []
         kills = 0
         try:
@@ -152,16 +167,10 @@ def delivery_sigkill_before_close(settings: Settings, size: Size, tmp: Path) -> 
         finally:
             load.stop()
         # Each killed-before-close digest went out again under the same id (repeat, no dup).
-        seen = output_digest_messages(output)
-        repeats = {d: seen.get(d, 0) for d in paused}
+        repeats = {d: output.copies.get(d, 0) for d in paused}
         assert all(count >= 2 for count in repeats.values()), repeats
         _all_alive(services)
         return figures
-
-
-def output_digest_messages(output: Output) -> dict[str, int]:
-    """digest id -> messages seen with that id (across parts and repeats)."""
-    return dict(output.copies)
 
 
 # --------------------------------------------------------------------------- 3 rolling restart
@@ -170,11 +179,9 @@ def output_digest_messages(output: Output) -> dict[str, int]:
 def rolling_restart(settings: Settings, size: Size, every: float = 4.0) -> Figures:
     """Three instances; restart them one by one (graceful stop, start, ready) under load."""
     with scenario(settings) as (services, output, dlq):
-        instances = [services.start() for _ in range(3)]
-        for proc in instances:
-            services.wait_started(proc)
-        load = Load(settings, size.events, size.timelines, size.rate).start()
-        acc = Accounting(load, output, dlq)
+        instances, load, acc = _start_under_load(
+            settings, size, services, output, dlq, ALL, ALL, ALL
+        )
         restarts = 0
         try:
             while not load.finished.is_set() or restarts < 3:
@@ -198,16 +205,12 @@ def rolling_restart(settings: Settings, size: Size, every: float = 4.0) -> Figur
 def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: float = 5.0) -> Figures:
     """BGSAVE, run on, SHUTDOWN NOSAVE, restart from the snapshot: fence behind -> replay."""
     with scenario(settings) as (services, output, dlq):
-        for proc in [services.start() for _ in range(2)]:
-            services.wait_started(proc)
-        load = Load(settings, size.events, size.timelines, size.rate).start()
-        acc = Accounting(load, output, dlq)
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, ALL, ALL)
         try:
             load.wait_progress(0.3)
             snapshot_at = redis.snapshot()
             pace(run_on, output, dlq)
             redis.shutdown_nosave()
-            down_at = time.time()
             redis.start()  # loads the snapshot: every write since it is gone
             up_at = time.time()
             acc.load.wait_acked(timeout=size.seconds * 4 + 300)
@@ -232,7 +235,6 @@ def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: floa
             if acc.output.first_opened[rid] < snapshot_at - 5.0 or load.acked[rid].at > up_at
         }
         assert not unexplained, f"duplicates the rollback does not explain: {list(unexplained)[:5]}"
-        del down_at
         _all_alive(services)
         return figures
 
@@ -240,10 +242,7 @@ def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: floa
 def redis_restarted_empty(settings: Settings, size: Size, redis: OwnRedis, mode: str) -> Figures:
     """SHUTDOWN NOSAVE and restart with nothing: on_state_loss decides (replay | continue)."""
     with scenario(settings) as (services, output, dlq):
-        for proc in [services.start() for _ in range(2)]:
-            services.wait_started(proc)
-        load = Load(settings, size.events, size.timelines, size.rate).start()
-        acc = Accounting(load, output, dlq)
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, ALL, ALL)
         try:
             load.wait_progress(0.4)
             redis.shutdown_nosave()
@@ -291,30 +290,15 @@ def redis_restarted_empty(settings: Settings, size: Size, redis: OwnRedis, mode:
 # --------------------------------------------------------------------------- 5 Redis outage
 
 
-def committed_offsets(settings: Settings, group: str, topic: str, partitions: int) -> list[int]:
-    """A group's committed offsets (by a non-member: OffsetFetch only)."""
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": group})
-    try:
-        found = consumer.committed(
-            [TopicPartition(topic, p) for p in range(partitions)], timeout=10
-        )
-        return [tp.offset for tp in found]
-    finally:
-        consumer.close()
-
-
 def redis_unreachable(
     settings: Settings, size: Size, proxy: TcpProxy, outage: float = 15.0, partitions: int = 8
 ) -> Figures:
     """Redis behind a proxy that drops everything for `outage` s: pause, no commits, catch up."""
     with scenario(settings) as (services, output, dlq):
-        for proc in [services.start() for _ in range(2)]:
-            services.wait_started(proc)
-        load = Load(settings, size.events, size.timelines, size.rate).start()
-        acc = Accounting(load, output, dlq)
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, ALL, ALL)
 
         def offsets() -> list[int]:
-            return committed_offsets(settings, settings.group_id, settings.events_topic, partitions)
+            return committed_offsets(settings, range(partitions))
 
         try:
             load.wait_progress(0.3)
@@ -349,10 +333,7 @@ def redis_unreachable(
 def kafka_restart(settings: Settings, size: Size, kafka: OwnKafka, down: float = 10.0) -> Figures:
     """Stop the (own) broker mid-stream for `down` seconds and start it again."""
     with scenario(settings) as (services, output, dlq):
-        for proc in [services.start() for _ in range(2)]:
-            services.wait_started(proc)
-        load = Load(settings, size.events, size.timelines, size.rate).start()
-        acc = Accounting(load, output, dlq)
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, ALL, ALL)
         try:
             load.wait_progress(0.3)
             kafka.stop()
@@ -479,8 +460,6 @@ def _maybe_event(kind: str, key: bytes, value: bytes) -> Hostile:
 def hostile_input(settings: Settings, size: Size, every: int = 50) -> Figures:
     """Good events with hostile messages mixed in; each hostile one ends where it must."""
     with scenario(settings) as (services, output, dlq):
-        for proc in [services.start() for _ in range(2)]:
-            services.wait_started(proc)
         # The load's own prefix names the timelines; build the mix on the same prefix.
         load = Load(settings, size.events, size.timelines, size.rate)
         mix = hostile_mix(load.prefix, every, settings.max_event_bytes)
@@ -495,8 +474,7 @@ def hostile_input(settings: Settings, size: Size, every: int = 50) -> Figures:
             return item
 
         load._hostile = hostile
-        load.start()
-        acc = Accounting(load, output, dlq)
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, ALL, ALL, load=load)
         try:
             load.wait_acked(timeout=size.seconds * 4 + 300)
             hostiles = list(load.hostile_acked)
@@ -543,10 +521,3 @@ def hostile_input(settings: Settings, size: Size, every: int = 50) -> Figures:
         good_letters = acc.dead_lettered_ids()
         assert not good_letters, f"good events dead-lettered: {sorted(good_letters)[:5]}"
         return figures
-
-
-def unique_tmp() -> Path:
-    """A private temp dir for markers."""
-    path = Path(os.environ.get("TMPDIR", "/tmp")) / unique("chaos")
-    path.mkdir(parents=True, exist_ok=True)
-    return path

@@ -13,8 +13,7 @@ from digest_stream.models import Event, ScheduleEntry, ScheduleReason
 from digest_stream.settings import Settings
 from tests.chaos.conftest import SettingsFactory
 from tests.chaos.harness import OwnRedis, Services, free_port
-from tests.chaos.scenarios import committed_offsets
-from tests.conftest import wait_until
+from tests.conftest import committed_offsets, end_offsets, wait_until
 from tests.e2e.conftest import Collector
 from tests.proxy import TcpProxy
 
@@ -32,19 +31,6 @@ def _send(settings: Settings, timelines: list[str], per_timeline: int) -> list[s
             ids.append(record_id)
     assert producer.flush(30) == 0
     return ids
-
-
-def _end_offsets(settings: Settings, partitions: int) -> list[int]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": "x"})
-    try:
-        return [
-            consumer.get_watermark_offsets(TopicPartition(settings.events_topic, p), timeout=10)[1]
-            for p in range(partitions)
-        ]
-    finally:
-        consumer.close()
 
 
 def _open_attempts(port: int) -> float:
@@ -101,11 +87,9 @@ def test_rolled_back_fence_is_noticed_when_redis_was_down_at_assignment(
             out.wait_for(lambda: set(first) <= out.record_ids(), 60, "the first digests")
             own_redis.snapshot()  # the fence covers `first` only
             pending = _send(settings, timelines, 2)  # cool-down: WAITING in Redis
-            ends = _end_offsets(settings, 2)
+            ends = end_offsets(settings, range(2))
             wait_until(
-                lambda: (
-                    committed_offsets(settings, settings.group_id, settings.events_topic, 2) == ends
-                ),
+                lambda: committed_offsets(settings, range(2)) == ends,
                 30,
                 "the pending records to be applied and committed",
             )
@@ -133,54 +117,52 @@ def test_rolled_back_fence_is_noticed_when_redis_was_down_at_assignment(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sigterm_during_a_redis_outage_stops_cleanly_and_loses_nothing(
-    make_settings: SettingsFactory, redis_url: str
+    make_settings: SettingsFactory, redis_proxy: TcpProxy
 ) -> None:
     """An operator restarts the service while Redis is down: a clean exit, then catch-up."""
-    host, port = redis_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
-    with TcpProxy(host, int(port)) as proxy:
-        settings = make_settings(
-            redis=f"redis://{proxy.address}/0", partitions=2, metrics_port=free_port()
+    settings = make_settings(
+        redis=f"redis://{redis_proxy.address}/0", partitions=2, metrics_port=free_port()
+    )
+    services = Services(settings)
+    out = Collector(settings, settings.output_topic)
+    try:
+        service = services.start()
+        services.wait_started(service)
+        timelines = [f"term:{i}" for i in range(8)]
+        first = _send(settings, timelines, 1)
+        out.wait_for(lambda: set(first) <= out.record_ids(), 60, "the first digests")
+        more = _send(settings, timelines, 1)  # ingested and scheduled, not yet delivered
+        redis_proxy.block()
+        during = _send(settings, timelines, 1)
+        # A schedule entry arriving now keeps the delivery retrying store.open.
+        entry = ScheduleEntry(
+            timeline=timelines[0],
+            partition=0,
+            scheduled_at=int(time.time() * 1000),
+            reason=ScheduleReason.RECOVERED,
         )
-        services = Services(settings)
-        out = Collector(settings, settings.output_topic)
-        try:
-            service = services.start()
-            services.wait_started(service)
-            timelines = [f"term:{i}" for i in range(8)]
-            first = _send(settings, timelines, 1)
-            out.wait_for(lambda: set(first) <= out.record_ids(), 60, "the first digests")
-            more = _send(settings, timelines, 1)  # ingested and scheduled, not yet delivered
-            proxy.block()
-            during = _send(settings, timelines, 1)
-            # A schedule entry arriving now keeps the delivery retrying store.open.
-            entry = ScheduleEntry(
-                timeline=timelines[0],
-                partition=0,
-                scheduled_at=int(time.time() * 1000),
-                reason=ScheduleReason.RECOVERED,
-            )
-            producer = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
-            producer.produce(
-                settings.schedule_topic,
-                key=timelines[0].encode(),
-                value=codec.encode_schedule_entry(entry),
-            )
-            assert producer.flush(30) == 0
-            wait_until(lambda: "Redis unreachable" in service.log(), 30, "the outage noticed")
-            metrics = int(settings.metrics_port or 0)
-            opens = _open_attempts(metrics)
-            wait_until(
-                lambda: _open_attempts(metrics) >= opens + 2, 30, "the delivery to retry store.open"
-            )
-            started = time.monotonic()
-            code = service.stop(timeout=90)
-            assert code == 0, service.log()[-3000:]
-            assert time.monotonic() - started < 30
-            assert "role failed" not in service.log(), service.log()[-3000:]
-            proxy.unblock()
-            service = services.start()
-            services.wait_started(service)
-            out.wait_for(lambda: set(first + more + during) <= out.record_ids(), 90, "every record")
-        finally:
-            services.cleanup()
-            out.close()
+        producer = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
+        producer.produce(
+            settings.schedule_topic,
+            key=timelines[0].encode(),
+            value=codec.encode_schedule_entry(entry),
+        )
+        assert producer.flush(30) == 0
+        wait_until(lambda: "Redis unreachable" in service.log(), 30, "the outage noticed")
+        metrics = int(settings.metrics_port or 0)
+        opens = _open_attempts(metrics)
+        wait_until(
+            lambda: _open_attempts(metrics) >= opens + 2, 30, "the delivery to retry store.open"
+        )
+        started = time.monotonic()
+        code = service.stop(timeout=90)
+        assert code == 0, service.log()[-3000:]
+        assert time.monotonic() - started < 30
+        assert "role failed" not in service.log(), service.log()[-3000:]
+        redis_proxy.unblock()
+        service = services.start()
+        services.wait_started(service)
+        out.wait_for(lambda: set(first + more + during) <= out.record_ids(), 90, "every record")
+    finally:
+        services.cleanup()
+        out.close()

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, Message
 
 from digest_stream import codec
 from digest_stream.app import App
 from digest_stream.client import EventProducer
 from digest_stream.models import Digest
 from digest_stream.settings import Settings, env_name
-from tests.conftest import TopicFactory, unique, wait_until
+from tests.conftest import TopicFactory, committed_offsets, unique, wait_until
 
 # Short delays so a digest cycle takes seconds; the semantics are the production ones.
 FAST = {
@@ -65,19 +65,8 @@ class Pipeline:
 
     def committed(self, partition: int = 0) -> int:
         """The ingest group's committed offset of an input partition (negative: none)."""
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.settings.kafka_bootstrap_servers,
-                "group.id": self.settings.group_id,
-            }
-        )
-        try:
-            (tp,) = consumer.committed(
-                [TopicPartition(self.settings.events_topic, partition)], timeout=10
-            )
-            return tp.offset
-        finally:
-            consumer.close()
+        (offset,) = committed_offsets(self.settings, [partition])
+        return offset
 
     def producer(self) -> EventProducer:
         """An EventProducer on the events topic."""
@@ -196,6 +185,9 @@ class Collector:
         self._consumer.close()
 
 
+PipelineFactory = Callable[..., Pipeline]
+
+
 def digest_ids_by_record(digests: list[Digest]) -> dict[str, set[str]]:
     """record id -> the digest ids it appeared in (more than one = a real duplicate)."""
     seen: dict[str, set[str]] = {}
@@ -211,7 +203,7 @@ def pipeline_factory(
     redis_url: str,
     topic_factory: TopicFactory,
     namespace: str,
-) -> Iterator[Callable[..., Pipeline]]:
+) -> Iterator[PipelineFactory]:
     """Build a pipeline on fresh topics; stop every app and process it started."""
     made: list[Pipeline] = []
 
@@ -244,8 +236,3 @@ def pipeline_factory(
             app.wait()
         for proc in pipe.processes:
             proc.stop(timeout=30)
-
-
-def deadline_after(seconds: float) -> float:
-    """A monotonic deadline."""
-    return time.monotonic() + seconds

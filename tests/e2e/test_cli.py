@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient
 
 from digest_stream.cli import main
 from digest_stream.settings import Settings
 from tests.conftest import unique, wait_until
-from tests.e2e.conftest import Pipeline
-
-PipelineFactory = Callable[..., Pipeline]
+from tests.e2e.conftest import PipelineFactory
 
 
 def _flags(settings: Settings) -> list[str]:

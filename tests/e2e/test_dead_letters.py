@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
@@ -12,9 +11,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from tests.conftest import TopicFactory, unique, wait_until
-from tests.e2e.conftest import Pipeline
-
-PipelineFactory = Callable[..., Pipeline]
+from tests.e2e.conftest import PipelineFactory
 
 
 def test_refused_dead_letter_holds_the_commit_and_is_retried(

@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
 
 from confluent_kafka import Consumer
 
 from digest_stream import codec
 from digest_stream.models import ScheduleReason
 from tests.conftest import TopicFactory, unique, wait_until
-from tests.e2e.conftest import Pipeline
-
-PipelineFactory = Callable[..., Pipeline]
+from tests.e2e.conftest import PipelineFactory
 
 
 def _realistic_payload(i: int) -> bytes:

@@ -5,15 +5,14 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
 from digest_stream import codec
 from digest_stream.models import Event
-from tests.e2e.conftest import Collector, Pipeline, digest_ids_by_record
-
-PipelineFactory = Callable[..., Pipeline]
+from tests.e2e.conftest import Collector, Pipeline, PipelineFactory, digest_ids_by_record
 
 
 def _send(pipe: Pipeline, timeline: str, n: int = 1) -> list[str]:
@@ -29,6 +28,12 @@ def _send(pipe: Pipeline, timeline: str, n: int = 1) -> list[str]:
             ids.append(record_id)
         producer.flush()
     return ids
+
+
+def _some_delivered(out: Collector, ids: list[str]) -> Callable[[], bool]:
+    """Whether any of these records came out in a digest yet."""
+    wanted = set(ids)
+    return lambda: bool(wanted & out.record_ids())
 
 
 def _digests_of(out: Collector, timeline: str) -> list[list[str]]:
@@ -174,17 +179,22 @@ def test_ingest_killed_mid_stream_loses_nothing(pipeline_factory: PipelineFactor
     out = pipe.output()
     sent: list[str] = []
     with pipe.producer() as producer:
-        for round_ in range(4):
+        for _ in range(4):
+            round_ids: list[str] = []
             for i in range(500):
                 record_id = uuid.uuid4().hex
                 producer.send(f"kill:{i % 25}", record_id, b"{}")
-                sent.append(record_id)
+                round_ids.append(record_id)
             producer.flush()
-            out.wait_for(lambda: bool(out.digests), 60, "digests to start flowing")
+            sent += round_ids
+            # This round's own events, not just any digest: the ingest started in the previous
+            # round must be up and working before it is killed.
+            out.wait_for(
+                _some_delivered(out, round_ids), 60, "digests of this round's events to flow"
+            )
             ingest.kill()
             assert ingest.popen.returncode == -9
             ingest = pipe.process(roles="ingest,scheduler")
-            del round_
     out.wait_for(lambda: set(sent) <= out.record_ids(), 120, "every record after SIGKILLs")
     duplicated = {r: ids for r, ids in digest_ids_by_record(out.digests).items() if len(ids) > 1}
     assert duplicated == {}
@@ -194,19 +204,17 @@ def test_ingest_killed_mid_stream_loses_nothing(pipeline_factory: PipelineFactor
 
 @pytest.mark.slow
 def test_delivery_killed_between_publish_and_close_republishes_same_id(
-    pipeline_factory: PipelineFactory, tmp_path: object
+    pipeline_factory: PipelineFactory, tmp_path: Path
 ) -> None:
     pipe = pipeline_factory(partitions=1)
-    marker = f"/tmp/{uuid.uuid4().hex}.paused"
+    marker = tmp_path / "delivery.paused"
     ingest = pipe.process(roles="ingest,scheduler")
-    hooked = pipe.process(roles="delivery", DIGEST_STREAM_TEST_PAUSE_BEFORE_CLOSE=marker)
+    hooked = pipe.process(roles="delivery", DIGEST_STREAM_TEST_PAUSE_BEFORE_CLOSE=str(marker))
     out = pipe.output()
     (record_id,) = _send(pipe, "crash")
     out.wait_for(lambda: len(out.digests) == 1, 30, "the digest published before the pause")
     first = out.digests[0]
-    from pathlib import Path
-
-    assert Path(marker).read_text().strip() == first.id  # paused between publish and close
+    assert marker.read_text().strip() == first.id  # paused between publish and close
     hooked.kill()
     pipe.process(roles="delivery")  # the restarted delivery reopens the same digest
     # Maintenance (timeout 10 s) re-announces the timeline that stayed READY: same id again.
@@ -214,7 +222,6 @@ def test_delivery_killed_between_publish_and_close_republishes_same_id(
     again = out.digests[1]
     assert again.id == first.id
     assert [r.id for r in again.records] == [record_id]
-    Path(marker).unlink()
     assert ingest.popen.poll() is None
     out.close()
 

@@ -16,9 +16,8 @@ import redis
 
 from digest_stream.store.keys import partition_tag
 from tests.conftest import wait_until
-from tests.e2e.conftest import Pipeline
+from tests.e2e.conftest import Pipeline, PipelineFactory
 
-PipelineFactory = Callable[..., Pipeline]
 Snapshot = list[tuple[bytes, int, bytes]]
 
 
@@ -56,17 +55,23 @@ def _fence_reaches(pipe: Pipeline, offset: int) -> Callable[[], bool]:
     return check
 
 
+def _snapshot_midway(pipe: Pipeline, client: redis.Redis, tag: str, timeline: str) -> Snapshot:
+    """Apply five events (fence 4), snapshot the partition, apply five more (fence 9)."""
+    _send(pipe, timeline, 5)
+    wait_until(_fence_reaches(pipe, 4), 30, "fence at offset 4")
+    snapshot = _snapshot(client, tag)
+    _send(pipe, timeline, 5)
+    wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
+    return snapshot
+
+
 def test_fence_behind_after_rollback_is_replayed(
     pipeline_factory: PipelineFactory, redis_client: redis.Redis
 ) -> None:
     pipe = pipeline_factory(partitions=1)
     app = pipe.app(roles="ingest")  # no delivery: the timeline just accumulates
     tag = partition_tag(pipe.settings.namespace, 0)
-    _send(pipe, "rb", 5)
-    wait_until(_fence_reaches(pipe, 4), 30, "fence at offset 4")
-    snapshot = _snapshot(redis_client, tag)
-    _send(pipe, "rb", 5)
-    wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
+    snapshot = _snapshot_midway(pipe, redis_client, tag, "rb")
     _restore(redis_client, tag, snapshot)  # Redis "loses" offsets 5..9
     assert app.store is not None
     assert app.store.inspect(0, "rb").pending == 5
@@ -109,11 +114,7 @@ def test_assignment_behind_committed_offset_replays_the_gap(
     pipe = pipeline_factory(partitions=1)
     first = pipe.app(roles="ingest")
     tag = partition_tag(pipe.settings.namespace, 0)
-    _send(pipe, "gap", 5)
-    wait_until(_fence_reaches(pipe, 4), 30, "fence at offset 4")
-    snapshot = _snapshot(redis_client, tag)
-    _send(pipe, "gap", 5)
-    wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
+    snapshot = _snapshot_midway(pipe, redis_client, tag, "gap")
     first.stop()
     assert first.wait()
     assert pipe.committed() == 10  # the graceful stop committed everything it applied

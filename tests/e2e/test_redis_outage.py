@@ -4,46 +4,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
 
-import pytest
-from confluent_kafka import Consumer, TopicPartition
-
-from digest_stream.settings import Settings
-from tests.conftest import wait_until
-from tests.e2e.conftest import Pipeline, digest_ids_by_record
+from tests.conftest import committed_offsets, end_offsets, wait_until
+from tests.e2e.conftest import PipelineFactory, digest_ids_by_record
 from tests.proxy import TcpProxy
 
-PipelineFactory = Callable[..., Pipeline]
 OUTAGE = 5.0
-
-
-@pytest.fixture
-def redis_proxy(redis_url: str) -> Iterator[TcpProxy]:
-    """A proxy in front of the test Redis; closed (every connection dropped) at the end."""
-    host, port = redis_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
-    with TcpProxy(host, int(port)) as proxy:
-        yield proxy
-
-
-def _committed(settings: Settings, group: str, topic: str, partitions: int) -> list[int]:
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": group})
-    try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
-        return [tp.offset for tp in found]
-    finally:
-        consumer.close()
-
-
-def _end_offsets(settings: Settings, topic: str, partitions: int) -> list[int]:
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": "x"})
-    try:
-        return [
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(partitions)
-        ]
-    finally:
-        consumer.close()
 
 
 def test_redis_outage_pauses_ingest_commits_nothing_and_loses_nothing(
@@ -64,11 +30,11 @@ def test_redis_outage_pauses_ingest_commits_nothing_and_loses_nothing(
             producer.flush()
 
     def committed() -> list[int]:
-        return _committed(settings, settings.group_id, settings.events_topic, 2)
+        return committed_offsets(settings, range(2))
 
     send(200)
     out.wait_for(lambda: set(sent) <= out.record_ids(), 60, "the first 200 events delivered")
-    ends = _end_offsets(settings, settings.events_topic, 2)
+    ends = end_offsets(settings, range(2))
     wait_until(lambda: committed() == ends, 30, "the ingest to commit the first batch")
 
     redis_proxy.block()
@@ -89,7 +55,7 @@ def test_redis_outage_pauses_ingest_commits_nothing_and_loses_nothing(
 
     redis_proxy.unblock()
     out.wait_for(lambda: set(sent) <= out.record_ids(), 90, "every event after the outage")
-    ends = _end_offsets(settings, settings.events_topic, 2)
+    ends = end_offsets(settings, range(2))
     wait_until(lambda: committed() == ends, 30, "the ingest to commit after the outage")
     assert "Redis reachable again; partitions resumed" in service.log()
     duplicated = {r: ids for r, ids in digest_ids_by_record(out.digests).items() if len(ids) > 1}

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 from click.testing import CliRunner
-from confluent_kafka import Consumer, TopicPartition
 
 from digest_stream.app import connect_store
 from digest_stream.cli import main
 from digest_stream.settings import Settings, env_name
 from digest_stream.store import NewRecord
 from tests.conftest import unique, wait_until
-from tests.e2e.conftest import Pipeline
+from tests.e2e.conftest import PipelineFactory
 
 
 def _env(settings: Settings) -> dict[str, str]:
@@ -24,18 +22,7 @@ def _env(settings: Settings) -> dict[str, str]:
     }
 
 
-def _committed(settings: Settings, partition: int) -> int:
-    consumer = Consumer(
-        {"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": settings.group_id}
-    )
-    try:
-        found = consumer.committed([TopicPartition(settings.events_topic, partition)], timeout=10)
-    finally:
-        consumer.close()
-    return int(found[0].offset)
-
-
-def test_delete_asks_first_unless_yes(pipeline_factory: Callable[..., Pipeline]) -> None:
+def test_delete_asks_first_unless_yes(pipeline_factory: PipelineFactory) -> None:
     pipe = pipeline_factory(partitions=2)
     store = connect_store(pipe.settings)
     timeline = unique("mail:p")
@@ -62,7 +49,7 @@ def test_delete_asks_first_unless_yes(pipeline_factory: Callable[..., Pipeline])
 
 
 def test_replay_resets_fence_and_offset_and_refuses_an_active_group(
-    pipeline_factory: Callable[..., Pipeline],
+    pipeline_factory: PipelineFactory,
 ) -> None:
     pipe = pipeline_factory(partitions=1)
     env = _env(pipe.settings)
@@ -83,7 +70,7 @@ def test_replay_resets_fence_and_offset_and_refuses_an_active_group(
     assert app.wait()
     store = connect_store(pipe.settings)
     assert store.applied_offset(0) == 4
-    assert _committed(pipe.settings, 0) == 5
+    assert pipe.committed(0) == 5
 
     no = runner.invoke(main, ["replay", "--partition", "0", "--from", "2"], input="n\n", env=env)
     assert no.exit_code == 1
@@ -100,7 +87,7 @@ def test_replay_resets_fence_and_offset_and_refuses_an_active_group(
     yes = runner.invoke(main, ["replay", "--partition", "0", "--from", "2"], input="y\n", env=env)
     assert yes.exit_code == 0, yes.output
     assert store.applied_offset(0) == 1
-    assert _committed(pipe.settings, 0) == 2
+    assert pipe.committed(0) == 2
 
     # The next start applies offsets 2..4 again.
     again = pipe.app(roles="ingest")
