@@ -7,6 +7,7 @@ so benches can run while tests or other benches use the same stack.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -14,7 +15,7 @@ import platform
 import statistics
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,11 +215,63 @@ def machine(redis_url: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class RunArgs:
+    """A bench module's command line: `--quick` and `--only` (None: every scenario)."""
+
+    quick: bool
+    only: tuple[str, ...] | None
+
+    def wants(self, scenario: str) -> bool:
+        return self.only is None or scenario in self.only
+
+
+def run_args(
+    description: str, scenarios: Sequence[str], quick_help: str, argv: list[str] | None
+) -> RunArgs:
+    """Parse `[--quick] [--only a,b]`; an unknown scenario name exits (status 2) before
+    anything runs or is written."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument(
+        "--only", help=f"a subset of {','.join(scenarios)} (merged into the results file)"
+    )
+    args = parser.parse_args(argv)
+    if args.only is None:
+        return RunArgs(args.quick, None)
+    names = tuple(name.strip() for name in args.only.split(",") if name.strip())
+    unknown = [name for name in names if name not in scenarios]
+    if unknown or not names:
+        parser.error(f"--only {args.only!r}: the scenarios are {','.join(scenarios)}")
+    return RunArgs(args.quick, names)
+
+
+def run_part(
+    redis_url: str, args: RunArgs, scenario: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """Run one scenario and stamp its block: the machine at its start, its seconds, and the
+    `--only` list of the run that produced it (None for a run of every scenario)."""
+    at_start = machine(redis_url)
+    started = time.perf_counter()
+    block = scenario()
+    block["machine"] = at_start
+    block["seconds"] = round(time.perf_counter() - started, 1)
+    block["only"] = list(args.only) if args.only is not None else None
+    return block
+
+
 def write_result(name: str, result: dict[str, Any], merge: bool = False) -> Path:
-    """Write bench/results/<name>.json; merge=True keeps the scenarios this run did not redo."""
+    """Write bench/results/<name>.json.
+
+    merge=True (an `--only` rerun) replaces only the scenario blocks in `result`, the dict
+    values stamped by `run_part` (they carry their own "machine"), and keeps the file's other
+    blocks and its top-level fields: "machine", "seconds" and "quick" go on describing the
+    main run. Without an earlier file the rerun's own top-level fields are written.
+    """
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     if merge and path.exists():
-        result = json.loads(path.read_text()) | result
+        parts = {k: v for k, v in result.items() if isinstance(v, dict) and "machine" in v}
+        result = json.loads(path.read_text()) | parts
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path

@@ -21,7 +21,6 @@ Runners:
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import io
 import json
@@ -33,12 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import fastavro
 import redis
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 
 from bench.common import (
     Stack,
@@ -49,6 +49,8 @@ from bench.common import (
     machine,
     produce,
     ratio,
+    run_args,
+    run_part,
     stack,
     summary,
     unique,
@@ -114,28 +116,42 @@ def _deadline_check(started: float, what: str) -> None:
         raise RuntimeError(f"{what} did not finish within {RUN_TIMEOUT} s")
 
 
-def run_raw(env: Stack, topic: str, count: int, batch: int) -> float:
-    """Consume and Avro-decode only."""
-    schema = codec._EVENT  # the codec's parsed schema: the same decode work, nothing more
-    settings = _settings(env, topic, schedule_topic="unused")
+def _consume(
+    settings: Settings,
+    count: int,
+    batch: int,
+    what: str,
+    handle: Callable[[Consumer, list[Message]], None],
+) -> float:
+    """Consume `count` events in batches (poll timeout: the service's batch_timeout), hand
+    each non-empty batch of good messages to `handle`, and measure from the first batch."""
     consumer = Consumer(consumer_config(settings, settings.group_id))
-    consumer.subscribe([topic])
+    consumer.subscribe([settings.events_topic])
     measured, total, started = Measured(), 0, time.monotonic()
     try:
         while total < count:
-            _deadline_check(started, "raw consumer")
+            _deadline_check(started, what)
             messages = consumer.consume(batch, timeout=settings.batch_timeout)
-            handled = 0
-            for message in messages:
-                if message.error() is None:
-                    fastavro.schemaless_reader(io.BytesIO(message.value() or b""), schema, None)
-                    handled += 1
-            if handled:
-                total += handled
-                measured.batch(handled)
+            good = [m for m in messages if m.error() is None]
+            if good:
+                handle(consumer, good)
+                total += len(good)
+                measured.batch(len(good))
     finally:
         consumer.close()
     return measured.rate
+
+
+def run_raw(env: Stack, topic: str, count: int, batch: int) -> float:
+    """Consume and Avro-decode only."""
+    schema = codec._EVENT  # the codec's parsed schema: the same decode work, nothing more
+
+    def decode(_consumer: Consumer, messages: list[Message]) -> None:
+        for message in messages:
+            fastavro.schemaless_reader(io.BytesIO(message.value() or b""), schema, None)
+
+    settings = _settings(env, topic, schedule_topic="unused")
+    return _consume(settings, count, batch, "raw consumer", decode)
 
 
 def run_seed(env: Stack, topic: str, count: int, batch: int, client: redis.Redis) -> float:
@@ -143,32 +159,24 @@ def run_seed(env: Stack, topic: str, count: int, batch: int, client: redis.Redis
     settings = _settings(env, topic, schedule_topic="unused")
     namespace = unique("seed")
     seed = SeedStyle(client, namespace)
-    consumer = Consumer(consumer_config(settings, settings.group_id))
-    consumer.subscribe([topic])
-    measured, total, started = Measured(), 0, time.monotonic()
-    try:
-        while total < count:
-            _deadline_check(started, "seed-style runner")
-            messages = [m for m in consumer.consume(batch, timeout=0.05) if m.error() is None]
-            if not messages:
-                continue
-            records = []
-            for message in messages:
-                value, key = message.value() or b"", message.key() or b""
-                event = codec.decode_event(value)
-                records.append(
-                    NewRecord(
-                        key.decode(), event.id, event.timestamp / 1000, value, message.offset() or 0
-                    )
+
+    def store(consumer: Consumer, messages: list[Message]) -> None:
+        records = []
+        for message in messages:
+            value, key = message.value() or b"", message.key() or b""
+            event = codec.decode_event(value)
+            records.append(
+                NewRecord(
+                    key.decode(), event.id, event.timestamp / 1000, value, message.offset() or 0
                 )
-            seed.add_one_by_one(records)
-            consumer.commit(asynchronous=True)
-            total += len(messages)
-            measured.batch(len(messages))
+            )
+        seed.add_one_by_one(records)
+        consumer.commit(asynchronous=True)
+
+    try:
+        return _consume(settings, count, batch, "seed-style runner", store)
     finally:
-        consumer.close()
         delete_namespace(client, namespace)
-    return measured.rate
 
 
 def run_ingest(
@@ -316,44 +324,52 @@ BUCKETS = (
     ("store.add: validation and arguments", ("(digest_stream/store/",)),
     ("kafka: take a batch (poll, consume)", ("take_batch", "consume")),
     ("booking: schedule entries, metrics, commit", ("_finish", "_commit")),
-    ("kafka: commit, schedule entries, rest of step", ("step",)),
 )
+STEP_REST = "rest of step"  # a sample under Ingest.step that no bucket above names
+WORKER_REST = "rest of the store call"  # the same for the store worker thread
 
 
-def sample(env: Stack, client: redis.Redis, topic: str, count: int) -> dict[str, Any] | None:
-    """py-spy (sampling, no instrumentation bias) of this process during an ingest run."""
+def sample(env: Stack, client: redis.Redis, topic: str, count: int) -> dict[str, Any]:
+    """py-spy (sampling, no instrumentation bias) of this process during an ingest run.
+
+    Without output (py-spy missing, not permitted to attach, ...) the result is only
+    `py_spy_error`, with py-spy's own error text."""
     spy = Path(sys.executable).parent / "py-spy"
     if not spy.exists():
-        return None
-    out = Path(tempfile.mkdtemp(prefix="bench-pyspy-")) / "raw.txt"
+        return {"py_spy_error": f"{spy} not found (the `bench` extra installs it)"}
+    folder = Path(tempfile.mkdtemp(prefix="bench-pyspy-"))
+    out, err = folder / "raw.txt", folder / "stderr.txt"
     command = [str(spy), "record", "--pid", str(os.getpid()), "--format", "raw"]
     command += ["--output", str(out), "--rate", "250", "--idle", "--nonblocking"]
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     try:
-        time.sleep(1.0)  # attached
-        rate = run_ingest(env, topic, count, 1000, client)
+        with err.open("wb") as stderr:
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+            try:
+                time.sleep(1.0)  # attached
+                rate = run_ingest(env, topic, count, 1000, client)
+            finally:
+                process.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()  # only the process this bench started, by its handle
+                    process.wait()
+        if not out.exists():
+            text = err.read_text(errors="replace").strip()
+            return {"py_spy_error": text[-2000:] or f"no output (exit {process.returncode})"}
+        lines = out.read_text().splitlines()
     finally:
-        process.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    if not out.exists():
-        return None
+        shutil.rmtree(folder, ignore_errors=True)
     shares: dict[str, int] = {}
     worker: dict[str, int] = {}
-    for line in out.read_text().splitlines():
+    for line in lines:
         stack_text, _, number = line.rpartition(" ")
         if "_store_all (" in stack_text:
             # The store worker thread (the ingest's store calls overlap the next batch).
             part = stack_text.split("_store_all (", 1)[1]
             name = next(
-                (label for label, marks in BUCKETS[1:] if any(m in part for m in marks)), "other"
+                (label for label, marks in BUCKETS[1:] if any(m in part for m in marks)),
+                WORKER_REST,
             )
             worker[name] = worker.get(name, 0) + int(number)
             continue
@@ -361,14 +377,12 @@ def sample(env: Stack, client: redis.Redis, topic: str, count: int) -> dict[str,
             continue  # other threads, or set-up outside the measured loop
         step_part = stack_text.split("step (", 1)[1]
         name = next(
-            (label for label, marks in BUCKETS if any(m in step_part for m in marks)), "other"
+            (label for label, marks in BUCKETS if any(m in step_part for m in marks)), STEP_REST
         )
         shares[name] = shares.get(name, 0) + int(number)
-    shutil.rmtree(out.parent, ignore_errors=True)
-    total = sum(shares.values())
     return {
         "rate_while_sampled": round(rate),
-        "samples": total,
+        "samples": sum(shares.values()),
         "share_of_step": _shares(shares),
         # Shares of the worker's busy time (samples inside a store call), not of wall time.
         "share_of_store_worker": _shares(worker),
@@ -390,6 +404,7 @@ def profile(env: Stack, client: redis.Redis, count: int) -> dict[str, Any]:
         sampled = sample(env, client, topic, count)
     finally:
         delete_topics(env.bootstrap, [topic])
+    error = sampled.pop("py_spy_error", None)
     text = io.StringIO()
     stats = pstats.Stats(prof, stream=text)
     stats.sort_stats("tottime").print_stats(25)
@@ -398,7 +413,8 @@ def profile(env: Stack, client: redis.Redis, count: int) -> dict[str, Any]:
     top = sorted(raw_stats.items(), key=lambda item: item[1][2], reverse=True)[:15]
     return {
         "events": count,
-        "py_spy": sampled,
+        "py_spy": sampled or None,
+        "py_spy_error": error,
         "rate_while_profiled": round(rate),
         "cprofile_text": text.getvalue().splitlines(),
         "total_tottime_s": round(total, 3),
@@ -413,34 +429,35 @@ def profile(env: Stack, client: redis.Redis, count: int) -> dict[str, Any]:
     }
 
 
+SCENARIOS = ("throughput", "scaling", "profile")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer events and repetitions")
-    parser.add_argument(
-        "--only", help="a subset of throughput,scaling,profile (merged into the results file)"
-    )
-    args = parser.parse_args(argv)
-    only = set((args.only or "throughput,scaling,profile").split(","))
+    args = run_args(__doc__.splitlines()[0], SCENARIOS, "fewer events and repetitions", argv)
     env = stack()
     client = redis.Redis.from_url(env.redis_url)
     count, reps = (20_000, 3) if args.quick else (50_000, 5)
     result: dict[str, Any] = {"machine": machine(env.redis_url), "quick": args.quick}
     started = time.perf_counter()
     try:
-        if "throughput" in only:
+        if args.wants("throughput"):
             print(f"scenario 1: ingest throughput, {count:,} events x {reps} reps", flush=True)
-            result["throughput"] = throughput(env, client, count, reps)
-        if "scaling" in only:
+            result["throughput"] = run_part(
+                env.redis_url, args, lambda: throughput(env, client, count, reps)
+            )
+        if args.wants("scaling"):
             print("scenario 6: scaling vs batch size and payload size", flush=True)
-            result["scaling"] = scaling(env, client, count // 2, 3)
-        if "profile" in only:
+            result["scaling"] = run_part(
+                env.redis_url, args, lambda: scaling(env, client, count // 2, 3)
+            )
+        if args.wants("profile"):
             print("scenario 6: profile of the ingest hot path", flush=True)
-            result["profile"] = profile(env, client, count)
+            result["profile"] = run_part(env.redis_url, args, lambda: profile(env, client, count))
     finally:
         client.close()
     result["seconds"] = round(time.perf_counter() - started, 1)
     name = "ingest_quick" if args.quick else "ingest"
-    path = write_result(name, result, bool(args.only))
+    path = write_result(name, result, args.only is not None)
     if "throughput" in result:
         t = result["throughput"]
         for key in ("ingest_vs_raw", "ingest_vs_seed", "ingest_vs_quix"):

@@ -3,6 +3,13 @@
     python -m bench.report
 
 Only the text between the `bench-table` markers is replaced; the prose around it is kept.
+
+The header names the main run: the top-level stamp of the first results file found (ingest,
+latency, tick, memory), which an `--only` rerun leaves alone. Each scenario block carries its
+own stamp (machine at its start, and the `--only` list of the run that produced it); the rows
+of a block produced by an `--only` rerun say so, and a note under the header names the rerun.
+A file written before blocks were stamped falls back to its top-level stamp, which is then
+its last writer's, whichever scenarios that run redid; the header says so.
 """
 
 from __future__ import annotations
@@ -26,6 +33,44 @@ def _load(name: str) -> dict[str, Any] | None:
     return data
 
 
+MODULES = {"ingest": "bench.ingest_bench", "latency": "bench.latency_bench"}
+
+
+class Runs:
+    """Which run each part of the table comes from."""
+
+    def __init__(self) -> None:
+        self.reruns: list[str] = []  # notes under the header, one per rerun
+
+    def mark(self, name: str, data: dict[str, Any], part: str) -> str:
+        """The rows' suffix: empty for a block of the main run, " (rerun N)" for one from an
+        `--only` rerun (which gets note N under the header)."""
+        block = data[part]
+        only = block.get("only") if "machine" in block else None
+        if not only:
+            return ""
+        m = block["machine"]
+        note = (
+            f"`python -m {MODULES.get(name, name)} --only {','.join(only)}` started {m['at']} "
+            f"(load average {m['loadavg'][0]} at start)"
+        )
+        if note not in self.reruns:
+            self.reruns.append(note)
+        return f" (rerun {self.reruns.index(note) + 1})"
+
+
+def _unstamped(data: dict[str, Any]) -> bool:
+    """A file of several scenario blocks written before blocks carried their own stamp."""
+    blocks = [v for k, v in data.items() if k != "machine" and isinstance(v, dict)]
+    return len(blocks) > 1 and not any("machine" in v for v in blocks)
+
+
+def _cell(text: str, limit: int = 200) -> str:
+    """Free text (an error message) made safe for one table cell."""
+    flat = " ".join(text.split()).replace("|", "\\|")
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 def _ratio(r: dict[str, Any]) -> str:
     return f"**{r['median']}** [{r['min']}..{r['max']}]"
 
@@ -37,14 +82,14 @@ def _rate(r: dict[str, Any]) -> str:
 def table() -> str:
     """The Markdown of every figure found in bench/results."""
     rows = ["| # | figure | value | target | met |", "| --- | --- | --- | --- | --- |"]
-    machine: dict[str, Any] | None = None
+    runs = Runs()
     ingest = _load("ingest")
-    if ingest:
-        machine = ingest["machine"]
+    if ingest and "throughput" in ingest:
         t = ingest["throughput"]
+        rerun = runs.mark("ingest", ingest, "throughput")
         reps = len(t["events_per_s"]["ingest"]["reps"])
         rows.append(
-            f"| 1 | ingest events/s ({t['events']:,} events, {reps} reps) | "
+            f"| 1 | ingest events/s ({t['events']:,} events, {reps} reps){rerun} | "
             + ", ".join(f"{k} {_rate(v)}" for k, v in t["events_per_s"].items())
             + " | | |"
         )
@@ -56,7 +101,9 @@ def table() -> str:
         for key, label, target, least in targets:
             if key in t:
                 ok = "yes" if t[key]["median"] >= least else "**no**"
-                rows.append(f"| {label[:2]} | {label[3:]} | {_ratio(t[key])} | {target} | {ok} |")
+                rows.append(
+                    f"| {label[:2]} | {label[3:]}{rerun} | {_ratio(t[key])} | {target} | {ok} |"
+                )
     latency = _load("latency")
     if latency:
         for key, label in (
@@ -66,10 +113,22 @@ def table() -> str:
         ):
             if key in latency:
                 r = latency[key]
-                ok = "yes" if r["p99_ms"] < r["target_p99_ms"] else "**no**"
+                sent = r.get("probes", r.get("timelines", r["delivered"]))
+                complete = r["delivered"] >= sent
+                # Percentiles are over the delivered probes only: a missing probe fails the row.
+                ok = "yes" if complete and r["p99_ms"] < r["target_p99_ms"] else "**no**"
+                delivered = f"{r['delivered']:,} of {sent:,} delivered"
+                if not complete:
+                    delivered = f"**{delivered}**"
+                background = r.get("background_timelines")
+                if background and r.get("background_first_digests", background) < background:
+                    delivered += (
+                        f", background not settled ({r['background_first_digests']:,} of "
+                        f"{background:,} first digests)"
+                    )
                 rows.append(
                     f"| {label} | {key.replace('_', ' ')}: p50 / p90 / p99 / max (ms), "
-                    f"{r['delivered']:,} samples"
+                    f"{delivered}{runs.mark('latency', latency, key)}"
                     f" | {r['p50_ms']} / {r['p90_ms']} / **{r['p99_ms']}** / "
                     f"{r['max_ms']} | p99 < {r['target_p99_ms']} | {ok} |"
                 )
@@ -103,20 +162,25 @@ def table() -> str:
         )
     if ingest and "scaling" in ingest:
         s = ingest["scaling"]
+        rerun = runs.mark("ingest", ingest, "scaling")
         for axis, label in (("batch_size", "batch size"), ("payload_bytes", "payload B")):
             for value, row in s[axis].items():
                 rows.append(
-                    f"| 6 | {label} {value}: ingest events/s, ingest / raw | "
+                    f"| 6 | {label} {value}: ingest events/s, ingest / raw{rerun} | "
                     f"{_rate(row['ingest'])}, {_ratio(row['ingest_vs_raw'])} | | |"
                 )
-    if ingest and "profile" in ingest:
-        top = ingest["profile"]["top_tottime"][:8]
+    prof = ingest.get("profile") if ingest else None
+    rerun = runs.mark("ingest", ingest, "profile") if ingest and prof else ""
+    if prof:
+        top = prof["top_tottime"][:8]
         rows.append(
-            "| 6 | profile, top own time (share of Ingest.step) | "
+            f"| 6 | profile, top own time (share of Ingest.step){rerun} | "
             + "; ".join(f"`{e['function']}` {e['tottime_share']:.0%}" for e in top)
             + " | | |"
         )
-    spy = ingest["profile"].get("py_spy") if ingest and "profile" in ingest else None
+        if prof.get("py_spy_error"):
+            rows.append(f"| 6 | py-spy: no samples{rerun} | {_cell(prof['py_spy_error'])} | | |")
+    spy = prof.get("py_spy") if prof else None
     if spy:
         for key, label in (
             ("share_of_step", "the ingest thread's wall time"),
@@ -125,18 +189,36 @@ def table() -> str:
             shares = sorted(spy.get(key, {}).items(), key=lambda item: item[1], reverse=True)
             if shares:
                 rows.append(
-                    f"| 6 | py-spy, {label} | "
+                    f"| 6 | py-spy, {label}{rerun} | "
                     + "; ".join(f"{name} {share:.0%}" for name, share in shares)
                     + " | | |"
                 )
-    head = ""
-    if machine:
+    return _head(runs) + "\n".join(rows) + "\n"
+
+
+def _head(runs: Runs) -> str:
+    """The main run's stamp, and a note per rerun whose rows the table marks."""
+    for name in ("ingest", "latency", "tick", "memory"):
+        data = _load(name)
+        if data and "machine" in data:
+            break
+    else:
+        return ""
+    m = data["machine"]
+    where = (
+        f"on {m['nproc']} cores of `{m['cpu']}` (load average {m['loadavg'][0]} at start), "
+        f"Python {m['python']}, Redis {m['redis']}, Kafka {m['kafka']} (local stack)."
+    )
+    if _unstamped(data):
         head = (
-            f"Produced {machine['at']} on {machine['nproc']} cores of `{machine['cpu']}` "
-            f"(load average {machine['loadavg'][0]} at start), Python {machine['python']}, "
-            f"Redis {machine['redis']}, Kafka {machine['kafka']} (local stack).\n\n"
+            f"Stamp of {name}.json: {m['at']} {where} The file predates per-scenario stamps, "
+            "so this is its last writer's stamp, which may be a rerun of only some of its "
+            "scenarios (`--only`); see the findings for which run each row comes from."
         )
-    return head + "\n".join(rows) + "\n"
+    else:
+        head = f"Main run: started {m['at']} {where}"
+    notes = "".join(f"\n\nRerun {i}: {note}." for i, note in enumerate(runs.reruns, 1))
+    return head + notes + "\n\n"
 
 
 def write() -> Path:

@@ -75,7 +75,7 @@ def headline(quick: bool) -> list[str]:
     immediate = load(f"latency{suffix}")["immediate"]
     lines.append(
         f"{'immediate latency p50 / p99 (ms)':<34} {immediate['p50_ms']:>7} / {immediate['p99_ms']}"
-        f"  target p99 < 100  ({immediate['delivered']} probes)"
+        f"  target p99 < 100  ({immediate['delivered']} of {immediate['probes']} delivered)"
     )
     for shape, row in load(f"memory{suffix}")["per_timeline"].items():
         lines.append(

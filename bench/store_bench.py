@@ -1,8 +1,9 @@
 """Store benchmark: batched add vs a seed-style baseline, and memory per pending record.
 
 Run with ``python -m bench.store_bench`` (``make bench-store``) against the Redis named by
-``DIGEST_STREAM_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). Prints a summary and
-writes ``bench/results/store.json``. Not a test: it reports, it does not assert.
+``DIGEST_STREAM_REDIS_URL`` (default ``redis://127.0.0.1:16379/0``, the stack's, as in the
+other benches). Prints a summary and writes ``bench/results/store.json``. Not a test: it
+reports, it does not assert.
 
 The baseline follows the layout and access pattern of the Sentry digest backend the
 design started from: one script call per record, one string key per record (SETEX)
@@ -13,7 +14,6 @@ in the same run, so the ratio is meaningful even where absolute numbers are not.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import platform
 import statistics
@@ -21,16 +21,14 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import redis
 
+from bench.common import T0, delete_namespace, stack, summary, write_result
 from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
 from digest_stream.store.keys import partition_tag
 
-RESULTS = Path(__file__).resolve().parent / "results" / "store.json"
-T0 = 1_700_000_000.0
 REPS = 3
 THROUGHPUT_RECORDS = 20_000
 BATCH = 500  # records per FCALL, about what one Kafka poll hands the ingest
@@ -106,18 +104,6 @@ def make_records(count: int, per_timeline: int, payload_size: int) -> list[NewRe
     ]
 
 
-def delete_namespace(client: redis.Redis, namespace: str) -> None:
-    pattern = f"{{{namespace}:*"
-    batch: list[bytes] = []
-    for key in client.scan_iter(match=pattern, count=5000):
-        batch.append(key)
-        if len(batch) >= 1000:
-            client.delete(*batch)
-            batch.clear()
-    if batch:
-        client.delete(*batch)
-
-
 def used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
@@ -127,15 +113,6 @@ def timed(run: Callable[[], None]) -> float:
     start = time.perf_counter()
     run()
     return time.perf_counter() - start
-
-
-def summary(rates: list[float]) -> dict[str, Any]:
-    return {
-        "median": round(statistics.median(rates)),
-        "min": round(min(rates)),
-        "max": round(max(rates)),
-        "reps": [round(rate) for rate in rates],
-    }
 
 
 def throughput(client: redis.Redis, payload_size: int) -> dict[str, Any]:
@@ -249,8 +226,7 @@ def memory(
 
 
 def main() -> int:
-    url = os.environ.get("DIGEST_STREAM_REDIS_URL", "redis://127.0.0.1:6379/0")
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(stack().redis_url)
     started = time.perf_counter()
     info = client.info("server")
     result: dict[str, Any] = {
@@ -266,8 +242,7 @@ def main() -> int:
         result["throughput_records_per_s"][str(payload_size)] = throughput(client, payload_size)
         result["memory_per_record_beyond_payload"][str(payload_size)] = memory(client, payload_size)
     result["seconds"] = round(time.perf_counter() - started, 1)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    path = write_result("store", result)
 
     print(f"Redis {result['redis_version']}, {THROUGHPUT_RECORDS} records, batch {BATCH}")
     for size, figures in result["throughput_records_per_s"].items():
@@ -287,7 +262,7 @@ def main() -> int:
                 f"  {shape:>16} {row['store_bytes']:>10} {row['seed_style_bytes']:>11}"
                 f" {row['ratio']:>6}"
             )
-    print(f"\nwrote {RESULTS} in {result['seconds']} s")
+    print(f"\nwrote {path} in {result['seconds']} s")
     client.close()
     return 0
 
