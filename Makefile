@@ -47,7 +47,7 @@ clean:
 demo: venv stack-up
 	bash scripts/demo.sh
 
-# Issue 7: the full fault-injection scenarios (50,000 events each, ~20 min); figures appended
+# Issue 7: the full fault-injection scenarios (50,000 events each, ~9 min); figures appended
 # to chaos-results.txt, one line per scenario (see docs/reliability.md).
 chaos: venv stack-up
 	$(STACK_ENV) && DIGEST_STREAM_CHAOS=1 DIGEST_STREAM_CHAOS_RESULTS=$(CURDIR)/chaos-results.txt \

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from digest_stream.kafka import admin_config
 from digest_stream.settings import Settings
-from digest_stream.store.base import DigestStore
+from digest_stream.store.base import DigestStore, TimelineInfo
 
 # Admin requests are small; past this the broker is not answering.
 ADMIN_TIMEOUT = 30.0
@@ -25,13 +25,15 @@ class AdminError(Exception):
     """An admin action refused, with a message for the operator."""
 
 
-def find_timeline(store: DigestStore, partitions: list[int], timeline: str) -> list[int]:
-    """The input partitions holding any state of the timeline (normally at most one)."""
-    found = []
+def find_timeline(
+    store: DigestStore, partitions: list[int], timeline: str
+) -> dict[int, TimelineInfo]:
+    """The timeline's state in each input partition holding any (normally at most one)."""
+    found = {}
     for partition in partitions:
         info = store.inspect(partition, timeline)
         if info.state != "absent" or info.pending or info.open_digest is not None:
-            found.append(partition)
+            found[partition] = info
     return found
 
 

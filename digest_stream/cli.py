@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -13,10 +14,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar, get_origin
+from typing import Any, NoReturn, TypeVar, get_origin
 
 import click
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from pydantic import ValidationError
@@ -31,6 +32,7 @@ from digest_stream.settings import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def settings_options(command: F) -> F:
@@ -121,10 +123,9 @@ def dev() -> None:
     """A local Kafka + Redis stack on loopback, without Docker."""
 
 
-def _run_stack(action: str, fn: object) -> None:
+def _run_stack(action: str, fn: Callable[[], T]) -> T:
     try:
-        assert callable(fn)
-        fn()
+        return fn()
     except devstack.StackError as exc:
         click.echo(f"digest-stream dev {action}: {exc}", err=True)
         sys.exit(1)
@@ -135,8 +136,8 @@ def _run_stack(action: str, fn: object) -> None:
 @click.option("--kafka/--no-kafka", default=True, help="Start the Kafka broker.")
 def dev_up(cluster: bool, kafka: bool) -> None:
     """Start Kafka (KRaft) and Redis on 127.0.0.1; reuse what already runs."""
-    _run_stack("up", lambda: devstack.up(cluster=cluster, kafka=kafka))
-    for line in devstack.Endpoints().exports(cluster or devstack.cluster_running()):
+    endpoints = _run_stack("up", lambda: devstack.up(cluster=cluster, kafka=kafka))
+    for line in endpoints.exports(cluster or devstack.cluster_running()):
         click.echo(line)
 
 
@@ -175,7 +176,7 @@ def dev_status() -> None:
 @settings_options
 def run(roles: str, **flags: Any) -> None:
     """Run the service until SIGTERM/SIGINT, then stop gracefully."""
-    from digest_stream.app import App, parse_roles
+    from digest_stream.app import STOP_TIMEOUT, App, parse_roles
 
     settings = load_settings(flags)
     setup_logging(settings)
@@ -197,12 +198,34 @@ def run(roles: str, **flags: Any) -> None:
     except Exception as exc:
         click.echo(f"digest-stream run: cannot start: {exc}", err=True)
         sys.exit(1)
-    while not app.wait(timeout=0.5):
-        pass
+    # Poll, not app.wait(timeout): its False means both "no stop yet" and "roles still alive
+    # after STOP_TIMEOUT", and only the second must end the process.
+    while not app.stopping:
+        time.sleep(STOP_POLL)
+    finished = app.wait()  # each role gets STOP_TIMEOUT to finish its batch and leave
     _dump_metrics(app)
+    if not finished:
+        click.echo(
+            f"digest-stream run: roles still running {STOP_TIMEOUT:.0f}s after the stop; "
+            "exiting without them",
+            err=True,
+        )
+        _exit_now(1)
     if app.failed is not None:
         click.echo(f"digest-stream run: stopped after an error: {app.failed}", err=True)
         sys.exit(1)
+
+
+#: Seconds between checks of whether `run` was asked to stop (or a role failed).
+STOP_POLL = 0.2
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process at once, whatever its threads do: a hung role must not keep it alive."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 #: Test hook (not a setting): a path where `run` writes its counters (Prometheus text format)
@@ -211,8 +234,6 @@ METRICS_DUMP_ENV = "DIGEST_STREAM_TEST_METRICS_FILE"
 
 
 def _dump_metrics(app: Any) -> None:
-    import os
-
     path = os.environ.get(METRICS_DUMP_ENV)
     if not path:
         return
@@ -259,7 +280,7 @@ def topics_create(partitions: int, replication_factor: int, **flags: Any) -> Non
             click.echo(f"created {name} ({partitions} partitions)")
         except KafkaException as exc:
             error = exc.args[0]
-            if error.code() == 36:  # TOPIC_ALREADY_EXISTS
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 click.echo(f"exists  {name}")
             else:
                 click.echo(f"failed  {name}: {error.str()}", err=True)
@@ -372,8 +393,7 @@ def delete(timeline: str, partition: int | None, yes: bool, **flags: Any) -> Non
     if not found:
         click.echo(f"timeline {timeline} has no state (absent); nothing to delete")
         return
-    for p in found:
-        info = store.inspect(p, timeline)
+    for p, info in found.items():
         click.echo(
             f"timeline {timeline}: partition {p}, {info.state}, {info.pending} pending records, "
             f"open digest {info.open_digest or '-'} ({info.open_records} records)"
@@ -418,10 +438,10 @@ def config_group() -> None:
 
 
 @config_group.command("show")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of TOML.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object of the values (no sources).")
 @settings_options
 def config_show(as_json: bool, **flags: Any) -> None:
-    """Print the effective settings (secrets masked) and where each one came from."""
+    """Print the effective settings (secrets masked) and, as TOML, where each one came from."""
     from digest_stream.config import masked_settings, setting_sources, to_toml
 
     settings = load_settings(flags)
@@ -456,15 +476,17 @@ def _when(seconds: float | None) -> str:
 @settings_options
 def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
     """Show one timeline's state, due time, pending records and open digest."""
+    from digest_stream.admin import find_timeline
     from digest_stream.app import connect_store
 
     settings = load_settings(flags)
     store = connect_store(settings)
     candidates = [partition] if partition is not None else _partitions(settings)
-    for p in candidates:
-        info = store.inspect(p, timeline)
-        if info.state == "absent" and not info.pending and info.open_digest is None:
-            continue
+    found = find_timeline(store, candidates, timeline)
+    if not found:
+        click.echo(f"timeline {timeline} has no state (absent)")
+    # Normally one partition; more after the events topic was repartitioned.
+    for p, info in found.items():
         click.echo(f"timeline       {info.timeline}")
         click.echo(f"partition      {p}")
         click.echo(f"state          {info.state}")
@@ -473,8 +495,6 @@ def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
         click.echo(f"pending        {info.pending} records")
         click.echo(f"open digest    {info.open_digest or '-'} ({info.open_records} records)")
         click.echo(f"dropped        {info.dropped}")
-        return
-    click.echo(f"timeline {timeline} has no state (absent)")
 
 
 @main.command()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from digest_stream.settings import Settings
+from digest_stream.settings import Settings, env_name
 
 MASK = "***"
 
@@ -62,22 +63,18 @@ def secret_values(settings: Settings) -> list[str]:
 
 def setting_sources(settings: Settings, flags: dict[str, Any]) -> dict[str, str]:
     """Where each setting's value came from: flag, env, file or default."""
-    import os
-    from pathlib import Path
-
-    from digest_stream.settings import CONFIG_ENV, env_name, read_toml
-
-    path = flags.get("config") or (
-        Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None
-    )
-    in_file = set(read_toml(Path(path))) if path else set()
+    # Every source's values reach the model as explicit ones, so model_fields_set holds the
+    # settings given by a flag, the env or the TOML file: what is left of it came from the
+    # file, without reading it again. Env names match case-insensitively, as when loading.
+    given = settings.model_fields_set
+    environ = {key.upper() for key in os.environ}
     sources = {}
     for name in Settings.model_fields:
         if flags.get(name) is not None:
             sources[name] = "flag"
-        elif env_name(name) in os.environ:
+        elif env_name(name) in environ:
             sources[name] = "env"
-        elif name in in_file:
+        elif name in given:
             sources[name] = "file"
         else:
             sources[name] = "default"

@@ -389,11 +389,11 @@ def cluster_up() -> None:
              # An explicit bus port: the +10000 default collides with other local servers.
              "--cluster-port", str(port + 100), "--cluster-node-timeout", "5000"],
         )  # fmt: skip
-    if all(_redis_ping(p, cluster=True) for p in CLUSTER_PORTS):
+    if cluster_running():
         _say("redis cluster already formed")
         return
     cli = _require("redis-cli", "install redis-tools (apt-get install redis-tools)")
-    nodes = [f"{HOST}:{p}" for p in CLUSTER_PORTS]
+    nodes = Endpoints().cluster_nodes
     _say(f"forming a 3-master redis cluster on {', '.join(nodes)}")
     made = subprocess.run(
         [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
@@ -402,8 +402,7 @@ def cluster_up() -> None:
     )
     if made.returncode != 0:
         raise StackError(f"redis-cli --cluster create failed: {made.stdout.strip()[-300:]}")
-    _wait("redis cluster", lambda: all(_redis_ping(p, cluster=True) for p in CLUSTER_PORTS),
-          REDIS_READY_TIMEOUT, lambda: True)  # fmt: skip
+    _wait("redis cluster", cluster_running, REDIS_READY_TIMEOUT, lambda: True)
 
 
 def _redis_homes() -> Iterator[tuple[Path, int]]:

@@ -79,5 +79,5 @@ class Metrics:
         )
 
     def value(self, name: str, **labels: str) -> float:
-        """Current value of a sample (0 when absent): for tests and `stats`."""
+        """Current value of a sample (0 when absent): for tests and the liveness check."""
         return self.registry.get_sample_value(name, labels) or 0.0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
@@ -26,6 +28,10 @@ from pydantic_settings import (
 from digest_stream.store.base import MAX_TTL, InvalidArgument, PolicyResolver, TimelinePolicy
 
 ENV_PREFIX = "DIGEST_STREAM_"
+#: A TimelinePolicy field name in one of its error messages (each is also a setting).
+_POLICY_FIELD = re.compile(
+    r"\b(?:" + "|".join(f.name for f in dataclasses.fields(TimelinePolicy)) + r")\b"
+)
 #: Env var naming the optional TOML settings file (also `--config PATH`); not a setting itself.
 CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
 #: The TOML file of the command being run (set by the CLI's --config); wins over CONFIG_ENV.
@@ -190,16 +196,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_policy(self) -> Settings:
-        # The one cross-field rule, worded with env names since it has no single field.
-        if self.ttl <= self.maximum_delay:
-            raise ValueError(
-                f"{env_name('ttl')} ({self.ttl}) must exceed "
-                f"{env_name('maximum_delay')} ({self.maximum_delay})"
-            )
+        # TimelinePolicy holds the cross-field rules (ttl > maximum_delay); an error has no
+        # single field, so its policy field names are reworded as the settings' env names.
         try:
             self.policy()
         except InvalidArgument as exc:
-            raise ValueError(str(exc)) from exc
+            raise ValueError(_POLICY_FIELD.sub(lambda m: env_name(m[0]), str(exc))) from exc
         for pattern in self.overrides:
             prefix = pattern.removesuffix("*")
             if not pattern.endswith("*") or not prefix or any(c in prefix for c in "*?["):
@@ -225,17 +227,8 @@ class Settings(BaseSettings):
 
     def policy_for(self, pattern: str) -> TimelinePolicy:
         """The policy of timelines matching one override pattern."""
-        base = self.policy()
         changes = self.overrides[pattern].model_dump(exclude_none=True)
-        merged = {
-            "minimum_delay": base.minimum_delay,
-            "increment_delay": base.increment_delay,
-            "maximum_delay": base.maximum_delay,
-            "ttl": base.ttl,
-            "capacity": base.capacity,
-            **changes,
-        }
-        return TimelinePolicy(**merged)
+        return dataclasses.replace(self.policy(), **changes)
 
     def resolver(self) -> PolicyResolver:
         """timeline -> policy: the longest matching override prefix, else the default."""

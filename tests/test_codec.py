@@ -23,6 +23,7 @@ from digest_stream.codec import (
     DecodeError,
     decode_digest,
     decode_event,
+    decode_record,
     decode_schedule_entry,
     encode_digest,
     encode_event,
@@ -180,6 +181,22 @@ def test_round_trips() -> None:
 @given(events)
 def test_event_round_trip_property(event: Event) -> None:
     assert decode_event(encode_event(event)) == event
+
+
+@given(events)
+def test_decode_record_is_the_decoded_events_record(event: Event) -> None:
+    data = encode_event(event)
+    assert decode_record(data) == Record.from_event(decode_event(data))
+
+
+def test_decode_record_reads_old_writers_and_rejects_what_decode_event_rejects() -> None:
+    old = _write(EVENT_V1, {"id": "old", "timestamp": T0, "payload": b"p"})
+    assert decode_record(old, writer_schema=EVENT_V1) == Record(
+        id="old", timestamp=T0, payload=b"p"
+    )
+    empty_id = _write(dict(EVENT_SCHEMA), {"id": "", "timestamp": T0, "payload": b""})
+    assert _reason(empty_id, decode_record) == "invalid-value"
+    assert _reason(encode_event(sample_event())[:-1], decode_record) == "truncated"
 
 
 @given(digests())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from digest_stream.models import (
     ScheduleReason,
     validate_timeline,
 )
+from digest_stream.store.validate import MAX_NAME_BYTES
 
 T0 = 1_700_000_000_000
 
@@ -93,6 +96,18 @@ def test_record_from_event() -> None:
 
 
 # ---------------------------------------------------------------------------------- timeline
+
+
+def test_timeline_limit_is_the_stores_without_importing_the_store() -> None:
+    # The same number on both sides (a timeline models accept, the store accepts), but not
+    # imported: the client library must not load the store and redis-py with it.
+    assert MAX_TIMELINE_LENGTH == MAX_NAME_BYTES
+    code = "import sys, digest_stream.client; print(sorted(m for m in sys.modules if m in B))"
+    blocked = "B = {'redis', 'digest_stream.store'}; "
+    out = subprocess.run(
+        [sys.executable, "-c", blocked + code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
 
 
 def test_timeline_limit_is_in_utf8_bytes() -> None:
