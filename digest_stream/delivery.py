@@ -184,7 +184,7 @@ class Delivery:
         for stored in digest.records:
             try:
                 headers, event = envelope.unwrap(stored.payload)
-                records.append(Record.from_event(codec.decode_event(event)))
+                records.append(codec.decode_record(event))
                 if headers:
                     carried.append(headers)
             except ValueError as exc:  # codec.DecodeError or a damaged header envelope

@@ -21,7 +21,7 @@ from digest_stream.metrics import Metrics
 from digest_stream.models import Event
 from digest_stream.settings import Settings
 from digest_stream.store import RedisStore
-from tests.e2e.conftest import Pipeline
+from tests.e2e.conftest import Pipeline, PipelineFactory
 from tests.proxy import TcpProxy
 
 
@@ -82,7 +82,7 @@ class Harness:
 
 
 def test_a_revocation_books_and_commits_the_batch_in_flight(
-    pipeline_factory: Callable[..., Pipeline],
+    pipeline_factory: PipelineFactory,
 ) -> None:
     pipe = pipeline_factory(partitions=1)
     harness = Harness(pipe)
@@ -102,7 +102,7 @@ def test_a_revocation_books_and_commits_the_batch_in_flight(
 
 
 def test_a_fence_found_behind_during_a_callback_is_rewound_on_the_role_thread(
-    pipeline_factory: Callable[..., Pipeline],
+    pipeline_factory: PipelineFactory,
 ) -> None:
     pipe = pipeline_factory(partitions=2)
     harness = Harness(pipe)
@@ -130,7 +130,7 @@ def test_a_fence_found_behind_during_a_callback_is_rewound_on_the_role_thread(
 
 
 def test_a_batch_kept_for_the_role_thread_is_dropped_when_its_partition_goes(
-    pipeline_factory: Callable[..., Pipeline],
+    pipeline_factory: PipelineFactory,
 ) -> None:
     pipe = pipeline_factory(partitions=1)
     harness = Harness(pipe)
@@ -151,7 +151,7 @@ def test_a_batch_kept_for_the_role_thread_is_dropped_when_its_partition_goes(
 
 
 def test_a_batch_given_up_is_read_again_before_anything_after_it(
-    pipeline_factory: Callable[..., Pipeline], redis_url: str
+    pipeline_factory: PipelineFactory, redis_url: str
 ) -> None:
     pipe = pipeline_factory(partitions=1)
     host, port = redis_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
