@@ -24,8 +24,8 @@ import redis
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from digest_stream import codec
-from digest_stream.models import Event
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 T0 = 1_700_000_000.0
@@ -197,7 +197,7 @@ def cpu_model() -> str:
 
 def machine(redis_url: str) -> dict[str, Any]:
     """What produced the figures: cores, CPU, load, versions."""
-    from digest_stream.devstack import KAFKA_VERSION
+    from digest_stream.dev.stack import KAFKA_VERSION
 
     client = redis.Redis.from_url(redis_url)
     try:

@@ -29,13 +29,13 @@ import redis
 from confluent_kafka import Producer
 
 from bench.common import stack
-from digest_stream import codec
 from digest_stream.clock import SystemClock
-from digest_stream.ingest import Ingest
-from digest_stream.metrics import Metrics
-from digest_stream.models import Event
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.ingest import Ingest
 from digest_stream.settings import Settings
 from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event
 
 BATCH = 1_000
 REPS = 50

@@ -57,13 +57,13 @@ from bench.common import (
     write_result,
 )
 from bench.store_bench import SeedStyle
-from digest_stream import codec
 from digest_stream.clock import SystemClock
-from digest_stream.ingest import Ingest
 from digest_stream.kafka import consumer_config, producer_config
-from digest_stream.metrics import Metrics
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.ingest import Ingest
 from digest_stream.settings import Settings
 from digest_stream.store import NewRecord, RedisStore
+from digest_stream.wire import codec
 
 TIMELINES = 5_000
 PAYLOAD = 200

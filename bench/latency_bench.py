@@ -46,9 +46,9 @@ from bench.common import (
     unique,
     write_result,
 )
-from digest_stream import codec
 from digest_stream.kafka import take_batch
-from digest_stream.models import Event, ScheduleReason
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event, ScheduleReason
 
 PARTITIONS = 4
 BACKGROUND_TIMELINES = 5_000

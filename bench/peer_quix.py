@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SCHEMA = Path(__file__).resolve().parents[1] / "digest_stream" / "schemas" / "event.avsc"
+SCHEMA = Path(__file__).resolve().parents[1] / "digest_stream" / "wire" / "schemas" / "event.avsc"
 
 
 def main(argv: list[str]) -> int:

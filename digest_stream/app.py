@@ -13,14 +13,14 @@ from confluent_kafka import Producer
 from redis.cluster import RedisCluster
 
 from digest_stream.clock import Clock, SystemClock
-from digest_stream.delivery import Delivery
-from digest_stream.health import Health, Heartbeats, PartitionGauges
-from digest_stream.hooks import Hook, Hooks, load_hooks
-from digest_stream.ingest import Ingest
 from digest_stream.kafka import producer_config
-from digest_stream.metrics import Metrics
-from digest_stream.scheduler import ScheduleEmitter, Scheduler
-from digest_stream.server import OpsServer
+from digest_stream.ops.health import Health, Heartbeats, PartitionGauges
+from digest_stream.ops.hooks import Hook, Hooks, load_hooks
+from digest_stream.ops.metrics import Metrics
+from digest_stream.ops.server import OpsServer
+from digest_stream.roles.delivery import Delivery
+from digest_stream.roles.ingest import Ingest
+from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
 from digest_stream.store.redis import RedisStore

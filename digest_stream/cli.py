@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from pydantic import ValidationError
 
-from digest_stream import devstack
+from digest_stream.dev import stack as devstack
 from digest_stream.settings import (
     CONFIG_ENV,
     ConfigFileError,
@@ -107,8 +107,8 @@ def load_settings(flags: dict[str, Any]) -> Settings:
 
 def setup_logging(settings: Settings) -> None:
     """Log lines on stderr in the configured format, with the settings' secrets scrubbed."""
-    from digest_stream import logs
-    from digest_stream.config import secret_values
+    from digest_stream.ops import logs
+    from digest_stream.ops.config import secret_values
 
     logs.setup(settings.log_level, settings.log_format, secret_values(settings))
 
@@ -383,8 +383,8 @@ def tail(
 @settings_options
 def delete(timeline: str, partition: int | None, yes: bool, **flags: Any) -> None:
     """Delete one timeline: its pending records, open digest and schedule entries."""
-    from digest_stream.admin import find_timeline
     from digest_stream.app import connect_store
+    from digest_stream.ops.admin import find_timeline
 
     settings = load_settings(flags)
     store = connect_store(settings)
@@ -415,8 +415,8 @@ def replay(partition: int, from_offset: int, yes: bool, **flags: Any) -> None:
 
     The ingest group must be inactive (every instance stopped).
     """
-    from digest_stream.admin import AdminError, apply_replay, plan_replay
     from digest_stream.app import connect_store
+    from digest_stream.ops.admin import AdminError, apply_replay, plan_replay
 
     settings = load_settings(flags)
     store = connect_store(settings)
@@ -442,7 +442,7 @@ def config_group() -> None:
 @settings_options
 def config_show(as_json: bool, **flags: Any) -> None:
     """Print the effective settings (secrets masked) and, as TOML, where each one came from."""
-    from digest_stream.config import masked_settings, setting_sources, to_toml
+    from digest_stream.ops.config import masked_settings, setting_sources, to_toml
 
     settings = load_settings(flags)
     values = masked_settings(settings)
@@ -476,8 +476,8 @@ def _when(seconds: float | None) -> str:
 @settings_options
 def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
     """Show one timeline's state, due time, pending records and open digest."""
-    from digest_stream.admin import find_timeline
     from digest_stream.app import connect_store
+    from digest_stream.ops.admin import find_timeline
 
     settings = load_settings(flags)
     store = connect_store(settings)

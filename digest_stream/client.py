@@ -18,8 +18,8 @@ from typing import Any, Final, Self
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
-from digest_stream.codec import DecodeError, decode_digest, encode_event
-from digest_stream.models import Digest, Event, validate_timeline
+from digest_stream.wire.codec import DecodeError, decode_digest, encode_event
+from digest_stream.wire.models import Digest, Event, validate_timeline
 
 log = logging.getLogger(__name__)
 

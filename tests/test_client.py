@@ -17,8 +17,8 @@ from digest_stream.client import (
     UndecodableDigest,
     _RecentKeys,
 )
-from digest_stream.codec import decode_event, encode_digest
-from digest_stream.models import MAX_TIMELINE_LENGTH, Digest, Event, Record
+from digest_stream.wire.codec import decode_event, encode_digest
+from digest_stream.wire.models import MAX_TIMELINE_LENGTH, Digest, Event, Record
 
 T0 = 1_700_000_000_000
 TIMEOUT = 30.0  # seconds: generous for a loaded CI machine; every wait polls and ends early

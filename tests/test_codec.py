@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from digest_stream.codec import (
+from digest_stream.wire.codec import (
     DECODE_REASONS,
     DIGEST_SCHEMA,
     EVENT_SCHEMA,
@@ -31,7 +31,7 @@ from digest_stream.codec import (
     encoded_digest_size,
     split_digest,
 )
-from digest_stream.models import (
+from digest_stream.wire.models import (
     INT_MAX,
     LONG_MAX,
     Digest,
@@ -95,10 +95,10 @@ def sample_digest(count: int = 3) -> Digest:
 
 def test_schema_files_ship_in_the_package_and_at_the_top() -> None:
     top = REPO / "schemas"
-    assert top.is_symlink(), "schemas/ must be a symlink to digest_stream/schemas"
+    assert top.is_symlink(), "schemas/ must be a symlink to digest_stream/wire/schemas"
     assert not Path(top.readlink()).is_absolute(), "the symlink must be relative"
-    assert top.resolve() == (REPO / "digest_stream" / "schemas").resolve()
-    packaged = resources.files("digest_stream").joinpath("schemas")
+    assert top.resolve() == (REPO / "digest_stream" / "wire" / "schemas").resolve()
+    packaged = resources.files("digest_stream.wire").joinpath("schemas")
     for name in ("event.avsc", "schedule_entry.avsc", "digest.avsc"):
         assert packaged.joinpath(name).read_text("utf-8") == (top / name).read_text("utf-8")
     data = (REPO / "pyproject.toml").read_text("utf-8")
@@ -467,7 +467,7 @@ def test_split_property(digest: Digest, max_bytes: int) -> None:
 
 def test_split_sizes_each_record_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # Linear by construction: one size computation per record, however many parts result.
-    from digest_stream import codec
+    from digest_stream.wire import codec
 
     calls = 0
     original = codec._record_size

@@ -7,8 +7,8 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from digest_stream import devstack
 from digest_stream.cli import main
+from digest_stream.dev import stack as devstack
 
 
 def test_env_prints_the_settings_exports() -> None:

@@ -19,8 +19,6 @@ import redis
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from digest_stream import codec
-from digest_stream.models import Event
 from digest_stream.store import InvalidArgument, MemoryStore, NewRecord, RedisStore
 from digest_stream.store import validate as v
 from digest_stream.store.keys import (
@@ -31,6 +29,8 @@ from digest_stream.store.keys import (
     timeline_key,
     waiting_key,
 )
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event
 from tests.conftest import unique
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))

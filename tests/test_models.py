@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from digest_stream.models import (
+from digest_stream.store.validate import MAX_NAME_BYTES
+from digest_stream.wire.models import (
     INT_MAX,
     LONG_MAX,
     MAX_TIMELINE_LENGTH,
@@ -20,7 +21,6 @@ from digest_stream.models import (
     ScheduleReason,
     validate_timeline,
 )
-from digest_stream.store.validate import MAX_NAME_BYTES
 
 T0 = 1_700_000_000_000
 

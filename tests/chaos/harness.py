@@ -34,9 +34,10 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from digest_stream import codec, devstack
-from digest_stream.models import Event
+from digest_stream.dev import stack as devstack
 from digest_stream.settings import Settings
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event
 from tests.conftest import unique, wait_until
 from tests.e2e.conftest import FAST, ServiceProcess
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from digest_stream import codec
-from digest_stream.models import Event
 from digest_stream.settings import Settings
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event
 from tests.chaos.harness import (
     Accounting,
     DeadLetterLog,

@@ -8,9 +8,9 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from digest_stream import codec
-from digest_stream.models import Event, ScheduleEntry, ScheduleReason
 from digest_stream.settings import Settings
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event, ScheduleEntry, ScheduleReason
 from tests.chaos.conftest import SettingsFactory
 from tests.chaos.harness import OwnRedis, Services, free_port
 from tests.conftest import committed_offsets, end_offsets, wait_until

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Message
 
-from digest_stream import codec
 from digest_stream.app import App
 from digest_stream.client import EventProducer
-from digest_stream.models import Digest
 from digest_stream.settings import Settings, env_name
+from digest_stream.wire import codec
+from digest_stream.wire.models import Digest
 from tests.conftest import TopicFactory, committed_offsets, unique, wait_until
 
 # Short delays so a digest cycle takes seconds; the semantics are the production ones.

@@ -8,8 +8,8 @@ import uuid
 
 from confluent_kafka import Consumer
 
-from digest_stream import codec
-from digest_stream.models import ScheduleReason
+from digest_stream.wire import codec
+from digest_stream.wire.models import ScheduleReason
 from tests.conftest import TopicFactory, unique, wait_until
 from tests.e2e.conftest import PipelineFactory
 

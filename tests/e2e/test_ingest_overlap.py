@@ -12,15 +12,15 @@ from collections.abc import Callable
 
 from confluent_kafka import Producer, TopicPartition
 
-from digest_stream import codec
 from digest_stream.app import connect_store
 from digest_stream.clock import SystemClock
-from digest_stream.ingest import Ingest
 from digest_stream.kafka import producer_config
-from digest_stream.metrics import Metrics
-from digest_stream.models import Event
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.ingest import Ingest
 from digest_stream.settings import Settings
 from digest_stream.store import RedisStore
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event
 from tests.e2e.conftest import Pipeline, PipelineFactory
 from tests.proxy import TcpProxy
 

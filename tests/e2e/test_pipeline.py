@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from digest_stream import codec
-from digest_stream.models import Event
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event
 from tests.e2e.conftest import Collector, Pipeline, PipelineFactory, digest_ids_by_record
 
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from digest_stream.app import connect_store
 from digest_stream.cli import main
-from digest_stream.config import mask_url, masked_settings
+from digest_stream.ops.config import mask_url, masked_settings
 from digest_stream.settings import CONFIG_ENV, Settings
 from digest_stream.store import DigestStore, MemoryStore, NewRecord
 

@@ -8,12 +8,12 @@ from collections.abc import Callable, Sequence
 
 from confluent_kafka import Producer
 
-from digest_stream import codec, envelope
 from digest_stream.app import App
-from digest_stream.hooks import Hook, Hooks, load_hooks
-from digest_stream.models import Digest, Event
+from digest_stream.ops.hooks import Hook, Hooks, load_hooks
 from digest_stream.settings import Settings
 from digest_stream.store import AddResult, MemoryStore, NewRecord
+from digest_stream.wire import codec, envelope
+from digest_stream.wire.models import Digest, Event
 from tests.conftest import unique, wait_until
 from tests.e2e.conftest import Pipeline
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from digest_stream import health
+from digest_stream.ops import health
 from digest_stream.store.redis import LIBRARY_VERSION
 from tests.conftest import unique, wait_until
 from tests.e2e.conftest import Pipeline

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from digest_stream import logs
+from digest_stream.ops import logs
 
 
 @pytest.fixture

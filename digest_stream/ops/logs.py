@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Literal, TextIO
 
-from digest_stream.config import MASK
+from digest_stream.ops.config import MASK
 
 HUMAN_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s"
 #: user:password@ in any URL (redis://, rediss://, http://, kafka SASL URLs...).

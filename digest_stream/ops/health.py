@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from redis.cluster import RedisCluster
 
-from digest_stream.retry import REDIS_DOWN
+from digest_stream.roles.retry import REDIS_DOWN
 from digest_stream.store.redis import LIBRARY_VERSION, RedisClient, RedisStore
 
 if TYPE_CHECKING:

@@ -1,9 +1,9 @@
 """Plain Avro binary encoding of the wire formats (DESIGN §4), with precise decode errors.
 
-The schemas ship in `digest_stream/schemas/*.avsc` and are parsed once, at import. Messages carry
-no schema id or header: the reader knows the schema from the topic. A reader given the schema a
-message was written with (`writer_schema=`) resolves it by Avro rules, so events written with an
-older schema version still decode.
+The schemas ship in `digest_stream/wire/schemas/*.avsc` and are parsed once, at import.
+Messages carry no schema id or header: the reader knows the schema from the topic. A reader
+given the schema a message was written with (`writer_schema=`) resolves it by Avro rules, so
+events written with an older schema version still decode.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from fastavro import _read_py
 from fastavro.read import SchemaResolutionError
 from pydantic import BaseModel, ValidationError
 
-from digest_stream.models import INT_MAX, Digest, Event, Record, ScheduleEntry
+from digest_stream.wire.models import INT_MAX, Digest, Event, Record, ScheduleEntry
 
 DecodeReason = Literal[
     "truncated",
@@ -65,7 +65,7 @@ WriterSchema = Schema | str
 
 
 def _load(name: str) -> dict[str, Any]:
-    text = resources.files("digest_stream").joinpath("schemas", name).read_text("utf-8")
+    text = resources.files("digest_stream.wire").joinpath("schemas", name).read_text("utf-8")
     return cast(dict[str, Any], json.loads(text))
 
 

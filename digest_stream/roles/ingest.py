@@ -30,18 +30,18 @@ from confluent_kafka import (
 )
 from tenacity import RetryCallState
 
-from digest_stream import codec, envelope
 from digest_stream.clock import Clock
-from digest_stream.dlq import DeadLetters
-from digest_stream.hooks import NO_HOOKS, Hooks
 from digest_stream.kafka import commit, consumer_config, consumer_lag, take_batch, usable
-from digest_stream.metrics import Metrics
-from digest_stream.models import ScheduleReason, validate_timeline
-from digest_stream.retry import REDIS_DOWN, until_redis_answers
-from digest_stream.scheduler import ScheduleEmitter, Scheduler
+from digest_stream.ops.hooks import NO_HOOKS, Hooks
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.dlq import DeadLetters
+from digest_stream.roles.retry import REDIS_DOWN, until_redis_answers
+from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
 from digest_stream.store import validate
 from digest_stream.store.base import AddResult, DigestStore, InvalidArgument, NewRecord
+from digest_stream.wire import codec, envelope
+from digest_stream.wire.models import ScheduleReason, validate_timeline
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The wire-format values of DESIGN §4 as frozen, validated pydantic models.
 
 Event (input), Record (one record of a digest), ScheduleEntry (schedule topic) and Digest
-(output). The Avro schemas in `digest_stream/schemas/` are the contract; these models add the
+(output). The Avro schemas in `digest_stream/wire/schemas/` are the contract; these models add the
 constraints Avro cannot express (non-empty ids, bounded timeline, 1 <= part <= parts, ...).
 
 Speed: the ingest decodes thousands of events per second, so the hot path matters. Measured with

@@ -7,14 +7,14 @@ from collections.abc import Iterable
 
 from confluent_kafka import Producer
 
-from digest_stream import codec
 from digest_stream.clock import Clock
-from digest_stream.hooks import NO_HOOKS, Hooks
-from digest_stream.metrics import Metrics
-from digest_stream.models import ScheduleEntry, ScheduleReason
-from digest_stream.retry import REDIS_DOWN
+from digest_stream.ops.hooks import NO_HOOKS, Hooks
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.retry import REDIS_DOWN
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
+from digest_stream.wire import codec
+from digest_stream.wire.models import ScheduleEntry, ScheduleReason
 
 log = logging.getLogger(__name__)
 

@@ -18,16 +18,16 @@ from typing import TypeVar, cast
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from digest_stream import codec, envelope
 from digest_stream.clock import Clock
-from digest_stream.dlq import DeadLetters
-from digest_stream.hooks import NO_HOOKS, Hooks
 from digest_stream.kafka import commit, consumer_config, consumer_lag, take_batch, usable
-from digest_stream.metrics import Metrics
-from digest_stream.models import Digest, Record, ScheduleEntry
-from digest_stream.retry import REDIS_DOWN, backoff_delay, until_redis_answers
+from digest_stream.ops.hooks import NO_HOOKS, Hooks
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.dlq import DeadLetters
+from digest_stream.roles.retry import REDIS_DOWN, backoff_delay, until_redis_answers
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, DigestTarget, InvalidState, OpenDigest
+from digest_stream.wire import codec, envelope
+from digest_stream.wire.models import Digest, Record, ScheduleEntry
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from digest_stream.models import Digest
 from digest_stream.settings import Settings
 from digest_stream.store.base import AddResult, NewRecord
+from digest_stream.wire.models import Digest
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,6 @@ def load_hooks(specs: Iterable[str], settings: Settings) -> list[Hook]:
         )
         hook = factory(settings)
         if not isinstance(hook, Hook):
-            raise TypeError(f"hook {spec!r} returned {hook!r}, not a digest_stream.hooks.Hook")
+            raise TypeError(f"hook {spec!r} returned {hook!r}, not a digest_stream.ops.hooks.Hook")
         loaded.append(hook)
     return loaded

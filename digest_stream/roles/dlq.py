@@ -6,8 +6,8 @@ import logging
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from digest_stream.hooks import NO_HOOKS, Hooks
-from digest_stream.metrics import Metrics
+from digest_stream.ops.hooks import NO_HOOKS, Hooks
+from digest_stream.ops.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The service's roles: ingest (with the scheduler it drives) and delivery."""
