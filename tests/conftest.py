@@ -1,27 +1,30 @@
-"""Shared fixtures: a real Kafka and a real Redis, plus per-test isolation helpers.
+"""Shared fixtures: a real Kafka and a real Redis, per-test topics, groups and namespaces, and
+the pipeline harness on them (helpers, as opposed to fixtures, live in tests/support/).
 
 Addresses resolve in this order: the environment (what `make test` exports from the local
-stack) -> testcontainers when a Docker engine is reachable -> a clear failure.
+stack) -> testcontainers when a Docker engine is reachable -> a clear failure. Tests under
+tests/unit/ use none of these broker fixtures.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from redis.cluster import ClusterNode, RedisCluster
 
 from digest_stream.settings import Settings
-from tests.proxy import TcpProxy
+from tests.support import unique, wait_until
+from tests.support.kafka import TopicFactory
+from tests.support.pipeline import FAST, Pipeline, PipelineFactory
+from tests.support.proxy import TcpProxy
 
 HOW_TO = "run `make test` (it starts a local Kafka and Redis) or `eval $(digest-stream dev env)`"
 
@@ -34,22 +37,6 @@ def _docker_reachable() -> bool:
         return bool(client.ping())
     except Exception:
         return False
-
-
-def unique(prefix: str) -> str:
-    """A name no other test (or earlier run) uses."""
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def wait_until(
-    condition: Callable[[], bool], timeout: float, message: str, interval: float = 0.05
-) -> None:
-    """Poll condition until true; fail with message at the deadline (never a blind sleep)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s: {message}")
-        time.sleep(interval)
 
 
 # ---------------------------------------------------------------------------- kafka
@@ -75,9 +62,6 @@ def kafka_bootstrap() -> Iterator[str]:
 def kafka_admin(kafka_bootstrap: str) -> AdminClient:
     """An admin client on the test broker."""
     return AdminClient({"bootstrap.servers": kafka_bootstrap})
-
-
-TopicFactory = Callable[..., str]
 
 
 @pytest.fixture
@@ -117,37 +101,6 @@ def _topic_ready(admin: AdminClient, topic: str, partitions: int) -> bool:
 def group_id() -> str:
     """A consumer group id unique to this test."""
     return unique("g")
-
-
-def committed_offsets(settings: Settings, partitions: Iterable[int]) -> list[int]:
-    """The ingest group's committed offsets of these input partitions (negative: none).
-
-    Read by a non-member (OffsetFetch only), so it never joins or disturbs the group.
-    """
-    consumer = Consumer(
-        {"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": settings.group_id}
-    )
-    try:
-        found = consumer.committed(
-            [TopicPartition(settings.events_topic, p) for p in partitions], timeout=10
-        )
-        return [tp.offset for tp in found]
-    finally:
-        consumer.close()
-
-
-def end_offsets(settings: Settings, partitions: Iterable[int]) -> list[int]:
-    """The end (high watermark) offsets of these input partitions."""
-    consumer = Consumer(
-        {"bootstrap.servers": settings.kafka_bootstrap_servers, "group.id": unique("probe")}
-    )
-    try:
-        return [
-            consumer.get_watermark_offsets(TopicPartition(settings.events_topic, p), timeout=10)[1]
-            for p in partitions
-        ]
-    finally:
-        consumer.close()
 
 
 # ---------------------------------------------------------------------------- redis
@@ -230,3 +183,47 @@ def namespace(request: pytest.FixtureRequest) -> Iterator[str]:
             client = redis.Redis.from_url(url)
             _delete_namespace(client, ns)
             client.close()
+
+
+# ---------------------------------------------------------------------------- pipeline
+
+
+@pytest.fixture
+def pipeline_factory(
+    kafka_bootstrap: str,
+    redis_url: str,
+    topic_factory: TopicFactory,
+    namespace: str,
+) -> Iterator[PipelineFactory]:
+    """Build a pipeline on fresh topics; stop every app and process it started."""
+    made: list[Pipeline] = []
+
+    def make(partitions: int = 4, **changes: Any) -> Pipeline:
+        base = unique("e2e")
+        settings = Settings.model_validate(
+            {
+                "kafka_bootstrap_servers": kafka_bootstrap,
+                "redis_url": redis_url,
+                "namespace": namespace,
+                "events_topic": topic_factory(partitions=partitions, name=f"{base}.events"),
+                "schedule_topic": topic_factory(partitions=partitions, name=f"{base}.schedule"),
+                "output_topic": topic_factory(partitions=partitions, name=f"{base}.output"),
+                "dlq_topic": topic_factory(partitions=1, name=f"{base}.dlq"),
+                "group_id": f"{base}-ingest",
+                "delivery_group_id": f"{base}-delivery",
+                **FAST,
+                **changes,
+            }
+        )
+        pipe = Pipeline(settings, partitions)
+        made.append(pipe)
+        return pipe
+
+    yield make
+    for pipe in made:
+        for app in pipe.apps:
+            app.stop()
+        for app in pipe.apps:
+            app.wait()
+        for proc in pipe.processes:
+            proc.stop(timeout=30)

@@ -31,7 +31,7 @@ from digest_stream.store.keys import (
 )
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
-from tests.conftest import unique
+from tests.support import unique
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 DECODERS: dict[str, Callable[[bytes], object]] = {

@@ -22,7 +22,7 @@ from digest_stream.store.keys import (
     timeline_key,
     waiting_key,
 )
-from tests.conftest import unique
+from tests.support import unique
 
 PACKAGE = Path(digest_stream.__file__).parent
 LUA = resources.files("digest_stream.store").joinpath("digests.lua").read_text()

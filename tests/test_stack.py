@@ -6,7 +6,8 @@ import redis
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from redis.cluster import RedisCluster
 
-from tests.conftest import TopicFactory, unique, wait_until
+from tests.support import unique, wait_until
+from tests.support.kafka import TopicFactory
 
 SMOKE_LIBRARY = """#!lua name={name}
 local function put(keys, args)

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from digest_stream.settings import Settings
-from tests.chaos.harness import OwnKafka, OwnRedis, chaos_settings, delete_topics
-
-SettingsFactory = Callable[..., Settings]
+from tests.chaos.harness import (
+    OwnKafka,
+    OwnRedis,
+    SettingsFactory,
+    chaos_settings,
+    delete_topics,
+)
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@
 - `Output` and `DeadLetterLog` read the output and DLQ topics incrementally.
 - `Accounting` checks: every acknowledged event id is in >= 1 digest, or dead-lettered with a
   reason, or counted as dropped; it reports ids in two digests with different digest ids.
-- `Services` starts the real CLI processes (tests.e2e.conftest.ServiceProcess) and stops every
+- `Services` starts the real CLI processes (tests.support.pipeline.ServiceProcess) and stops every
   one by pid at the end, also on failure.
 """
 
@@ -16,7 +16,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -38,8 +37,8 @@ from digest_stream.dev import stack as devstack
 from digest_stream.settings import Settings
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
-from tests.conftest import unique, wait_until
-from tests.e2e.conftest import FAST, ServiceProcess
+from tests.support import free_port, unique, wait_until
+from tests.support.pipeline import FAST, ServiceProcess
 
 #: Where each scenario's one-line summary is appended (make chaos sets it).
 RESULTS_ENV = "DIGEST_STREAM_CHAOS_RESULTS"
@@ -61,14 +60,6 @@ CHAOS_SETTINGS: dict[str, Any] = {
 def chaos_enabled() -> bool:
     """The long scenarios run only when asked (make chaos)."""
     return os.environ.get(CHAOS_ENV, "") not in {"", "0"}
-
-
-def free_port() -> int:
-    """A free loopback TCP port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # --------------------------------------------------------------------------- topics
@@ -102,6 +93,10 @@ def delete_topics(bootstrap: str, names: list[str]) -> None:
     for future in admin.delete_topics(names).values():
         with contextlib.suppress(Exception):
             future.result(timeout=30)
+
+
+SettingsFactory = Callable[..., Settings]
+"""The `make_settings` fixture: `make(bootstrap=None, redis=None, **changes) -> Settings`."""
 
 
 def chaos_settings(

@@ -30,9 +30,10 @@ from tests.chaos.harness import (
     report,
     scenario,
 )
-from tests.conftest import committed_offsets, wait_until
-from tests.e2e.conftest import ServiceProcess
-from tests.proxy import TcpProxy
+from tests.support import wait_until
+from tests.support.kafka import committed_offsets
+from tests.support.pipeline import ServiceProcess
+from tests.support.proxy import TcpProxy
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,9 @@ from typing import TypeVar
 import pytest
 
 from tests.chaos import scenarios
-from tests.chaos.conftest import SettingsFactory
-from tests.chaos.harness import OwnKafka, OwnRedis, need_chaos
+from tests.chaos.harness import OwnKafka, OwnRedis, SettingsFactory, need_chaos
 from tests.chaos.scenarios import FULL, SLICE
-from tests.proxy import TcpProxy
+from tests.support.proxy import TcpProxy
 
 # ------------------------------------------------------------------ the make-test slice
 

@@ -3,52 +3,24 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 from confluent_kafka import Producer
 
-from digest_stream.settings import Settings
 from digest_stream.wire import codec
-from digest_stream.wire.models import Event, ScheduleEntry, ScheduleReason
-from tests.chaos.conftest import SettingsFactory
-from tests.chaos.harness import OwnRedis, Services, free_port
-from tests.conftest import committed_offsets, end_offsets, wait_until
-from tests.e2e.conftest import Collector
-from tests.proxy import TcpProxy
-
-
-def _send(settings: Settings, timelines: list[str], per_timeline: int) -> list[str]:
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
-    ids = []
-    for _ in range(per_timeline):
-        for timeline in timelines:
-            record_id = uuid.uuid4().hex
-            event = Event(id=record_id, timestamp=int(time.time() * 1000), payload=b"{}")
-            producer.produce(
-                settings.events_topic, key=timeline.encode(), value=codec.encode_event(event)
-            )
-            ids.append(record_id)
-    assert producer.flush(30) == 0
-    return ids
+from digest_stream.wire.models import ScheduleEntry, ScheduleReason
+from tests.chaos.harness import OwnRedis, Services, SettingsFactory
+from tests.support import free_port, wait_until
+from tests.support.http import get, metric
+from tests.support.kafka import Collector, committed_offsets, end_offsets, send_events
+from tests.support.proxy import TcpProxy
 
 
 def _open_attempts(port: int) -> float:
     """store.open calls (failed ones too) of the delivery, from the /metrics endpoint."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if (
-                sample.name == "digest_store_call_seconds_count"
-                and sample.labels.get("operation") == "open"
-            ):
-                return sample.value
-    return 0.0
+    status, body = get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200, f"/metrics answered {status}"
+    return metric(body.decode(), "digest_store_call_seconds_count", operation="open") or 0.0
 
 
 @pytest.mark.slow
@@ -83,10 +55,10 @@ def test_rolled_back_fence_is_noticed_when_redis_was_down_at_assignment(
                 "both instances to own a partition",
             )
             timelines = [f"gap:{i}" for i in range(8)]
-            first = _send(settings, timelines, 1)  # immediate digests
+            first = send_events(settings, timelines)  # immediate digests
             out.wait_for(lambda: set(first) <= out.record_ids(), 60, "the first digests")
             own_redis.snapshot()  # the fence covers `first` only
-            pending = _send(settings, timelines, 2)  # cool-down: WAITING in Redis
+            pending = send_events(settings, timelines, 2)  # cool-down: WAITING in Redis
             ends = end_offsets(settings, range(2))
             wait_until(
                 lambda: committed_offsets(settings, range(2)) == ends,
@@ -103,7 +75,7 @@ def test_rolled_back_fence_is_noticed_when_redis_was_down_at_assignment(
                 "b to be assigned a's partition during the outage",
             )
             proxy.unblock()
-            later = _send(settings, timelines, 1)
+            later = send_events(settings, timelines)
             out.wait_for(
                 lambda: set(first + pending + later) <= out.record_ids(),
                 90,
@@ -129,11 +101,11 @@ def test_sigterm_during_a_redis_outage_stops_cleanly_and_loses_nothing(
         service = services.start()
         services.wait_started(service)
         timelines = [f"term:{i}" for i in range(8)]
-        first = _send(settings, timelines, 1)
+        first = send_events(settings, timelines)
         out.wait_for(lambda: set(first) <= out.record_ids(), 60, "the first digests")
-        more = _send(settings, timelines, 1)  # ingested and scheduled, not yet delivered
+        more = send_events(settings, timelines)  # ingested and scheduled, not yet delivered
         redis_proxy.block()
-        during = _send(settings, timelines, 1)
+        during = send_events(settings, timelines)
         # A schedule entry arriving now keeps the delivery retrying store.open.
         entry = ScheduleEntry(
             timeline=timelines[0],

@@ -7,8 +7,8 @@ from confluent_kafka.admin import AdminClient
 
 from digest_stream.cli import main
 from digest_stream.settings import Settings
-from tests.conftest import unique, wait_until
-from tests.e2e.conftest import PipelineFactory
+from tests.support import unique, wait_until
+from tests.support.pipeline import PipelineFactory
 
 
 def _flags(settings: Settings) -> list[str]:

@@ -10,8 +10,9 @@ from confluent_kafka.admin import AdminClient
 # The package re-exports these without declaring them; import from where they live (typed).
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from tests.conftest import TopicFactory, unique, wait_until
-from tests.e2e.conftest import PipelineFactory
+from tests.support import unique, wait_until
+from tests.support.kafka import TopicFactory
+from tests.support.pipeline import PipelineFactory
 
 
 def test_refused_dead_letter_holds_the_commit_and_is_retried(

@@ -10,8 +10,9 @@ from confluent_kafka import Consumer
 
 from digest_stream.wire import codec
 from digest_stream.wire.models import ScheduleReason
-from tests.conftest import TopicFactory, unique, wait_until
-from tests.e2e.conftest import PipelineFactory
+from tests.support import unique, wait_until
+from tests.support.kafka import TopicFactory
+from tests.support.pipeline import PipelineFactory
 
 
 def _realistic_payload(i: int) -> bytes:

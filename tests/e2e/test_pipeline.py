@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,22 +11,8 @@ from confluent_kafka import Producer
 
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
-from tests.e2e.conftest import Collector, Pipeline, PipelineFactory, digest_ids_by_record
-
-
-def _send(pipe: Pipeline, timeline: str, n: int = 1) -> list[str]:
-    """Send n events in one go, with strictly increasing event times (oldest first)."""
-    ids = []
-    base = int(time.time() * 1000)
-    with pipe.producer() as producer:
-        for i in range(n):
-            record_id = uuid.uuid4().hex
-            producer.send(
-                timeline, record_id, f'{{"id":"{record_id}"}}'.encode(), timestamp_ms=base + i
-            )
-            ids.append(record_id)
-        producer.flush()
-    return ids
+from tests.support.kafka import Collector, digest_ids_by_record, send_events
+from tests.support.pipeline import PipelineFactory
 
 
 def _some_delivered(out: Collector, ids: list[str]) -> Callable[[], bool]:
@@ -47,7 +32,7 @@ def test_first_event_of_a_new_timeline_is_delivered_at_once(
     pipe.app()
     out = pipe.output()
     sent_at = time.time()
-    (record_id,) = _send(pipe, "alerts:1")
+    (record_id,) = send_events(pipe.settings, "alerts:1")
     out.wait_for(lambda: bool(out.digests), 30, "no digest for the first event")
     (digest,) = out.digests
     assert digest.timeline == "alerts:1"
@@ -64,11 +49,11 @@ def test_events_during_cool_down_come_out_as_one_digest_newest_first(
     pipe = pipeline_factory(partitions=2, minimum_delay=2.0, increment_delay=0.5, maximum_delay=3.0)
     app = pipe.app()
     out = pipe.output()
-    first = _send(pipe, "t")
+    first = send_events(pipe.settings, "t")
     out.wait_for(lambda: len(out.digests) == 1, 30, "first digest")
     first_at = out.digests[0].opened_at / 1000
     # Six events during the cool-down: due = close + 2 s, +0.5 s each, capped at close + 3 s.
-    burst = _send(pipe, "t", n=6)
+    burst = send_events(pipe.settings, "t", 6)
     out.wait_for(lambda: len(out.digests) >= 2, 30, "second digest after the cool-down")
     second = out.digests[1]
     assert [r.id for r in second.records] == list(reversed(burst))  # newest first
@@ -88,9 +73,9 @@ def test_capacity_trimming_shows_as_dropped(pipeline_factory: PipelineFactory) -
     pipe = pipeline_factory(partitions=1, capacity=3)
     pipe.app()
     out = pipe.output()
-    _send(pipe, "cap")
+    send_events(pipe.settings, "cap")
     out.wait_for(lambda: len(out.digests) == 1, 30, "first digest")
-    burst = _send(pipe, "cap", n=8)
+    burst = send_events(pipe.settings, "cap", 8)
     out.wait_for(lambda: len(out.digests) >= 2, 30, "the trimmed digest")
     trimmed = out.digests[1]
     assert [r.id for r in trimmed.records] == list(reversed(burst))[:3]
@@ -137,34 +122,25 @@ def test_two_instances_split_partitions_and_lose_nothing_across_rebalances(
     pipe = pipeline_factory(partitions=4, minimum_delay=1.0, increment_delay=0.2, maximum_delay=2.0)
     first = pipe.app()
     out = pipe.output()
-    sent: list[str] = []
-    with pipe.producer() as producer:
+    timelines = [f"scale:{i}" for i in range(40)]
+    sent = send_events(pipe.settings, timelines, 10)
+    second = pipe.app()  # joins mid-stream
+    sent += send_events(pipe.settings, timelines, 10)
+    assert first.ingest is not None
+    assert second.ingest is not None
 
-        def burst(n: int) -> None:
-            for i in range(n):
-                record_id = uuid.uuid4().hex
-                producer.send(f"scale:{i % 40}", record_id, b"{}")
-                sent.append(record_id)
-            producer.flush()
+    def both_own_some() -> bool:
+        out.poll()
+        return bool(first.ingest and first.ingest.owned) and bool(
+            second.ingest and second.ingest.owned
+        )
 
-        burst(400)
-        second = pipe.app()  # joins mid-stream
-        burst(400)
-        assert first.ingest is not None
-        assert second.ingest is not None
-
-        def both_own_some() -> bool:
-            out.poll()
-            return bool(first.ingest and first.ingest.owned) and bool(
-                second.ingest and second.ingest.owned
-            )
-
-        out.wait_for(both_own_some, 60, "both instances to own input partitions")
-        assert not (first.ingest.owned & second.ingest.owned)
-        burst(400)
-        first.stop()  # leaves mid-stream
-        assert first.wait()
-        burst(400)
+    out.wait_for(both_own_some, 60, "both instances to own input partitions")
+    assert not (first.ingest.owned & second.ingest.owned)
+    sent += send_events(pipe.settings, timelines, 10)
+    first.stop()  # leaves mid-stream
+    assert first.wait()
+    sent += send_events(pipe.settings, timelines, 10)
     out.wait_for(lambda: set(sent) <= out.record_ids(), 90, "every record in some digest")
     duplicated = {r: ids for r, ids in digest_ids_by_record(out.digests).items() if len(ids) > 1}
     assert duplicated == {}, f"records in two digests with different ids: {list(duplicated)[:5]}"
@@ -178,23 +154,16 @@ def test_ingest_killed_mid_stream_loses_nothing(pipeline_factory: PipelineFactor
     ingest = pipe.process(roles="ingest,scheduler")
     out = pipe.output()
     sent: list[str] = []
-    with pipe.producer() as producer:
-        for _ in range(4):
-            round_ids: list[str] = []
-            for i in range(500):
-                record_id = uuid.uuid4().hex
-                producer.send(f"kill:{i % 25}", record_id, b"{}")
-                round_ids.append(record_id)
-            producer.flush()
-            sent += round_ids
-            # This round's own events, not just any digest: the ingest started in the previous
-            # round must be up and working before it is killed.
-            out.wait_for(
-                _some_delivered(out, round_ids), 60, "digests of this round's events to flow"
-            )
-            ingest.kill()
-            assert ingest.popen.returncode == -9
-            ingest = pipe.process(roles="ingest,scheduler")
+    timelines = [f"kill:{i}" for i in range(25)]
+    for _ in range(4):
+        round_ids = send_events(pipe.settings, timelines, 20)
+        sent += round_ids
+        # This round's own events, not just any digest: the ingest started in the previous
+        # round must be up and working before it is killed.
+        out.wait_for(_some_delivered(out, round_ids), 60, "digests of this round's events to flow")
+        ingest.kill()
+        assert ingest.popen.returncode == -9
+        ingest = pipe.process(roles="ingest,scheduler")
     out.wait_for(lambda: set(sent) <= out.record_ids(), 120, "every record after SIGKILLs")
     duplicated = {r: ids for r, ids in digest_ids_by_record(out.digests).items() if len(ids) > 1}
     assert duplicated == {}
@@ -211,7 +180,7 @@ def test_delivery_killed_between_publish_and_close_republishes_same_id(
     ingest = pipe.process(roles="ingest,scheduler")
     hooked = pipe.process(roles="delivery", DIGEST_STREAM_TEST_PAUSE_BEFORE_CLOSE=str(marker))
     out = pipe.output()
-    (record_id,) = _send(pipe, "crash")
+    (record_id,) = send_events(pipe.settings, "crash")
     out.wait_for(lambda: len(out.digests) == 1, 30, "the digest published before the pause")
     first = out.digests[0]
     assert marker.read_text().strip() == first.id  # paused between publish and close

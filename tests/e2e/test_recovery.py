@@ -8,15 +8,15 @@ which is what a failover to a lagging replica or a restart from an older RDB doe
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 
 import pytest
 import redis
 
 from digest_stream.store.keys import partition_tag
-from tests.conftest import wait_until
-from tests.e2e.conftest import Pipeline, PipelineFactory
+from tests.support import wait_until
+from tests.support.kafka import send_events
+from tests.support.pipeline import Pipeline, PipelineFactory
 
 Snapshot = list[tuple[bytes, int, bytes]]
 
@@ -39,13 +39,6 @@ def _restore(client: redis.Redis, tag: str, snapshot: Snapshot) -> None:
         client.restore(key, ttl, value, replace=True)
 
 
-def _send(pipe: Pipeline, timeline: str, n: int) -> None:
-    with pipe.producer() as producer:
-        for _ in range(n):
-            producer.send(timeline, uuid.uuid4().hex, b"{}")
-        producer.flush()
-
-
 def _fence_reaches(pipe: Pipeline, offset: int) -> Callable[[], bool]:
     def check() -> bool:
         store = pipe.apps[-1].store
@@ -57,10 +50,10 @@ def _fence_reaches(pipe: Pipeline, offset: int) -> Callable[[], bool]:
 
 def _snapshot_midway(pipe: Pipeline, client: redis.Redis, tag: str, timeline: str) -> Snapshot:
     """Apply five events (fence 4), snapshot the partition, apply five more (fence 9)."""
-    _send(pipe, timeline, 5)
+    send_events(pipe.settings, timeline, 5)
     wait_until(_fence_reaches(pipe, 4), 30, "fence at offset 4")
     snapshot = _snapshot(client, tag)
-    _send(pipe, timeline, 5)
+    send_events(pipe.settings, timeline, 5)
     wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
     return snapshot
 
@@ -75,7 +68,7 @@ def test_fence_behind_after_rollback_is_replayed(
     _restore(redis_client, tag, snapshot)  # Redis "loses" offsets 5..9
     assert app.store is not None
     assert app.store.inspect(0, "rb").pending == 5
-    _send(pipe, "rb", 1)
+    send_events(pipe.settings, "rb", 1)
     wait_until(_fence_reaches(pipe, 10), 30, "replay up to offset 10")
     assert app.store.inspect(0, "rb").pending == 11  # nothing lost
     assert app.metrics.value("digest_replays_total", cause="fence_behind") == 1
@@ -98,10 +91,10 @@ def test_redis_back_empty_follows_on_state_loss(
     pipe = pipeline_factory(partitions=1, on_state_loss=on_state_loss)
     app = pipe.app(roles="ingest")
     tag = partition_tag(pipe.settings.namespace, 0)
-    _send(pipe, "empty", 10)
+    send_events(pipe.settings, "empty", 10)
     wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
     _restore(redis_client, tag, [])  # Redis came back with nothing
-    _send(pipe, "empty", 1)
+    send_events(pipe.settings, "empty", 1)
     wait_until(_fence_reaches(pipe, 10), 30, f"offset 10 applied under {on_state_loss}")
     assert app.store is not None
     assert app.store.inspect(0, "empty").pending == pending_after
@@ -132,7 +125,7 @@ def test_sigterm_stops_gracefully_with_everything_committed(
     pipe = pipeline_factory(partitions=1)
     service = pipe.process()
     out = pipe.output()
-    _send(pipe, "bye", 20)
+    send_events(pipe.settings, "bye", 20)
     out.wait_for(lambda: bool(out.digests), 60, "a digest from the service process")
     started = time.monotonic()
     assert service.stop(timeout=60) == 0, service.log()

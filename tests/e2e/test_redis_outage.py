@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-import uuid
 
-from tests.conftest import committed_offsets, end_offsets, wait_until
-from tests.e2e.conftest import PipelineFactory, digest_ids_by_record
-from tests.proxy import TcpProxy
+from tests.support import wait_until
+from tests.support.kafka import committed_offsets, digest_ids_by_record, end_offsets, send_events
+from tests.support.pipeline import PipelineFactory
+from tests.support.proxy import TcpProxy
 
 OUTAGE = 5.0
 
@@ -19,27 +19,19 @@ def test_redis_outage_pauses_ingest_commits_nothing_and_loses_nothing(
     settings = pipe.settings
     service = pipe.process(DIGEST_STREAM_REDIS_URL=f"redis://{redis_proxy.address}/0")
     out = pipe.output()
-    sent: list[str] = []
-
-    def send(n: int) -> None:
-        with pipe.producer() as producer:
-            for i in range(n):
-                record_id = uuid.uuid4().hex
-                producer.send(f"outage:{i % 20}", record_id, b"{}")
-                sent.append(record_id)
-            producer.flush()
+    timelines = [f"outage:{i}" for i in range(20)]
 
     def committed() -> list[int]:
         return committed_offsets(settings, range(2))
 
-    send(200)
+    sent = send_events(settings, timelines, 10)  # 200 events
     out.wait_for(lambda: set(sent) <= out.record_ids(), 60, "the first 200 events delivered")
     ends = end_offsets(settings, range(2))
     wait_until(lambda: committed() == ends, 30, "the ingest to commit the first batch")
 
     redis_proxy.block()
     before_outage = list(sent)
-    send(200)  # arrives while Redis is unreachable
+    sent += send_events(settings, timelines, 10)  # arrives while Redis is unreachable
     wait_until(lambda: "Redis unreachable" in service.log(), 30, "the ingest to notice the outage")
     blocked_at = time.monotonic()
     samples = 0

@@ -10,8 +10,8 @@ from digest_stream.app import connect_store
 from digest_stream.cli import main
 from digest_stream.settings import Settings, env_name
 from digest_stream.store import NewRecord
-from tests.conftest import unique, wait_until
-from tests.e2e.conftest import PipelineFactory
+from tests.support import unique, wait_until
+from tests.support.pipeline import PipelineFactory
 
 
 def _env(settings: Settings) -> dict[str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import Producer
@@ -14,8 +13,9 @@ from digest_stream.settings import Settings
 from digest_stream.store import AddResult, MemoryStore, NewRecord
 from digest_stream.wire import codec, envelope
 from digest_stream.wire.models import Digest, Event
-from tests.conftest import unique, wait_until
-from tests.e2e.conftest import Pipeline
+from tests.support import unique, wait_until
+from tests.support.kafka import send_events
+from tests.support.pipeline import Pipeline
 
 
 class Recorder(Hook):
@@ -56,12 +56,9 @@ class Broken(Hook):
         raise RuntimeError("a broken hook never stops the pipeline")
 
 
-def _send(producer: Producer, topic: str, timeline: str, id: str, trace: str | None) -> None:
-    value = codec.encode_event(Event(id=id, timestamp=int(time.time() * 1000), payload=b"{}"))
-    headers: list[tuple[str, str | bytes | None]] | None = (
-        [("traceparent", trace.encode()), ("other", b"x")] if trace else None
-    )
-    producer.produce(topic, key=timeline.encode(), value=value, headers=headers)
+def _traced(trace: str) -> list[tuple[str, bytes]]:
+    """Kafka headers of an event: a trace id the service carries, and one it does not."""
+    return [("traceparent", trace.encode()), ("other", b"x")]
 
 
 def test_hooks_fire_and_trace_headers_reach_the_digest(
@@ -73,18 +70,16 @@ def test_hooks_fire_and_trace_headers_reach_the_digest(
     app.start()
     pipe.apps.append(app)  # stopped by the fixture
     timeline, plain = unique("mail:p"), unique("plain")
+    send_events(pipe.settings, timeline, ids=["a"], headers=_traced("trace-a"))
+    send_events(pipe.settings, plain, ids=["p"])
     producer = Producer({"bootstrap.servers": pipe.settings.kafka_bootstrap_servers})
-    _send(producer, pipe.settings.events_topic, timeline, "a", "trace-a")
-    _send(producer, pipe.settings.events_topic, plain, "p", None)
     producer.produce(pipe.settings.events_topic, key=b"bad", value=b"\xff\xff")  # -> DLQ
     producer.flush(10)
     output = pipe.output()
     output.wait_for(lambda: len(output.messages) >= 2, 30, "two immediate digests")
     # Later events for the cooling-down timeline: one digest carrying both trace ids.
-    _send(producer, pipe.settings.events_topic, timeline, "b", "trace-b")
-    _send(producer, pipe.settings.events_topic, timeline, "c", "trace-c")
-    _send(producer, pipe.settings.events_topic, timeline, "d", "trace-b")
-    producer.flush(10)
+    for record_id, trace in (("b", "trace-b"), ("c", "trace-c"), ("d", "trace-b")):
+        send_events(pipe.settings, timeline, ids=[record_id], headers=_traced(trace))
     output.wait_for(lambda: len(output.messages) >= 3, 30, "the cool-down digest")
     by_timeline: dict[str, list[list[tuple[str, str | bytes | None]]]] = {}
     for message in output.messages:

@@ -8,9 +8,9 @@ import pytest
 
 from digest_stream.ops import health
 from digest_stream.store.redis import LIBRARY_VERSION
-from tests.conftest import unique, wait_until
-from tests.e2e.conftest import Pipeline
-from tests.ops.conftest import free_port, get, metric, metric_sum, probe
+from tests.support import free_port, unique, wait_until
+from tests.support.http import get, metric, metric_sum, probe
+from tests.support.pipeline import Pipeline
 
 
 def test_scrape_a_running_process_and_watch_values_move(

@@ -13,9 +13,9 @@ from redis.exceptions import NoPermissionError
 
 from digest_stream.app import connect_store
 from digest_stream.store import NewRecord
-from tests.conftest import unique, wait_until
-from tests.e2e.conftest import Pipeline
-from tests.ops.conftest import free_port, probe
+from tests.support import free_port, unique, wait_until
+from tests.support.http import probe
+from tests.support.pipeline import Pipeline
 
 #: Commands the Functions library runs (checked against the caller's ACL inside FCALL).
 LIBRARY_COMMANDS = [

@@ -6,15 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-import redis
-from redis.cluster import RedisCluster
 
 from digest_stream.store import DigestStore, MemoryStore, RedisStore, TimelinePolicy
 from digest_stream.store.base import PolicyResolver
-from digest_stream.store.keys import partition_tag
-
-StoreFactory = Callable[..., DigestStore]
-RedisClient = redis.Redis | RedisCluster
+from tests.support.store import RedisClient, StoreFactory, tag_keys
 
 
 @pytest.fixture(params=["memory", "redis", pytest.param("cluster", marks=pytest.mark.cluster)])
@@ -89,13 +84,6 @@ def make_redis_store(client: RedisClient, namespace: str) -> Callable[..., Redis
 def redis_store(make_redis_store: Callable[..., RedisStore]) -> RedisStore:
     """A RedisStore with the default policy."""
     return make_redis_store()
-
-
-def tag_keys(client: RedisClient, namespace: str, partition: int) -> set[bytes]:
-    """Every key that carries the partition's hash tag (SCAN, on every primary of a cluster)."""
-    pattern = f"{partition_tag(namespace, partition)}*"
-    # "{" and "}" are literal in Redis glob patterns; only * ? [ ] \ are special.
-    return {bytes(key) for key in client.scan_iter(match=pattern, count=1000)}
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 
 import pytest
@@ -26,14 +25,11 @@ from digest_stream.store.keys import (
     timeline_key,
     waiting_key,
 )
-from tests.store.conftest import RedisClient
+from tests.support import new_id
+from tests.support.store import RedisClient, raw
 
 T0 = 1_000_000.0
 KeysOf = Callable[[int], set[bytes]]
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
 
 
 def records(timeline: str, count: int, first_offset: int = 0) -> list[NewRecord]:
@@ -360,18 +356,3 @@ def test_key_helpers_match_lua(
     assert len(raw(client, "FCALL_RO", "ds_stats", good)) == 4
     with pytest.raises(redis.ResponseError, match="invalid_argument: KEYS"):
         raw(client, "FCALL_RO", "ds_stats", [waiting_key(t), fence_key(t), ready_key(t)])
-
-
-def raw(
-    client: RedisClient, command: str, function: str, call_keys: list[str], *args: object
-) -> list[object]:
-    """FCALL with no Python-side checks, routed by the first key."""
-    if isinstance(client, RedisCluster):
-        node = client.get_node_from_key(call_keys[0])
-        reply = client.execute_command(
-            command, function, len(call_keys), *call_keys, *args, target_nodes=node
-        )
-    else:
-        reply = client.execute_command(command, function, len(call_keys), *call_keys, *args)
-    assert isinstance(reply, list)
-    return reply

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 
 import pytest
@@ -17,14 +16,11 @@ from digest_stream.store import (
     StoredRecord,
     TimelinePolicy,
 )
-from tests.store.conftest import StoreFactory
+from tests.support import new_id
+from tests.support.store import StoreFactory
 
 P = 0  # the partition most tests use
 T0 = 1_000_000.0  # a "now" far from zero so subtraction mistakes show
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
 
 
 class Feed:

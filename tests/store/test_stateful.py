@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from functools import partial
 from typing import ClassVar, TypeVar
@@ -25,6 +24,7 @@ from digest_stream.store import (
     TimelinePolicy,
 )
 from digest_stream.store.keys import partition_tag
+from tests.support import new_id, unique
 
 T = TypeVar("T")
 
@@ -75,7 +75,7 @@ class StoreComparison(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.namespace = f"sm-{uuid.uuid4().hex[:12]}"
+        self.namespace = unique("sm")
         self.clock = ManualClock(1000.0)
         self.model = MemoryStore(resolver=resolve)
         # A tiny inline limit so timelines cross from the inline to the hash form often.
@@ -152,7 +152,7 @@ class StoreComparison(RuleBasedStateMachine):
 
     @rule(partition=partitions, timeline=timelines)
     def open(self, partition: int, timeline: str) -> None:
-        digest_id = uuid.uuid4().hex
+        digest_id = new_id()
         now = self.clock.now()
         result = self.both(lambda store: store.open(partition, timeline, digest_id, now))
         if not isinstance(result, type):
@@ -170,7 +170,7 @@ class StoreComparison(RuleBasedStateMachine):
         if pick < len(self.opened):
             partition, timeline, digest_id = self.opened[-1 - pick]
         else:
-            digest_id = uuid.uuid4().hex  # an id nobody opened
+            digest_id = new_id()  # an id nobody opened
         now = self.clock.now()
         self.both(lambda store: store.close(partition, timeline, digest_id, now))
 

@@ -24,8 +24,7 @@ from digest_stream.store.keys import (
     timeline_key,
     waiting_key,
 )
-from tests.store.conftest import RedisClient, StoreFactory
-from tests.store.test_redis_store import raw
+from tests.support.store import RedisClient, StoreFactory, raw
 
 T0 = 1_000_000.0
 GOOD_ID = "0123456789abcdef0123456789abcdef"

@@ -1,24 +1,11 @@
-"""Helpers for the operations tests: HTTP scraping and free ports."""
+"""HTTP helpers for tests of the operations server: GETs, probes, Prometheus samples."""
 
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
 from typing import Any
-
-# Re-export the end-to-end harness fixtures for tests in this folder.
-from tests.e2e.conftest import pipeline_factory
-
-__all__ = ["free_port", "get", "metric", "pipeline_factory", "probe"]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:

@@ -1,0 +1,133 @@
+"""A small real TCP proxy on loopback, to make a server unreachable on demand.
+
+`TcpProxy(upstream_host, upstream_port)` listens on 127.0.0.1 (a free port) and forwards every
+connection to the upstream, one thread per direction. `block()` closes every open connection
+and refuses new ones (accepted, then reset at once, like a host that went away); `unblock()`
+forwards again. `close()` stops the listener and every connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+from types import TracebackType
+
+_CHUNK = 65536
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with RST (SO_LINGER 0), so the peer sees a dead connection, not a clean EOF."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+class TcpProxy:
+    """Threaded loopback TCP proxy with an on/off switch."""
+
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self._listener.settimeout(0.2)
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._blocked = threading.Event()
+        self._closed = threading.Event()
+        self.accepted = 0
+        self.refused = 0
+        self._thread = threading.Thread(target=self._accept_loop, name="tcp-proxy", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        """host:port clients should use."""
+        return f"127.0.0.1:{self.port}"
+
+    def block(self) -> None:
+        """Drop every open connection and refuse new ones until unblock()."""
+        self._blocked.set()
+        with self._lock:
+            victims = list(self._open)
+            self._open.clear()
+        for sock in victims:
+            _reset(sock)
+
+    def unblock(self) -> None:
+        """Forward connections again."""
+        self._blocked.clear()
+
+    def close(self) -> None:
+        """Stop listening and drop everything."""
+        self._closed.set()
+        self.block()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self._thread.join(5)
+
+    def __enter__(self) -> TcpProxy:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _accept_loop(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if self._blocked.is_set():
+                self.refused += 1
+                _reset(client)
+                continue
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                self.refused += 1
+                _reset(client)
+                continue
+            upstream.settimeout(None)
+            client.settimeout(None)
+            with self._lock:
+                if self._blocked.is_set():
+                    _reset(client)
+                    _reset(upstream)
+                    continue
+                self._open.update((client, upstream))
+            self.accepted += 1
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(
+                    target=self._pump, args=(source, sink), name="tcp-proxy-pump", daemon=True
+                ).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while True:
+                data = source.recv(_CHUNK)
+                if not data:
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._open.discard(source)
+                self._open.discard(sink)
+            _reset(source)
+            _reset(sink)

@@ -1,0 +1,37 @@
+"""Store helpers: the types of the store fixtures and raw access to the Redis behind a store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import redis
+from redis.cluster import RedisCluster
+
+from digest_stream.store import DigestStore
+from digest_stream.store.keys import partition_tag
+
+StoreFactory = Callable[..., DigestStore]
+"""The `make_store` fixture: `make(policy=None, resolver=None) -> DigestStore`."""
+RedisClient = redis.Redis | RedisCluster
+
+
+def tag_keys(client: RedisClient, namespace: str, partition: int) -> set[bytes]:
+    """Every key that carries the partition's hash tag (SCAN, on every primary of a cluster)."""
+    pattern = f"{partition_tag(namespace, partition)}*"
+    # "{" and "}" are literal in Redis glob patterns; only * ? [ ] \ are special.
+    return {bytes(key) for key in client.scan_iter(match=pattern, count=1000)}
+
+
+def raw(
+    client: RedisClient, command: str, function: str, call_keys: list[str], *args: object
+) -> list[object]:
+    """FCALL with no Python-side checks, routed by the first key."""
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(call_keys[0])
+        reply = client.execute_command(
+            command, function, len(call_keys), *call_keys, *args, target_nodes=node
+        )
+    else:
+        reply = client.execute_command(command, function, len(call_keys), *call_keys, *args)
+    assert isinstance(reply, list)
+    return reply
