@@ -10,8 +10,12 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The repository checkout (README.md, schemas/, docker-compose.yml), wherever a test sits."""
 
 
 def unique(prefix: str) -> str:

@@ -134,5 +134,5 @@ def test_hooks_dispatch_only_overridden_methods_and_load_by_name() -> None:
     assert not Hooks([Hook()]).wants_ready
     hooks.on_close(0, "t", "id", True)
     assert recorder.calls == [("on_close", ("t", True))]
-    loaded = load_hooks(["tests.ops.test_hooks:Recorder"], Settings())
+    loaded = load_hooks(["tests.integration.ops.test_hooks:Recorder"], Settings())
     assert isinstance(loaded[0], Recorder)

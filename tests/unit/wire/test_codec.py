@@ -40,8 +40,9 @@ from digest_stream.wire.models import (
     ScheduleEntry,
     ScheduleReason,
 )
+from tests.support import REPO_ROOT
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO_ROOT
 T0 = 1_700_000_000_000
 
 # ---------------------------------------------------------------------------------- strategies

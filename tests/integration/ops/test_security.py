@@ -13,7 +13,7 @@ from redis.exceptions import NoPermissionError
 
 from digest_stream.app import connect_store
 from digest_stream.store import NewRecord
-from tests.support import free_port, unique, wait_until
+from tests.support import REPO_ROOT, free_port, unique, wait_until
 from tests.support.http import probe
 from tests.support.pipeline import Pipeline
 
@@ -141,12 +141,11 @@ def test_without_function_load_the_library_must_be_preloaded(
 def test_acl_lists_match_the_library_and_the_readme() -> None:
     import re
     from importlib import resources
-    from pathlib import Path
 
     lua = resources.files("digest_stream.store").joinpath("digests.lua").read_text("utf-8")
     used = {c.lower() for c in re.findall(r"redis\.p?call\('([A-Za-z]+)'", lua)}
     assert used == set(LIBRARY_COMMANDS)
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (REPO_ROOT / "README.md").read_text()
     line = " ".join(["ACL SETUSER digest-stream on >CHANGE-ME resetkeys",
                      *acl_rules("d", load_library=True)])  # fmt: skip
     assert line in readme, f"README lacks the ACL line:\n{line}"
