@@ -1,0 +1,20 @@
+"""`digest-stream dev status` on the running local stack."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from digest_stream.cli import main
+from digest_stream.dev import stack as devstack
+
+
+def test_status_reports_the_running_stack() -> None:
+    if os.environ.get("DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS") != devstack.Endpoints().kafka:
+        pytest.skip("the stack under test is not the local dev stack")
+    result = CliRunner().invoke(main, ["dev", "status"])
+    assert result.exit_code == 0, result.output
+    assert "kafka          up" in result.output
+    assert "redis          up" in result.output
