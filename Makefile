@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # Exports of the local stack (Kafka, Redis, Redis Cluster) for every command that needs them.
 STACK_ENV = eval "$$($(BIN)/digest-stream dev env)"
 
-.PHONY: venv lint stack-up stack-down stack-env test test-quick demo bench bench-quick bench-store chaos clean
+.PHONY: venv lint stack-up stack-down stack-env test test-unit test-quick demo bench bench-quick bench-store chaos clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,8 +31,17 @@ stack-down: venv
 stack-env: venv
 	@$(BIN)/digest-stream dev env
 
-test: venv stack-up lint
-	$(STACK_ENV) && $(BIN)/pytest $(PYTEST_ARGS)
+# The broker-free tests (tests/unit): no stack, no Kafka, no Redis; a few seconds.
+UNIT_ARGS = $(PYTEST_ARGS)
+test-unit: venv
+	$(BIN)/pytest tests/unit $(UNIT_ARGS)
+
+# Everything: the unit slice first (a failure there stops before the stack starts), lint, then
+# every test that needs the stack. PYTEST_ARGS (a path, -k) select within that last run only;
+# the unit slice always runs whole.
+test: UNIT_ARGS =
+test: venv test-unit lint stack-up
+	$(STACK_ENV) && $(BIN)/pytest --ignore=tests/unit $(PYTEST_ARGS)
 
 # Everything but the slow end-to-end/chaos slices, for a quick loop while editing.
 test-quick: venv stack-up
