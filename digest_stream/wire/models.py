@@ -35,8 +35,9 @@ MAX_TIMELINE_LENGTH: Final = 1024
 
 A timeline is the Kafka key and part of every Redis key of its state; an unbounded one would let
 one producer bloat every key and message of it. The store's limit (store.validate.MAX_NAME_BYTES)
-is the same number, pinned by tests/test_models.py rather than imported: importing anything
-under digest_stream.store loads redis-py, which the client library (models, codec) does not need.
+is the same number, pinned by tests/unit/wire/test_models.py rather than imported: importing
+anything under digest_stream.store loads redis-py, which the client library (models, codec) does
+not need.
 """
 
 INT_MAX: Final = 2**31 - 1
@@ -67,7 +68,7 @@ def _check_timeline(value: str) -> str:
 # Every string goes on the wire as UTF-8, so a lone surrogate ("\ud800") must be refused here,
 # not crash the encoder later. pydantic-core checks that a string is valid Unicode whenever it
 # applies a length constraint (in Rust, at no measurable cost), hence the `min_length=0` that
-# looks like a no-op; tests/test_models.py pins this behaviour.
+# looks like a no-op; tests/unit/wire/test_models.py pins this.
 Text = Annotated[StrictStr, Field(min_length=0)]
 """A string that is valid Unicode (encodable as UTF-8)."""
 Timeline = Annotated[Text, AfterValidator(_check_timeline)]
