@@ -58,6 +58,17 @@ class Metrics:
             "Schedule entries whose timeline was no longer READY (already delivered).",
             registry=r,
         )
+        self.schedule_retries = Counter(
+            "digest_schedule_retries",
+            "Schedule entries the broker refused or timed out, produced again.",
+            registry=r,
+        )
+        self.producer_queue_full = Counter(
+            "digest_producer_queue_full",
+            "Times a role waited for room in a full producer queue, by role.",
+            ["role"],
+            registry=r,
+        )
         self.publish_retries = Counter(
             "digest_publish_retries", "Publish attempts that failed and were retried.", registry=r
         )

@@ -8,22 +8,20 @@ the same records, so downstream sees at most repeats of one id, never a record u
 from __future__ import annotations
 
 import logging
-import os
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypeVar, cast
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from digest_stream.clock import Clock
-from digest_stream.kafka import commit, consumer_config, consumer_lag, take_batch, usable
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.dlq import DeadLetters
-from digest_stream.roles.retry import REDIS_DOWN, backoff_delay, until_redis_answers
+from digest_stream.roles.retry import REDIS_DOWN, backoff_delay
+from digest_stream.roles.runner import RoleConsumer, highest_offsets
+from digest_stream.roles.scheduler import produce_waiting_for_room
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, DigestTarget, InvalidState, OpenDigest
 from digest_stream.wire import codec, envelope
@@ -33,10 +31,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _KafkaHeaders = list[tuple[str, str | bytes | None]]
-
-#: Test hook (not a setting): when set to a path, delivery writes that file after the broker
-#: acknowledged a digest and then blocks before closing it, so a test can kill it right there.
-PAUSE_BEFORE_CLOSE_ENV = "DIGEST_STREAM_TEST_PAUSE_BEFORE_CLOSE"
 
 # How long one publish attempt may wait for broker acknowledgements.
 PUBLISH_TIMEOUT = 30.0
@@ -68,6 +62,7 @@ class Delivery:
         producer: Producer,
         *,
         hooks: Hooks = NO_HOOKS,
+        consumer: Consumer | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -76,33 +71,42 @@ class Delivery:
         self._producer = producer
         self._hooks = hooks
         self._dlq = DeadLetters(producer, settings.dlq_topic, metrics, hooks=hooks)
-        self._topic = settings.schedule_topic
-        self._consumer = Consumer(consumer_config(settings, settings.delivery_group_id))
-        self._positions: dict[int, int] = {}
+        self._kafka = RoleConsumer(
+            settings,
+            settings.delivery_group_id,
+            settings.schedule_topic,
+            "delivery",
+            consumer=consumer,
+        )
+        self._assigned: set[int] = set()
+        self._positions: dict[int, int] = {}  # next offset to commit, by assigned partition
         self._stopping: Callable[[], bool] = lambda: False
-        self._pause_file = os.environ.get(PAUSE_BEFORE_CLOSE_ENV)
 
     def lag(self) -> dict[int, int]:
         """Consumer lag per assigned schedule partition (local, cheap; for the metrics scrape)."""
-        return consumer_lag(self._consumer)
+        return self._kafka.lag()
+
+    @property
+    def assigned(self) -> frozenset[int]:
+        """Schedule partitions this instance delivers right now."""
+        return frozenset(self._assigned)
 
     def start(self, stopping: Callable[[], bool]) -> None:
         """Join the delivery group."""
         self._stopping = stopping
-        self._consumer.subscribe([self._topic], on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._kafka.subscribe(
+            on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
 
     def step(self) -> int:
         """Deliver one batch of schedule entries; returns digests published."""
-        messages = take_batch(
-            self._consumer, self._settings.batch_size, self._settings.batch_timeout
-        )
+        messages = self._kafka.take(self._settings.batch_size, self._settings.batch_timeout)
         if not messages:
             return 0
         entries = self._decode(messages)
         try:
             pending, empty = self._open(entries)
             published, cut_short = self._publish(pending)
-            self._pause_if_asked(published)
             # One round trip closes the batch: what was published and the empty digests.
             self._close(empty + [(item.entry, item.digest) for item in published])
         except REDIS_DOWN:
@@ -113,20 +117,20 @@ class Delivery:
             log.warning("stopping while Redis is unreachable; this batch will be redelivered")
             return 0
         if not cut_short:
-            self._commit(messages, sync=False)
+            self._commit(highest_offsets(messages), sync=False)
         return len(published)
 
     def close(self) -> None:
         """Graceful stop: the batch in hand was finished by step(); commit and leave."""
         self._producer.flush(COMMIT_TIMEOUT)
-        self._commit_positions(sync=True)
-        self._consumer.close()
+        self._commit({}, sync=True)
+        self._kafka.close()
 
     # ------------------------------------------------------------------ steps
 
     def _decode(self, messages: Sequence[Message]) -> list[tuple[Message, ScheduleEntry]]:
         entries: list[tuple[Message, ScheduleEntry]] = []
-        for message in usable(messages, "delivery"):
+        for message in messages:
             try:
                 entry = codec.decode_schedule_entry(message.value() or b"")
             except codec.DecodeError as exc:
@@ -218,13 +222,15 @@ class Delivery:
             for item in todo:
                 item.errors.clear()
                 for part in item.parts:
-                    self._producer.produce(
+                    if produce_waiting_for_room(
+                        self._producer,
                         settings.output_topic,
-                        key=part.timeline.encode(),
-                        value=codec.encode_digest(part),
+                        part.timeline.encode(),
+                        codec.encode_digest(part),
                         headers=cast(_KafkaHeaders, item.headers) or None,
                         on_delivery=_collect(item.errors),
-                    )
+                    ):
+                        self._metrics.producer_queue_full.labels(role="delivery").inc()
             unacked = self._producer.flush(PUBLISH_TIMEOUT)
             if unacked:
                 # Which ones is unknown: retry them all (a repeat carries the same digest id).
@@ -248,7 +254,8 @@ class Delivery:
                 len(todo), (todo[0].errors or ["no ack"])[0], attempt + 1,
                 settings.max_attempts, delay,
             )  # fmt: skip
-            time.sleep(delay)
+            self._kafka.wait_serving_group(delay)
+        self._kafka.resume()
         now = self._clock.now()
         for item in published:
             self._metrics.digests_published.inc()
@@ -268,13 +275,6 @@ class Delivery:
             f"{self._settings.max_attempts} attempts failed: {'; '.join(item.errors[:3])}",
         )
 
-    def _pause_if_asked(self, published: list[_Pending]) -> None:
-        if self._pause_file and published:
-            Path(self._pause_file).write_text("\n".join(p.digest.id for p in published))
-            log.warning("test hook: paused between publish and close (%s)", self._pause_file)
-            while not self._stopping():
-                time.sleep(0.05)
-
     def _close(self, digests: list[tuple[ScheduleEntry, OpenDigest]]) -> None:
         if not digests:
             return
@@ -289,46 +289,41 @@ class Delivery:
     # ------------------------------------------------------------------ plumbing
 
     def _with_redis(self, call: Callable[[], T], operation: str) -> T:
-        retrying = until_redis_answers(
-            initial=self._settings.retry_backoff_initial,
-            cap=self._settings.retry_backoff_max,
-            sleep=time.sleep,
-            give_up=self._stopping,
-            on_retry=lambda state: self._metrics.redis_errors.inc(),
-        )
+        """A store call, retried while Redis is unreachable (paused, serving the group)."""
 
         def timed() -> T:
             with self._metrics.store_latency.labels(operation=operation).time():
                 return call()
 
-        return retrying(timed)
+        return self._kafka.while_redis_down(
+            timed,
+            give_up=self._stopping,
+            on_retry=lambda state: self._metrics.redis_errors.inc(),
+        )
 
-    def _commit(self, messages: Sequence[Message], sync: bool) -> None:
-        for message in messages:
-            partition, offset = message.partition(), message.offset()
-            if partition is not None and offset is not None and offset >= 0:
-                self._positions[partition] = max(self._positions.get(partition, 0), offset + 1)
-        self._commit_positions(sync)
+    def _commit(self, positions: dict[int, int], *, sync: bool) -> None:
+        """Remember these next-to-read offsets and commit every assigned partition's."""
+        for partition, offset in positions.items():
+            if partition in self._assigned:  # a revoked one is the next owner's to commit
+                self._positions[partition] = max(self._positions.get(partition, 0), offset)
+        self._kafka.commit(self._positions, sync=sync)
 
-    def _commit_positions(self, sync: bool, only: set[int] | None = None) -> None:
-        offsets = [
-            TopicPartition(self._topic, p, o)
-            for p, o in self._positions.items()
-            if only is None or p in only
-        ]
-        if not offsets:
-            return
-        commit(self._consumer, offsets, sync)
+    def _on_assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        self._assigned.update(tp.partition for tp in partitions)
+        return partitions
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        revoked = {tp.partition for tp in partitions}
-        self._commit_positions(sync=True, only=revoked)
-        for partition in revoked:
+    def _on_revoke(self, partitions: list[int]) -> None:
+        revoked = set(partitions)
+        self._kafka.commit({p: o for p, o in self._positions.items() if p in revoked}, sync=True)
+        self._forget(revoked)
+
+    def _on_lost(self, partitions: list[int]) -> None:
+        self._forget(set(partitions))
+
+    def _forget(self, partitions: set[int]) -> None:
+        self._assigned -= partitions
+        for partition in partitions:
             self._positions.pop(partition, None)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._positions.pop(tp.partition, None)
 
 
 def _collect(errors: list[str]) -> Callable[[KafkaError | None, Message], None]:
