@@ -296,9 +296,7 @@ class Delivery:
                 return call()
 
         return self._kafka.while_redis_down(
-            timed,
-            give_up=self._stopping,
-            on_retry=lambda state: self._metrics.redis_errors.inc(),
+            timed, give_up=self._stopping, errors=self._metrics.redis_errors
         )
 
     def _commit(self, positions: dict[int, int], *, sync: bool) -> None:

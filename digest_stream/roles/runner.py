@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from prometheus_client import Counter
 from tenacity import RetryCallState
 
 from digest_stream.kafka import consumer_config
@@ -129,18 +130,33 @@ class RoleConsumer:
         call: Callable[[], T],
         *,
         give_up: Callable[[], bool],
-        on_retry: Callable[[RetryCallState], None],
+        errors: Counter,
     ) -> T:
         """Run ``call``, retrying with backoff while Redis is unreachable, serving the group.
 
-        Raises the last error when ``give_up()`` says so (a stop, a partition that left).
+        Each failed attempt is counted in ``errors`` and logged (the first loudly). Raises the
+        last error when ``give_up()`` says so (a stop, a partition that left).
         """
+
+        def down(state: RetryCallState) -> None:
+            errors.inc()
+            wait = state.next_action.sleep if state.next_action else 0.0
+            log.log(
+                logging.ERROR if state.attempt_number == 1 else logging.WARNING,
+                "%s: Redis unreachable (%s); partitions paused, nothing committed; "
+                "retry %d in %.2fs",
+                self.role,
+                state.outcome.exception() if state.outcome else "?",
+                state.attempt_number,
+                wait,
+            )
+
         retrying = until_redis_answers(
             initial=self.settings.retry_backoff_initial,
             cap=self.settings.retry_backoff_max,
             sleep=self.wait_serving_group,
             give_up=give_up,
-            on_retry=on_retry,
+            on_retry=down,
         )
         try:
             return retrying(call)

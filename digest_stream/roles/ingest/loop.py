@@ -14,28 +14,26 @@ import logging
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
-from tenacity import RetryCallState
 
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.dlq import DeadLetters
 from digest_stream.roles.ingest import fence
+from digest_stream.roles.ingest.applier import Applier
 from digest_stream.roles.ingest.check import Rejected, Rules, TooOld, check
 from digest_stream.roles.ingest.ledger import Ledger
+from digest_stream.roles.ingest.outputs import Outputs
 from digest_stream.roles.ingest.worker import Batch, StoreWorker
 from digest_stream.roles.retry import REDIS_DOWN
 from digest_stream.roles.runner import RoleConsumer, partitions_of
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
-from digest_stream.store.base import AddResult, DigestStore, NewRecord
-from digest_stream.wire.models import ScheduleReason
+from digest_stream.store.base import DigestStore, NewRecord
 
 log = logging.getLogger(__name__)
 
 # Bounded so a rebalance handler (which runs these) stays well inside the group's budget.
 COMMITTED_TIMEOUT = 10.0
-COMMIT_TIMEOUT = 10.0
 
 
 class Ingest:
@@ -57,26 +55,32 @@ class Ingest:
         self._store = store
         self._clock = clock
         self._metrics = metrics
-        self._producer = producer
         self._scheduler = scheduler
-        self._hooks = hooks
         self._rules = Rules(
             settings.max_event_bytes, settings.max_event_age, frozenset(settings.carry_headers)
         )
         # One emitter per process: the scheduler's, when this process schedules.
-        self._emitter = (
+        emitter = (
             scheduler.emitter
             if scheduler is not None
             else ScheduleEmitter(producer, settings.schedule_topic, metrics, hooks=hooks)
         )
-        self._dlq = DeadLetters(producer, settings.dlq_topic, metrics, hooks=hooks)
+        self._outputs = Outputs(producer, emitter, settings.dlq_topic, metrics, hooks)
         self._kafka = RoleConsumer(
             settings, settings.group_id, settings.events_topic, "ingest", consumer=consumer
         )
         self._ledger = Ledger()
-        self._worker = StoreWorker(self._timed_add)
+        self._applier = Applier(
+            store,
+            settings.on_state_loss,
+            metrics,
+            self._kafka,
+            self._ledger,
+            self._outputs,
+            self._is_stopping,
+        )
+        self._worker = StoreWorker(self._applier.timed_add)
         self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)
-        self._dead_letters_unflushed = False
         self._stopping: Callable[[], bool] = lambda: False
         self._closing = False
 
@@ -88,6 +92,9 @@ class Ingest:
         self._kafka.subscribe(
             on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
         )
+
+    def _is_stopping(self) -> bool:
+        return self._stopping()  # start() sets the predicate after construction
 
     @property
     def owned(self) -> frozenset[int]:
@@ -134,7 +141,7 @@ class Ingest:
         try:
             self._finish(sync=True)
             self._worker.shutdown()
-            self._producer.flush(COMMIT_TIMEOUT)
+            self._outputs.flush()
         finally:
             self._closing = True
             self._kafka.close()
@@ -161,11 +168,10 @@ class Ingest:
             self._rules,
         )  # fmt: skip
         if isinstance(outcome, Rejected):
-            self._dlq.send(message, outcome.reason, outcome.detail)
-            self._dead_letters_unflushed = True
+            self._outputs.reject(message, outcome)
             return None
         if isinstance(outcome, TooOld):
-            self._metrics.events_dropped.labels(reason="max_age").inc()
+            self._outputs.too_old()
             return None
         return outcome
 
@@ -182,7 +188,7 @@ class Ingest:
             elif 0 <= batch.first < target:
                 # Moved past part of this batch (a refused dead letter inside it): the
                 # batch is dropped, so read it again from its start.
-                self._seek(batch.partition, batch.first)
+                self._applier.seek(batch.partition, batch.first)
         self._worker.submit(kept)
 
     def _finish(self, *, in_handler: bool = False, sync: bool = False) -> int:
@@ -196,148 +202,31 @@ class Ingest:
         for batch in batches:
             if not self._ledger.owns(batch.partition):
                 continue  # revoked or lost: whoever owns it reads the batch again
-            if in_handler and not self._bookable(batch):
+            if in_handler and not self._applier.bookable(batch):
                 self._done.append(batch)
                 continue
-            added = self._apply(batch)
+            added = self._applier.apply(batch)
             if added is not None:
                 applied += added
         if not in_handler:
             self._commit(None, sync=sync)
         return applied
 
-    @staticmethod
-    def _bookable(batch: Batch) -> bool:
-        """The call succeeded and needs no rewind: booking it neither polls nor seeks."""
-        return batch.result is not None and (
-            batch.expected is None or not fence.is_behind(batch.expected, batch.result.fence_before)
-        )
-
-    def _apply(self, batch: Batch) -> int | None:
-        """Book one partition's store call; None when nothing was applied (rewound or gave up)."""
-        result = batch.result
-        if result is None:
-            if batch.error is not None and not isinstance(batch.error, REDIS_DOWN):
-                raise batch.error
-            if batch.error is not None:
-                self._metrics.redis_errors.inc()
-                log.warning("Redis call failed (%s); retrying", batch.error)
-            # Stored here, with the retries that keep serving the group while Redis is down.
-            result = self._add_retrying(batch)
-            if result is None:
-                return None
-        if batch.expected is not None:
-            decision = fence.after_add(
-                batch.partition, batch.expected, result.fence_before, self._settings.on_state_loss
-            )
-            if decision is not None:
-                self._act(batch.partition, decision)
-                if not decision.apply_now:
-                    return None
-                batch.expected = None
-                result = self._add_retrying(batch)
-                if result is None:
-                    return None
-        last = batch.last
-        self._ledger.book(
-            batch.partition, last, result.fence_after if result.fence_after is not None else last
-        )
-        self._booked(batch, result)
-        return result.added
-
-    def _booked(self, batch: Batch, result: AddResult) -> None:
-        """Count, tell the hooks and announce what one applied store call did."""
-        self._metrics.events_ingested.inc(result.added)
-        if result.skipped:
-            self._metrics.events_skipped.inc(result.skipped)
-        if result.dropped:
-            self._metrics.events_dropped.labels(reason="capacity").inc(result.dropped)
-        if self._hooks:
-            self._hooks.on_add(batch.partition, batch.records, result)
-        if result.ready:
-            now = batch.now
-            self._emitter.emit(
-                batch.partition, ((t, now) for t in result.ready), ScheduleReason.IMMEDIATE
-            )
-
-    # ------------------------------------------------------------------ store calls
-
-    def _store_add(self, batch: Batch) -> AddResult:
-        """The batch's one store call, fenced by the fence it carries."""
-        return self._store.add(
-            batch.partition,
-            batch.records,
-            batch.now,
-            expected_fence=batch.expected,
-            through_offset=batch.last,
-        )
-
-    def _timed_add(self, batch: Batch) -> AddResult:
-        with self._metrics.store_latency.labels(operation="add").time():
-            return self._store_add(batch)
-
-    def _add_retrying(self, batch: Batch) -> AddResult | None:
-        """The store call, retried while Redis is unreachable; None if we had to give up."""
-        try:
-            return self._kafka.while_redis_down(
-                lambda: self._timed_add(batch),
-                give_up=lambda: self._stopping() or not self._ledger.owns(batch.partition),
-                on_retry=self._store_down,
-            )
-        except REDIS_DOWN:
-            if self._ledger.owns(batch.partition):
-                # Not applied but read: read it again, so nothing after it is applied first.
-                self._seek(batch.partition, batch.first)
-            return None
-
-    def _store_down(self, state: RetryCallState) -> None:
-        self._metrics.redis_errors.inc()
-        wait = state.next_action.sleep if state.next_action else 0.0
-        level = logging.ERROR if state.attempt_number == 1 else logging.WARNING
-        log.log(
-            level,
-            "Redis unreachable (%s); partitions paused, nothing committed; retry %d in %.2fs",
-            state.outcome.exception() if state.outcome else "?",
-            state.attempt_number,
-            wait,
-        )
-
     # ------------------------------------------------------------------ fences and offsets
-
-    def _act(self, partition: int, decision: fence.Decision) -> None:
-        """Carry out a fence decision: count and log it, seek if it says so."""
-        if decision.cause is not None:
-            self._metrics.replays.labels(cause=decision.cause).inc()
-        if decision.message:
-            log.log(decision.level, "%s", decision.message)
-        if decision.offset is not None:
-            self._seek(partition, decision.offset)
-        self._ledger.expect(partition, decision.expected)
-
-    def _seek(self, partition: int, offset: int) -> None:
-        self._kafka.seek(partition, offset)
-        self._ledger.moved(partition, offset)
 
     def _commit(self, only: set[int] | None, *, sync: bool, in_handler: bool = False) -> None:
         offsets = self._ledger.to_commit(only)
-        if not offsets:
+        if not offsets or not self._outputs.dead_letters_durable():
             return
-        if self._dead_letters_unflushed:
-            # A dead letter must be durable before the offset that skips its source is.
-            if self._producer.flush(COMMIT_TIMEOUT):
-                log.error("dead letters unacknowledged after %.0fs; not committing", COMMIT_TIMEOUT)
-                return
-            self._dead_letters_unflushed = False
-        refusing = self._dlq.refused_partitions()
+        refusing = self._outputs.refused_partitions()
         if refusing and in_handler:
             # Nothing may seek inside a rebalance handler: leave these partitions
             # uncommitted; the role thread (or the next owner) reads the sources again.
             offsets = {p: o for p, o in offsets.items() if p not in refusing}
         elif refusing:
-            refused = self._dlq.take_failures()
             # Read the refused sources again (the fence skips what was applied since).
-            for partition in sorted(refusing & self._ledger.owned):
-                self._seek(partition, min(o for _, p, o in refused if p == partition))
+            for partition, offset in self._outputs.refused_sources(self._ledger.owned).items():
+                self._applier.seek(partition, offset)
             offsets = self._ledger.to_commit(set(offsets))
         if self._kafka.commit(offsets, sync=sync):
             self._ledger.committed(set(offsets))
@@ -363,7 +252,7 @@ class Ingest:
     def _starting(self, partition: int, committed: int) -> fence.Decision:
         try:
             found = self._store.applied_offset(partition)
-        except REDIS_DOWN as exc:
+        except REDIS_DOWN as exc:  # the first add checks the fence instead
             log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)
             return fence.start_without_store(committed)
         return fence.start(partition, committed, found, self._settings.on_state_loss)
@@ -372,10 +261,7 @@ class Ingest:
         """Own the partition as decided; returns where to start reading it."""
         assert decision.offset is not None  # a start always names where to read
         self._ledger.assign(partition, decision.offset, decision.expected)
-        if decision.cause is not None:
-            self._metrics.replays.labels(cause=decision.cause).inc()
-        if decision.message:
-            log.log(decision.level, "%s", decision.message)
+        self._applier.note(decision)
         return decision.offset
 
     def on_revoke(self, partitions: list[int]) -> None:
