@@ -32,6 +32,11 @@ class Metrics:
         self.dead_letters = Counter(
             "digest_dead_letters", "Messages sent to the DLQ, by reason.", ["reason"], registry=r
         )
+        self.dead_letters_truncated = Counter(
+            "digest_dead_letters_truncated",
+            "Dead letters too large for the DLQ topic, sent with coordinates but no value.",
+            registry=r,
+        )
         self.replays = Counter(
             "digest_replays",
             "Seeks back to rebuild lost store state, by cause (fence_behind, state_loss).",

@@ -10,18 +10,18 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TypeVar, cast
+from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+import redis
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.dlq import DeadLetters
-from digest_stream.roles.retry import REDIS_DOWN, backoff_delay
+from digest_stream.roles.publish import Pending, Publisher, sized_parts
+from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import RoleConsumer, highest_offsets
-from digest_stream.roles.scheduler import produce_waiting_for_room
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, DigestTarget, InvalidState, OpenDigest
 from digest_stream.wire import codec, envelope
@@ -30,24 +30,8 @@ from digest_stream.wire.models import Digest, Record, ScheduleEntry
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_KafkaHeaders = list[tuple[str, str | bytes | None]]
 
-# How long one publish attempt may wait for broker acknowledgements.
-PUBLISH_TIMEOUT = 30.0
 COMMIT_TIMEOUT = 10.0
-
-
-@dataclass
-class _Pending:
-    """One digest on its way out."""
-
-    message: Message
-    entry: ScheduleEntry
-    digest: OpenDigest
-    parts: list[Digest]
-    whole: Digest  # the digest before splitting (what hooks see)
-    errors: list[str] = field(default_factory=list)
-    headers: list[tuple[str, bytes]] = field(default_factory=list)  # carried event headers
 
 
 class Delivery:
@@ -81,6 +65,17 @@ class Delivery:
         self._assigned: set[int] = set()
         self._positions: dict[int, int] = {}  # next offset to commit, by assigned partition
         self._stopping: Callable[[], bool] = lambda: False
+        self._publisher = Publisher(
+            settings,
+            producer,
+            self._dlq,
+            metrics,
+            self._kafka.wait_serving_group,
+            self._is_stopping,
+        )
+
+    def _is_stopping(self) -> bool:
+        return self._stopping()  # start() sets the predicate after construction
 
     def lag(self) -> dict[int, int]:
         """Consumer lag per assigned schedule partition (local, cheap; for the metrics scrape)."""
@@ -106,11 +101,13 @@ class Delivery:
         entries = self._decode(messages)
         try:
             pending, empty = self._open(entries)
-            published, cut_short = self._publish(pending)
+            published, cut_short = self._publisher.publish(pending)
+            self._kafka.resume()
+            self._published(published)
             # One round trip closes the batch: what was published and the empty digests.
             self._close(empty + [(item.entry, item.digest) for item in published])
-        except REDIS_DOWN:
-            if not self._stopping():
+        except redis.RedisError as exc:
+            if not unavailable(exc) or not self._stopping():
                 raise
             # Asked to stop while Redis is unreachable: a graceful stop, not a failure. The
             # batch is not committed; its entries come back and reopen the same digest ids.
@@ -141,7 +138,7 @@ class Delivery:
 
     def _open(
         self, entries: list[tuple[Message, ScheduleEntry]]
-    ) -> tuple[list[_Pending], list[tuple[ScheduleEntry, OpenDigest]]]:
+    ) -> tuple[list[Pending], list[tuple[ScheduleEntry, OpenDigest]]]:
         """Open the batch's digests in one round trip; returns them and the empty ones."""
         picked: list[tuple[Message, ScheduleEntry]] = []
         targets: list[DigestTarget] = []
@@ -158,7 +155,7 @@ class Delivery:
         now = self._clock.now()
         # Retried whole while Redis is down: opens are idempotent (a reopen keeps its id).
         opened = self._with_redis(lambda: self._store.open_many(targets, now), "open")
-        pending: list[_Pending] = []
+        pending: list[Pending] = []
         empty: list[tuple[ScheduleEntry, OpenDigest]] = []
         for (message, entry), digest in zip(picked, opened, strict=True):
             if isinstance(digest, InvalidState):
@@ -178,9 +175,9 @@ class Delivery:
                 opened_at=int(digest.opened_at * 1000),
                 dropped=digest.dropped + (len(digest.records) - len(records)),
             )
-            parts = codec.split_digest(whole, self._settings.max_message_bytes)
             headers = envelope.digest_headers(carried) if carried else []
-            pending.append(_Pending(message, entry, digest, parts, whole, headers=headers))
+            parts, headers = sized_parts(whole, headers, self._settings.max_message_bytes)
+            pending.append(Pending(message, entry, digest, parts, whole, headers=headers))
         return pending, empty
 
     def _records(self, digest: OpenDigest, carried: list[list[tuple[str, bytes]]]) -> list[Record]:
@@ -207,55 +204,8 @@ class Delivery:
             )  # fmt: skip
             self._metrics.events_dropped.labels(reason="missing_payload").inc(digest.dropped)
 
-    def _publish(self, pending: list[_Pending]) -> tuple[list[_Pending], bool]:
-        """Publish every part and wait for acks, retrying failures with capped backoff.
-
-        Returns what the broker acknowledged, and whether a stop request cut retries short
-        (then the batch must not be committed: its entries are redelivered after restart).
-        """
-        settings = self._settings
-        published: list[_Pending] = []
-        todo = pending
-        attempt = 0
-        while todo:
-            attempt += 1
-            for item in todo:
-                item.errors.clear()
-                for part in item.parts:
-                    if produce_waiting_for_room(
-                        self._producer,
-                        settings.output_topic,
-                        part.timeline.encode(),
-                        codec.encode_digest(part),
-                        headers=cast(_KafkaHeaders, item.headers) or None,
-                        on_delivery=_collect(item.errors),
-                    ):
-                        self._metrics.producer_queue_full.labels(role="delivery").inc()
-            unacked = self._producer.flush(PUBLISH_TIMEOUT)
-            if unacked:
-                # Which ones is unknown: retry them all (a repeat carries the same digest id).
-                log.warning("%d messages unacknowledged after %.0fs", unacked, PUBLISH_TIMEOUT)
-            published += [item for item in todo if not item.errors and not unacked]
-            todo = [item for item in todo if item.errors or unacked]
-            if not todo:
-                break
-            if self._stopping():
-                return published, True
-            if attempt >= settings.max_attempts:
-                for item in todo:
-                    self._give_up(item)
-                break
-            self._metrics.publish_retries.inc(len(todo))
-            delay = backoff_delay(
-                attempt, settings.retry_backoff_initial, settings.retry_backoff_max
-            )
-            log.warning(
-                "publishing %d digests failed (%s); attempt %d of %d in %.2fs",
-                len(todo), (todo[0].errors or ["no ack"])[0], attempt + 1,
-                settings.max_attempts, delay,
-            )  # fmt: skip
-            self._kafka.wait_serving_group(delay)
-        self._kafka.resume()
+    def _published(self, published: list[Pending]) -> None:
+        """Count and tell the hooks about digests the broker acknowledged."""
         now = self._clock.now()
         for item in published:
             self._metrics.digests_published.inc()
@@ -264,16 +214,6 @@ class Delivery:
             self._metrics.delivery_lateness.observe(max(0.0, now - item.entry.scheduled_at / 1000))
             if self._hooks:
                 self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
-        return published, False
-
-    def _give_up(self, item: _Pending) -> None:
-        # The digest stays open and its timeline READY: maintenance reschedules it later.
-        self._dlq.send(
-            item.message,
-            "publish-failed",
-            f"digest {item.digest.id} of {item.entry.timeline}: "
-            f"{self._settings.max_attempts} attempts failed: {'; '.join(item.errors[:3])}",
-        )
 
     def _close(self, digests: list[tuple[ScheduleEntry, OpenDigest]]) -> None:
         if not digests:
@@ -322,11 +262,3 @@ class Delivery:
         self._assigned -= partitions
         for partition in partitions:
             self._positions.pop(partition, None)
-
-
-def _collect(errors: list[str]) -> Callable[[KafkaError | None, Message], None]:
-    def on_delivery(error: KafkaError | None, _message: Message) -> None:
-        if error is not None:
-            errors.append(str(error))
-
-    return on_delivery

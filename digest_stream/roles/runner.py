@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import Counter
 from tenacity import RetryCallState
 
@@ -143,7 +143,7 @@ class RoleConsumer:
             wait = state.next_action.sleep if state.next_action else 0.0
             log.log(
                 logging.ERROR if state.attempt_number == 1 else logging.WARNING,
-                "%s: Redis unreachable (%s); partitions paused, nothing committed; "
+                "%s: Redis unreachable or refusing (%s); partitions paused, nothing committed; "
                 "retry %d in %.2fs",
                 self.role,
                 state.outcome.exception() if state.outcome else "?",
@@ -239,3 +239,33 @@ def take_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Me
     if max_messages <= 1:
         return [first]
     return [first, *consumer.consume(max_messages - 1, timeout=0)]
+
+
+# How long one wait for room in a full producer queue serves delivery reports.
+QUEUE_FULL_POLL = 0.1
+
+
+def produce_waiting_for_room(
+    producer: Producer,
+    topic: str,
+    key: str | bytes | None,
+    value: str | bytes | None,
+    *,
+    on_delivery: Callable[[KafkaError | None, Message], None],
+    headers: list[tuple[str, str | bytes | None]] | None = None,
+) -> int:
+    """Produce one message, waiting (serving delivery reports) while the queue is full.
+
+    Returns how many times it had to wait. librdkafka frees room as the broker acknowledges,
+    or as messages time out (their delivery reports then say so), so this always ends.
+    """
+    waits = 0
+    while True:
+        try:
+            producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
+            return waits
+        except BufferError:
+            waits += 1
+            if waits == 1:
+                log.warning("producer queue full; waiting for room (topic %s)", topic)
+            producer.poll(QUEUE_FULL_POLL)

@@ -11,49 +11,22 @@ the repeats harmless.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
+import redis
 from confluent_kafka import KafkaError, Message, Producer
 
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.retry import REDIS_DOWN
+from digest_stream.roles.retry import unavailable
+from digest_stream.roles.runner import produce_waiting_for_room
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
 from digest_stream.wire import codec
 from digest_stream.wire.models import ScheduleEntry, ScheduleReason
 
 log = logging.getLogger(__name__)
-
-# How long one wait for room in a full producer queue serves delivery reports.
-QUEUE_FULL_POLL = 0.1
-
-
-def produce_waiting_for_room(
-    producer: Producer,
-    topic: str,
-    key: bytes,
-    value: bytes,
-    *,
-    on_delivery: Callable[[KafkaError | None, Message], None],
-    headers: list[tuple[str, str | bytes | None]] | None = None,
-) -> int:
-    """Produce one message, waiting (serving delivery reports) while the queue is full.
-
-    Returns how many times it had to wait. librdkafka frees room as the broker acknowledges,
-    or as messages time out (their delivery reports then say so), so this always ends.
-    """
-    waits = 0
-    while True:
-        try:
-            producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
-            return waits
-        except BufferError:
-            waits += 1
-            if waits == 1:
-                log.warning("producer queue full; waiting for room (topic %s)", topic)
-            producer.poll(QUEUE_FULL_POLL)
 
 
 class ScheduleEmitter:
@@ -165,11 +138,13 @@ class Scheduler:
             self.emitter.retry_refused()
             for partition in sorted(partitions):
                 emitted += self._tick_partition(partition, now, maintain)
-        except REDIS_DOWN as exc:
+        except redis.RedisError as exc:
+            if not unavailable(exc):
+                raise
             # The ingest side pauses and retries; a scheduler tick simply waits for the next one.
             self._metrics.redis_errors.inc()
             if not self._store_down:
-                log.error("scheduler: Redis unreachable (%s); ticks resume when it is back", exc)
+                log.error("scheduler: Redis unavailable (%s); ticks resume when it answers", exc)
             self._store_down = True
             return emitted
         if self._store_down:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import redis
+
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest import fence
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.outputs import Outputs
 from digest_stream.roles.ingest.worker import Batch
-from digest_stream.roles.retry import REDIS_DOWN
+from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import RoleConsumer
 from digest_stream.store.base import AddResult, DigestStore
 
@@ -65,7 +67,7 @@ class Applier:
         """Book one partition's store call; None when nothing was applied (rewound or gave up)."""
         result = batch.result
         if result is None:
-            if batch.error is not None and not isinstance(batch.error, REDIS_DOWN):
+            if batch.error is not None and not unavailable(batch.error):
                 raise batch.error
             if batch.error is not None:
                 self._metrics.redis_errors.inc()
@@ -101,7 +103,9 @@ class Applier:
                 give_up=lambda: self._stopping() or not self._ledger.owns(batch.partition),
                 errors=self._metrics.redis_errors,
             )
-        except REDIS_DOWN:
+        except redis.RedisError as exc:
+            if not unavailable(exc):
+                raise
             if self._ledger.owns(batch.partition):
                 # Not applied but read: read it again, so nothing after it is applied first.
                 self.seek(batch.partition, batch.first)

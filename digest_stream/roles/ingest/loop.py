@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import redis
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from digest_stream.clock import Clock
@@ -24,7 +25,7 @@ from digest_stream.roles.ingest.check import Rejected, Rules, TooOld, check
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.outputs import Outputs
 from digest_stream.roles.ingest.worker import Batch, StoreWorker
-from digest_stream.roles.retry import REDIS_DOWN
+from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import RoleConsumer, partitions_of
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
@@ -252,7 +253,9 @@ class Ingest:
     def _starting(self, partition: int, committed: int) -> fence.Decision:
         try:
             found = self._store.applied_offset(partition)
-        except REDIS_DOWN as exc:  # the first add checks the fence instead
+        except redis.RedisError as exc:  # the first add checks the fence instead
+            if not unavailable(exc):
+                raise
             log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)
             return fence.start_without_store(committed)
         return fence.start(partition, committed, found, self._settings.on_state_loss)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 
 from digest_stream.clock import SystemClock
@@ -24,14 +25,15 @@ EVENTS, SCHEDULE, DLQ = "events", "schedule", "dlq"
 class FlakyStore(MemoryStore):
     """The reference store, unreachable for the first ``failures`` adds."""
 
-    def __init__(self, failures: int, **kwargs: Any) -> None:
+    def __init__(self, failures: int, error: Exception | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.failures = failures
+        self.error = error or redis.ConnectionError("unreachable (test)")
 
     def add(self, *args: Any, **kwargs: Any) -> AddResult:
         if self.failures:
             self.failures -= 1
-            raise redis.ConnectionError("unreachable (test)")
+            raise self.error
         return super().add(*args, **kwargs)
 
 
@@ -120,8 +122,20 @@ def test_an_assignment_starts_at_the_fence_when_nothing_is_committed() -> None:
     assert [(tp.partition, tp.offset) for tp in rig.consumer.assigned] == [(3, 42)]
 
 
-def test_a_redis_outage_pauses_keeps_polling_and_resumes_without_losing_the_batch() -> None:
-    rig = Rig(FlakyStore(failures=4))
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.ConnectionError("unreachable"),
+        redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'."),
+        redis.ResponseError("BUSY Redis is busy running a script."),
+        redis.ResponseError("READONLY You can't write against a read only replica."),
+        redis.ResponseError("NOPERM User u has no permissions to run the 'hdel' command"),
+    ],
+)
+def test_a_redis_outage_pauses_keeps_polling_and_resumes_without_losing_the_batch(
+    error: Exception,
+) -> None:
+    rig = Rig(FlakyStore(failures=4, error=error))
     rig.consumer.assign([0])
     rig.send(b"t", "r0")
     rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 1)
@@ -151,3 +165,11 @@ def test_a_lost_partition_commits_nothing() -> None:
     rig.consumer.lose([0])
     assert rig.consumer.commits == []
     assert rig.ingest.owned == frozenset()
+
+
+def test_a_refused_call_that_is_a_bug_still_stops_the_role() -> None:
+    rig = Rig(FlakyStore(failures=1, error=redis.ResponseError("ERR wrong number of arguments")))
+    rig.consumer.assign([0])
+    rig.send(b"t", "r0")
+    with pytest.raises(redis.ResponseError, match="wrong number"):
+        rig.step_until(lambda: False)
