@@ -28,6 +28,8 @@ from pydantic_settings import (
 from digest_stream.store.base import MAX_TTL, InvalidArgument, PolicyResolver, TimelinePolicy
 
 ENV_PREFIX = "DIGEST_STREAM_"
+#: Room a digest message needs beside one record: its own fields, the key, carried headers.
+MESSAGE_OVERHEAD_BYTES = 16_384
 #: A TimelinePolicy field name in one of its error messages (each is also a setting).
 _POLICY_FIELD = re.compile(
     r"\b(?:" + "|".join(f.name for f in dataclasses.fields(TimelinePolicy)) + r")\b"
@@ -171,6 +173,19 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Lifecycle hook factories to load (JSON list of `module:attribute`).",
     )
+
+    @model_validator(mode="after")
+    def _check_sizes(self) -> Settings:
+        # Every event must fit a digest part of its own, with room for the digest's fields and
+        # carried headers; otherwise a digest holding it could never be published.
+        room = self.max_message_bytes - MESSAGE_OVERHEAD_BYTES
+        if self.max_event_bytes > room:
+            raise ValueError(
+                f"{env_name('max_event_bytes')} ({self.max_event_bytes}) must leave "
+                f"{MESSAGE_OVERHEAD_BYTES} bytes of room under {env_name('max_message_bytes')} "
+                f"({self.max_message_bytes}): at most {room}"
+            )
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod

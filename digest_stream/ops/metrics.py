@@ -32,6 +32,11 @@ class Metrics:
         self.dead_letters = Counter(
             "digest_dead_letters", "Messages sent to the DLQ, by reason.", ["reason"], registry=r
         )
+        self.dead_letters_truncated = Counter(
+            "digest_dead_letters_truncated",
+            "Dead letters too large for the DLQ topic, sent with coordinates but no value.",
+            registry=r,
+        )
         self.replays = Counter(
             "digest_replays",
             "Seeks back to rebuild lost store state, by cause (fence_behind, state_loss).",
@@ -56,6 +61,17 @@ class Metrics:
         self.stale_entries = Counter(
             "digest_stale_entries",
             "Schedule entries whose timeline was no longer READY (already delivered).",
+            registry=r,
+        )
+        self.schedule_retries = Counter(
+            "digest_schedule_retries",
+            "Schedule entries the broker refused or timed out, produced again.",
+            registry=r,
+        )
+        self.producer_queue_full = Counter(
+            "digest_producer_queue_full",
+            "Times a role waited for room in a full producer queue, by role.",
+            ["role"],
             registry=r,
         )
         self.publish_retries = Counter(

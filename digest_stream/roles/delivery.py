@@ -8,22 +8,20 @@ the same records, so downstream sees at most repeats of one id, never a record u
 from __future__ import annotations
 
 import logging
-import os
-import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TypeVar, cast
+from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+import redis
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from digest_stream.clock import Clock
-from digest_stream.kafka import commit, consumer_config, consumer_lag, take_batch, usable
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.dlq import DeadLetters
-from digest_stream.roles.retry import REDIS_DOWN, backoff_delay, until_redis_answers
+from digest_stream.roles.publish import Pending, Publisher, sized_parts
+from digest_stream.roles.retry import unavailable
+from digest_stream.roles.runner import RoleConsumer, highest_offsets
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, DigestTarget, InvalidState, OpenDigest
 from digest_stream.wire import codec, envelope
@@ -32,28 +30,8 @@ from digest_stream.wire.models import Digest, Record, ScheduleEntry
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_KafkaHeaders = list[tuple[str, str | bytes | None]]
 
-#: Test hook (not a setting): when set to a path, delivery writes that file after the broker
-#: acknowledged a digest and then blocks before closing it, so a test can kill it right there.
-PAUSE_BEFORE_CLOSE_ENV = "DIGEST_STREAM_TEST_PAUSE_BEFORE_CLOSE"
-
-# How long one publish attempt may wait for broker acknowledgements.
-PUBLISH_TIMEOUT = 30.0
 COMMIT_TIMEOUT = 10.0
-
-
-@dataclass
-class _Pending:
-    """One digest on its way out."""
-
-    message: Message
-    entry: ScheduleEntry
-    digest: OpenDigest
-    parts: list[Digest]
-    whole: Digest  # the digest before splitting (what hooks see)
-    errors: list[str] = field(default_factory=list)
-    headers: list[tuple[str, bytes]] = field(default_factory=list)  # carried event headers
 
 
 class Delivery:
@@ -68,6 +46,7 @@ class Delivery:
         producer: Producer,
         *,
         hooks: Hooks = NO_HOOKS,
+        consumer: Consumer | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -76,57 +55,79 @@ class Delivery:
         self._producer = producer
         self._hooks = hooks
         self._dlq = DeadLetters(producer, settings.dlq_topic, metrics, hooks=hooks)
-        self._topic = settings.schedule_topic
-        self._consumer = Consumer(consumer_config(settings, settings.delivery_group_id))
-        self._positions: dict[int, int] = {}
+        self._kafka = RoleConsumer(
+            settings,
+            settings.delivery_group_id,
+            settings.schedule_topic,
+            "delivery",
+            consumer=consumer,
+        )
+        self._assigned: set[int] = set()
+        self._positions: dict[int, int] = {}  # next offset to commit, by assigned partition
         self._stopping: Callable[[], bool] = lambda: False
-        self._pause_file = os.environ.get(PAUSE_BEFORE_CLOSE_ENV)
+        self._publisher = Publisher(
+            settings,
+            producer,
+            self._dlq,
+            metrics,
+            self._kafka.wait_serving_group,
+            self._is_stopping,
+        )
+
+    def _is_stopping(self) -> bool:
+        return self._stopping()  # start() sets the predicate after construction
 
     def lag(self) -> dict[int, int]:
         """Consumer lag per assigned schedule partition (local, cheap; for the metrics scrape)."""
-        return consumer_lag(self._consumer)
+        return self._kafka.lag()
+
+    @property
+    def assigned(self) -> frozenset[int]:
+        """Schedule partitions this instance delivers right now."""
+        return frozenset(self._assigned)
 
     def start(self, stopping: Callable[[], bool]) -> None:
         """Join the delivery group."""
         self._stopping = stopping
-        self._consumer.subscribe([self._topic], on_revoke=self._on_revoke, on_lost=self._on_lost)
+        self._kafka.subscribe(
+            on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
 
     def step(self) -> int:
         """Deliver one batch of schedule entries; returns digests published."""
-        messages = take_batch(
-            self._consumer, self._settings.batch_size, self._settings.batch_timeout
-        )
+        messages = self._kafka.take(self._settings.batch_size, self._settings.batch_timeout)
         if not messages:
             return 0
         entries = self._decode(messages)
         try:
             pending, empty = self._open(entries)
-            published, cut_short = self._publish(pending)
-            self._pause_if_asked(published)
+            published, cut_short = self._publisher.publish(pending)
+            self._kafka.resume()
+            self._published(published)
             # One round trip closes the batch: what was published and the empty digests.
             self._close(empty + [(item.entry, item.digest) for item in published])
-        except REDIS_DOWN:
-            if not self._stopping():
+        except redis.RedisError as exc:
+            if not unavailable(exc) or not self._stopping():
                 raise
             # Asked to stop while Redis is unreachable: a graceful stop, not a failure. The
             # batch is not committed; its entries come back and reopen the same digest ids.
             log.warning("stopping while Redis is unreachable; this batch will be redelivered")
             return 0
         if not cut_short:
-            self._commit(messages, sync=False)
+            self._commit(highest_offsets(messages), sync=False)
         return len(published)
 
     def close(self) -> None:
         """Graceful stop: the batch in hand was finished by step(); commit and leave."""
         self._producer.flush(COMMIT_TIMEOUT)
-        self._commit_positions(sync=True)
-        self._consumer.close()
+        self._commit({}, sync=True)
+        self._kafka.close()
 
     # ------------------------------------------------------------------ steps
 
     def _decode(self, messages: Sequence[Message]) -> list[tuple[Message, ScheduleEntry]]:
         entries: list[tuple[Message, ScheduleEntry]] = []
-        for message in usable(messages, "delivery"):
+        for message in messages:
             try:
                 entry = codec.decode_schedule_entry(message.value() or b"")
             except codec.DecodeError as exc:
@@ -137,7 +138,7 @@ class Delivery:
 
     def _open(
         self, entries: list[tuple[Message, ScheduleEntry]]
-    ) -> tuple[list[_Pending], list[tuple[ScheduleEntry, OpenDigest]]]:
+    ) -> tuple[list[Pending], list[tuple[ScheduleEntry, OpenDigest]]]:
         """Open the batch's digests in one round trip; returns them and the empty ones."""
         picked: list[tuple[Message, ScheduleEntry]] = []
         targets: list[DigestTarget] = []
@@ -154,7 +155,7 @@ class Delivery:
         now = self._clock.now()
         # Retried whole while Redis is down: opens are idempotent (a reopen keeps its id).
         opened = self._with_redis(lambda: self._store.open_many(targets, now), "open")
-        pending: list[_Pending] = []
+        pending: list[Pending] = []
         empty: list[tuple[ScheduleEntry, OpenDigest]] = []
         for (message, entry), digest in zip(picked, opened, strict=True):
             if isinstance(digest, InvalidState):
@@ -174,9 +175,9 @@ class Delivery:
                 opened_at=int(digest.opened_at * 1000),
                 dropped=digest.dropped + (len(digest.records) - len(records)),
             )
-            parts = codec.split_digest(whole, self._settings.max_message_bytes)
             headers = envelope.digest_headers(carried) if carried else []
-            pending.append(_Pending(message, entry, digest, parts, whole, headers=headers))
+            parts, headers = sized_parts(whole, headers, self._settings.max_message_bytes)
+            pending.append(Pending(message, entry, digest, parts, whole, headers=headers))
         return pending, empty
 
     def _records(self, digest: OpenDigest, carried: list[list[tuple[str, bytes]]]) -> list[Record]:
@@ -203,52 +204,8 @@ class Delivery:
             )  # fmt: skip
             self._metrics.events_dropped.labels(reason="missing_payload").inc(digest.dropped)
 
-    def _publish(self, pending: list[_Pending]) -> tuple[list[_Pending], bool]:
-        """Publish every part and wait for acks, retrying failures with capped backoff.
-
-        Returns what the broker acknowledged, and whether a stop request cut retries short
-        (then the batch must not be committed: its entries are redelivered after restart).
-        """
-        settings = self._settings
-        published: list[_Pending] = []
-        todo = pending
-        attempt = 0
-        while todo:
-            attempt += 1
-            for item in todo:
-                item.errors.clear()
-                for part in item.parts:
-                    self._producer.produce(
-                        settings.output_topic,
-                        key=part.timeline.encode(),
-                        value=codec.encode_digest(part),
-                        headers=cast(_KafkaHeaders, item.headers) or None,
-                        on_delivery=_collect(item.errors),
-                    )
-            unacked = self._producer.flush(PUBLISH_TIMEOUT)
-            if unacked:
-                # Which ones is unknown: retry them all (a repeat carries the same digest id).
-                log.warning("%d messages unacknowledged after %.0fs", unacked, PUBLISH_TIMEOUT)
-            published += [item for item in todo if not item.errors and not unacked]
-            todo = [item for item in todo if item.errors or unacked]
-            if not todo:
-                break
-            if self._stopping():
-                return published, True
-            if attempt >= settings.max_attempts:
-                for item in todo:
-                    self._give_up(item)
-                break
-            self._metrics.publish_retries.inc(len(todo))
-            delay = backoff_delay(
-                attempt, settings.retry_backoff_initial, settings.retry_backoff_max
-            )
-            log.warning(
-                "publishing %d digests failed (%s); attempt %d of %d in %.2fs",
-                len(todo), (todo[0].errors or ["no ack"])[0], attempt + 1,
-                settings.max_attempts, delay,
-            )  # fmt: skip
-            time.sleep(delay)
+    def _published(self, published: list[Pending]) -> None:
+        """Count and tell the hooks about digests the broker acknowledged."""
         now = self._clock.now()
         for item in published:
             self._metrics.digests_published.inc()
@@ -257,23 +214,6 @@ class Delivery:
             self._metrics.delivery_lateness.observe(max(0.0, now - item.entry.scheduled_at / 1000))
             if self._hooks:
                 self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
-        return published, False
-
-    def _give_up(self, item: _Pending) -> None:
-        # The digest stays open and its timeline READY: maintenance reschedules it later.
-        self._dlq.send(
-            item.message,
-            "publish-failed",
-            f"digest {item.digest.id} of {item.entry.timeline}: "
-            f"{self._settings.max_attempts} attempts failed: {'; '.join(item.errors[:3])}",
-        )
-
-    def _pause_if_asked(self, published: list[_Pending]) -> None:
-        if self._pause_file and published:
-            Path(self._pause_file).write_text("\n".join(p.digest.id for p in published))
-            log.warning("test hook: paused between publish and close (%s)", self._pause_file)
-            while not self._stopping():
-                time.sleep(0.05)
 
     def _close(self, digests: list[tuple[ScheduleEntry, OpenDigest]]) -> None:
         if not digests:
@@ -289,51 +229,36 @@ class Delivery:
     # ------------------------------------------------------------------ plumbing
 
     def _with_redis(self, call: Callable[[], T], operation: str) -> T:
-        retrying = until_redis_answers(
-            initial=self._settings.retry_backoff_initial,
-            cap=self._settings.retry_backoff_max,
-            sleep=time.sleep,
-            give_up=self._stopping,
-            on_retry=lambda state: self._metrics.redis_errors.inc(),
-        )
+        """A store call, retried while Redis is unreachable (paused, serving the group)."""
 
         def timed() -> T:
             with self._metrics.store_latency.labels(operation=operation).time():
                 return call()
 
-        return retrying(timed)
+        return self._kafka.while_redis_down(
+            timed, give_up=self._stopping, errors=self._metrics.redis_errors
+        )
 
-    def _commit(self, messages: Sequence[Message], sync: bool) -> None:
-        for message in messages:
-            partition, offset = message.partition(), message.offset()
-            if partition is not None and offset is not None and offset >= 0:
-                self._positions[partition] = max(self._positions.get(partition, 0), offset + 1)
-        self._commit_positions(sync)
+    def _commit(self, positions: dict[int, int], *, sync: bool) -> None:
+        """Remember these next-to-read offsets and commit every assigned partition's."""
+        for partition, offset in positions.items():
+            if partition in self._assigned:  # a revoked one is the next owner's to commit
+                self._positions[partition] = max(self._positions.get(partition, 0), offset)
+        self._kafka.commit(self._positions, sync=sync)
 
-    def _commit_positions(self, sync: bool, only: set[int] | None = None) -> None:
-        offsets = [
-            TopicPartition(self._topic, p, o)
-            for p, o in self._positions.items()
-            if only is None or p in only
-        ]
-        if not offsets:
-            return
-        commit(self._consumer, offsets, sync)
+    def _on_assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        self._assigned.update(tp.partition for tp in partitions)
+        return partitions
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        revoked = {tp.partition for tp in partitions}
-        self._commit_positions(sync=True, only=revoked)
-        for partition in revoked:
+    def _on_revoke(self, partitions: list[int]) -> None:
+        revoked = set(partitions)
+        self._kafka.commit({p: o for p, o in self._positions.items() if p in revoked}, sync=True)
+        self._forget(revoked)
+
+    def _on_lost(self, partitions: list[int]) -> None:
+        self._forget(set(partitions))
+
+    def _forget(self, partitions: set[int]) -> None:
+        self._assigned -= partitions
+        for partition in partitions:
             self._positions.pop(partition, None)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._positions.pop(tp.partition, None)
-
-
-def _collect(errors: list[str]) -> Callable[[KafkaError | None, Message], None]:
-    def on_delivery(error: KafkaError | None, _message: Message) -> None:
-        if error is not None:
-            errors.append(str(error))
-
-    return on_delivery

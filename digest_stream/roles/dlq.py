@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.runner import produce_waiting_for_room
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +56,41 @@ class DeadLetters:
             key = key[:4096]
 
         def on_delivery(error: KafkaError | None, _message: Message) -> None:
-            if error is not None:
-                log.error("dead letter for %s[%d]@%d was refused: %s", *source, error)
-                self._failed.append(source)
+            if error is None:
+                return
+            if error.code() == KafkaError.MSG_SIZE_TOO_LARGE and value:
+                # The DLQ topic cannot take it whole (it could never): send the coordinates
+                # and the reason without the value, so the source stays findable, not lost.
+                log.error("dead letter for %s[%d]@%d too large; sent without its value", *source)
+                self._metrics.dead_letters_truncated.inc()
+                cut = [*headers, ("dlq.value-dropped", str(len(value)).encode())]
+                self._produce(key, None, cut, on_delivery)
+                return
+            log.error("dead letter for %s[%d]@%d was refused: %s", *source, error)
+            self._failed.append(source)
 
-        self._producer.produce(
-            self._topic, key=key, value=value, headers=headers, on_delivery=on_delivery
-        )
+        self._produce(key, value, headers, on_delivery)
         self._metrics.dead_letters.labels(reason=reason).inc()
         if self._hooks:
             self._hooks.on_dead_letter(reason, detail, source)
         log.warning(
             "dead-lettered %s[%d]@%d: %s %s", topic, partition, offset, reason, detail[:200]
         )
+
+    def _produce(
+        self,
+        key: str | bytes | None,
+        value: str | bytes | None,
+        headers: list[tuple[str, str | bytes | None]],
+        on_delivery: Callable[[KafkaError | None, Message], None],
+    ) -> None:
+        try:
+            produce_waiting_for_room(
+                self._producer, self._topic, key, value, headers=headers, on_delivery=on_delivery
+            )
+        except KafkaException as exc:
+            # Refused before it left (larger than the producer allows): same as a refusal.
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is None:
+                raise
+            on_delivery(error, Message(topic=self._topic))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import redis
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
 
 #: Errors that mean "Redis is unreachable right now", as opposed to a refused call.
 REDIS_DOWN: tuple[type[BaseException], ...] = (
@@ -15,6 +15,24 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
     redis.exceptions.TryAgainError,
     redis.exceptions.BusyLoadingError,
 )
+
+#: Replies by which a reachable Redis refuses a call for a while: out of memory under
+#: noeviction, busy in a long script, a replica during failover, a master without replicas,
+#: and an ACL that lacks a permission (an operator fixes it; crashing would only loop).
+REFUSING_FOR_NOW = ("OOM", "BUSY", "READONLY", "LOADING", "MASTERDOWN", "NOREPLICAS", "NOPERM")
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Redis cannot serve this call now (unreachable, or refusing for a while): retry it.
+
+    Anything else (a wrong argument, a store invariant) is a bug and stops the role.
+    """
+    if isinstance(exc, REDIS_DOWN):
+        return True
+    if isinstance(exc, redis.ResponseError):
+        words = str(exc).split(maxsplit=1)
+        return bool(words) and words[0] in REFUSING_FOR_NOW
+    return False
 
 
 def backoff(initial: float, cap: float) -> wait_exponential:
@@ -35,9 +53,9 @@ def until_redis_answers(
     give_up: Callable[[], bool],
     on_retry: Callable[[RetryCallState], None],
 ) -> Retrying:
-    """Retry a store call while Redis is unreachable; stop only when give_up() says so."""
+    """Retry a store call while Redis is unavailable; stop only when give_up() says so."""
     return Retrying(
-        retry=retry_if_exception_type(REDIS_DOWN),
+        retry=retry_if_exception(unavailable),
         wait=backoff(initial, cap),
         stop=lambda _state: give_up(),
         sleep=sleep,

@@ -1,16 +1,26 @@
-"""Scheduler role: per owned input partition, move due timelines to READY and announce them."""
+"""Scheduler role: per owned input partition, move due timelines to READY and announce them.
+
+An announcement (a ScheduleEntry on the schedule topic) is the only thing that makes delivery
+open a READY timeline, so none may be lost: one the broker refuses or times out is produced
+again, a full producer queue is waited out, and a partition this instance takes over has every
+READY timeline announced again at its first tick (the previous owner may have died between
+making them READY and the broker acknowledging their entries). Delivery's same-id reopen makes
+the repeats harmless.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
 
-from confluent_kafka import Producer
+import redis
+from confluent_kafka import KafkaError, Message, Producer
 
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.retry import REDIS_DOWN
+from digest_stream.roles.retry import unavailable
+from digest_stream.roles.runner import produce_waiting_for_room
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
 from digest_stream.wire import codec
@@ -20,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class ScheduleEmitter:
-    """Publishes ScheduleEntries (keyed by timeline) to the schedule topic."""
+    """Publishes ScheduleEntries (keyed by timeline) to the schedule topic, never dropping one."""
 
     def __init__(
         self, producer: Producer, topic: str, metrics: Metrics, *, hooks: Hooks = NO_HOOKS
@@ -29,11 +39,14 @@ class ScheduleEmitter:
         self._topic = topic
         self._metrics = metrics
         self._hooks = hooks
+        # (key, value) of entries the broker refused or timed out: produced again.
+        self._refused: list[tuple[bytes, bytes]] = []
 
     def emit(
         self, partition: int, timelines: Iterable[tuple[str, float]], reason: ScheduleReason
     ) -> int:
         """Announce (timeline, due-or-ready time) pairs of one input partition."""
+        self.retry_refused()
         count = 0
         announced: list[str] | None = [] if self._hooks.wants_ready else None
         for timeline, at in timelines:
@@ -43,9 +56,7 @@ class ScheduleEmitter:
                 scheduled_at=int(at * 1000),
                 reason=reason,
             )
-            self._producer.produce(
-                self._topic, key=timeline.encode(), value=codec.encode_schedule_entry(entry)
-            )
+            self._produce(timeline.encode(), codec.encode_schedule_entry(entry))
             count += 1
             if announced is not None:
                 announced.append(timeline)
@@ -55,6 +66,29 @@ class ScheduleEmitter:
                 self._hooks.on_ready(partition, announced, reason.value)
             self._producer.poll(0)  # serve delivery reports without blocking
         return count
+
+    def retry_refused(self) -> int:
+        """Produce again every entry the broker refused since the last call."""
+        refused, self._refused = self._refused, []
+        for key, value in refused:
+            self._produce(key, value)
+        if refused:
+            self._metrics.schedule_retries.inc(len(refused))
+            log.warning("producing %d refused schedule entries again", len(refused))
+        return len(refused)
+
+    def _produce(self, key: bytes, value: bytes) -> None:
+        waits = produce_waiting_for_room(
+            self._producer, self._topic, key, value, on_delivery=self._on_delivery
+        )
+        if waits:
+            self._metrics.producer_queue_full.labels(role="scheduler").inc()
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            return
+        log.error("schedule entry for %r refused (%s); it is produced again", message.key(), error)
+        self._refused.append((message.key() or b"", message.value() or b""))
 
 
 class Scheduler:
@@ -70,16 +104,27 @@ class Scheduler:
     ) -> None:
         self._settings = settings
         self._store = store
-        self._emitter = emitter
+        self.emitter = emitter
         self._clock = clock
         self._metrics = metrics
         self._next_tick = 0.0
         self._next_maintenance = clock.now() + settings.maintenance_interval
         self._store_down = False
+        # Partitions taken over whose READY timelines are announced again at the next tick.
+        self._taken_over: set[int] = set()
 
     def due(self) -> bool:
         """Whether a tick is due now."""
         return self._clock.now() >= self._next_tick
+
+    def take_over(self, partitions: Iterable[int]) -> None:
+        """Newly owned partitions: announce all their READY timelines at the next tick (soon)."""
+        self._taken_over.update(partitions)
+        self._next_tick = 0.0
+
+    def release(self, partitions: Iterable[int]) -> None:
+        """Partitions no longer owned: forget a take-over not done yet."""
+        self._taken_over.difference_update(partitions)
 
     def tick(self, partitions: Iterable[int]) -> int:
         """One schedule pass over the given partitions; returns entries emitted."""
@@ -90,13 +135,16 @@ class Scheduler:
             self._next_maintenance = now + self._settings.maintenance_interval
         emitted = 0
         try:
+            self.emitter.retry_refused()
             for partition in sorted(partitions):
                 emitted += self._tick_partition(partition, now, maintain)
-        except REDIS_DOWN as exc:
+        except redis.RedisError as exc:
+            if not unavailable(exc):
+                raise
             # The ingest side pauses and retries; a scheduler tick simply waits for the next one.
             self._metrics.redis_errors.inc()
             if not self._store_down:
-                log.error("scheduler: Redis unreachable (%s); ticks resume when it is back", exc)
+                log.error("scheduler: Redis unavailable (%s); ticks resume when it answers", exc)
             self._store_down = True
             return emitted
         if self._store_down:
@@ -106,17 +154,24 @@ class Scheduler:
 
     def _tick_partition(self, partition: int, now: float, maintain: bool) -> int:
         recovered: set[str] = set()
-        if maintain:
-            deadline = now - self._settings.maintenance_timeout
+        taken_over = partition in self._taken_over
+        if maintain or taken_over:
+            # Taken over: every READY timeline (the old owner's announcements may be lost);
+            # otherwise those READY longer than maintenance_timeout (a delivery lost them).
+            deadline = now + 1.0 if taken_over else now - self._settings.maintenance_timeout
             with self._metrics.store_latency.labels(operation="maintenance").time():
                 back = self._store.maintenance(partition, deadline, now)
+            self._taken_over.discard(partition)
             recovered = {item.timeline for item in back}
             if recovered:
-                log.warning(
-                    "partition %d: %d READY timelines not delivered within %.0fs; rescheduling: %s",
+                log.log(
+                    logging.INFO if taken_over else logging.WARNING,
+                    "partition %d: %d READY timelines %s; announcing them again: %s",
                     partition,
                     len(recovered),
-                    self._settings.maintenance_timeout,
+                    "taken over"
+                    if taken_over
+                    else f"not delivered within {self._settings.maintenance_timeout:.0f}s",
                     ", ".join(sorted(recovered)[:10]),
                 )
         with self._metrics.store_latency.labels(operation="schedule").time():
@@ -125,5 +180,5 @@ class Scheduler:
             return 0
         scheduled = [(d.timeline, d.due) for d in due if d.timeline not in recovered]
         again = [(d.timeline, d.due) for d in due if d.timeline in recovered]
-        emitted = self._emitter.emit(partition, scheduled, ScheduleReason.SCHEDULED)
-        return emitted + self._emitter.emit(partition, again, ScheduleReason.RECOVERED)
+        emitted = self.emitter.emit(partition, scheduled, ScheduleReason.SCHEDULED)
+        return emitted + self.emitter.emit(partition, again, ScheduleReason.RECOVERED)

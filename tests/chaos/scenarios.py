@@ -31,6 +31,7 @@ from tests.chaos.harness import (
     scenario,
 )
 from tests.support import wait_until
+from tests.support.crash_hooks import pause_before_close_env
 from tests.support.kafka import committed_offsets
 from tests.support.pipeline import ServiceProcess
 from tests.support.proxy import TcpProxy
@@ -146,9 +147,7 @@ def delivery_sigkill_before_close(settings: Settings, size: Size, tmp: Path) -> 
         try:
             while not load.finished.is_set() or len(paused) < 2:
                 marker = tmp / f"{uuid.uuid4().hex}.paused"
-                hooked = services.start(
-                    "delivery", DIGEST_STREAM_TEST_PAUSE_BEFORE_CLOSE=str(marker)
-                )
+                hooked = services.start("delivery", **pause_before_close_env(marker))
 
                 def at_hook(m: Path = marker) -> bool:
                     output.poll(0.1)

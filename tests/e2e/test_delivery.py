@@ -40,7 +40,7 @@ def test_a_10000_record_digest_goes_out_whole_in_numbered_parts(
     # batch land before the first digest by letting ingest see it all in the cool-down.
     pipe = pipeline_factory(
         partitions=1, minimum_delay=3.0, increment_delay=0.0, maximum_delay=3.0,
-        max_message_bytes=100_000,
+        max_message_bytes=100_000, max_event_bytes=50_000,
     )  # fmt: skip
     app = pipe.app()
     out = pipe.output()

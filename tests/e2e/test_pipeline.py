@@ -11,6 +11,7 @@ from confluent_kafka import Producer
 
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
+from tests.support.crash_hooks import pause_before_close_env
 from tests.support.kafka import Collector, digest_ids_by_record, send_events
 from tests.support.pipeline import PipelineFactory
 
@@ -178,7 +179,7 @@ def test_delivery_killed_between_publish_and_close_republishes_same_id(
     pipe = pipeline_factory(partitions=1)
     marker = tmp_path / "delivery.paused"
     ingest = pipe.process(roles="ingest,scheduler")
-    hooked = pipe.process(roles="delivery", DIGEST_STREAM_TEST_PAUSE_BEFORE_CLOSE=str(marker))
+    hooked = pipe.process(roles="delivery", **pause_before_close_env(marker))
     out = pipe.output()
     (record_id,) = send_events(pipe.settings, "crash")
     out.wait_for(lambda: len(out.digests) == 1, 30, "the digest published before the pause")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import Producer
 
 from digest_stream.app import connect_store
 from digest_stream.clock import SystemClock
@@ -21,8 +21,8 @@ from digest_stream.settings import Settings
 from digest_stream.store import RedisStore
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
-from tests.e2e.conftest import Pipeline, PipelineFactory
-from tests.proxy import TcpProxy
+from tests.support.pipeline import Pipeline, PipelineFactory
+from tests.support.proxy import TcpProxy
 
 
 def produce(pipe: Pipeline, partition: int, first: int, count: int) -> None:
@@ -61,24 +61,20 @@ class Harness:
 
     def stored_not_booked(self) -> None:
         """Step until a batch is handed to the store worker, then wait for its call only."""
-        self.step_until(lambda: self.ingest._in_flight is not None, "a batch in flight")
-        future = self.ingest._in_flight
-        assert future is not None
-        future.result(timeout=30)
+        self.step_until(lambda: self.ingest.in_flight, "a batch in flight")
+        self.ingest.wait_in_flight(timeout=30)
 
     def applied_and_committed(self, pipe: Pipeline, count: int) -> None:
         """Produce `count` events to partition 0 and step until all are stored and committed."""
         produce(pipe, 0, 0, count)
         self.step_until(
-            lambda: pipe.committed(0) == count and self.ingest._in_flight is None,
+            lambda: pipe.committed(0) == count and not self.ingest.in_flight,
             f"the first {count} events applied and committed",
         )
 
     def revoke(self, partition: int) -> None:
         """Run the revocation callback as librdkafka would, inside the role's thread."""
-        self.ingest._on_revoke(
-            self.ingest._consumer, [TopicPartition(self.settings.events_topic, partition)]
-        )
+        self.ingest.on_revoke([partition])
 
 
 def test_a_revocation_books_and_commits_the_batch_in_flight(
@@ -94,7 +90,7 @@ def test_a_revocation_books_and_commits_the_batch_in_flight(
         assert fence is not None
         harness.revoke(0)
         # The callback waited for the batch, booked it and committed exactly what it applied.
-        assert harness.ingest._in_flight is None
+        assert not harness.ingest.in_flight
         assert pipe.committed(0) == fence + 1
         assert harness.ingest.owned == frozenset()
     finally:
@@ -116,7 +112,7 @@ def test_a_fence_found_behind_during_a_callback_is_rewound_on_the_role_thread(
         # Partition 1 is revoked meanwhile: the callback must neither seek nor commit past the
         # batch that found the fence behind; it keeps it for the role's thread.
         harness.revoke(1)
-        assert len(harness.ingest._done) == 1  # kept for the role's thread
+        assert harness.ingest.kept == 1  # kept for the role's thread
         assert pipe.committed(0) == 20
         harness.step_until(
             lambda: harness.store.applied_offset(0) == 29 and pipe.committed(0) == 30,
@@ -143,7 +139,7 @@ def test_a_batch_kept_for_the_role_thread_is_dropped_when_its_partition_goes(
         harness.revoke(0)
         # Not booked, not committed, not kept: the next owner replays from the committed offset
         # (10) and its own fence check, and nothing of this process acts on the partition.
-        assert harness.ingest._done == []
+        assert harness.ingest.kept == 0
         assert pipe.committed(0) == 10
         assert harness.metrics.replays.labels(cause="fence_behind")._value.get() == 0
     finally:
@@ -167,7 +163,7 @@ def test_a_batch_given_up_is_read_again_before_anything_after_it(
             harness.stopping = True  # a stop request during the outage: A is given up
             harness.ingest.step()
             # B must not be stored before A (its fence would pass A's offsets for good).
-            assert harness.ingest._in_flight is None
+            assert not harness.ingest.in_flight
             proxy.unblock()
             harness.stopping = False
             harness.step_until(

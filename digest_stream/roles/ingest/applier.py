@@ -1,0 +1,131 @@
+"""Booking one partition batch's store call: outage retries, the fence decision, the ledger.
+
+The store worker makes one attempt per batch; this piece, on the role thread, finishes what
+the attempt left: it retries through a Redis outage (serving the group), acts on a fence found
+behind (seek and replay, or accept a state loss), books what was applied and counts it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import redis
+
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.ingest import fence
+from digest_stream.roles.ingest.ledger import Ledger
+from digest_stream.roles.ingest.outputs import Outputs
+from digest_stream.roles.ingest.worker import Batch
+from digest_stream.roles.retry import unavailable
+from digest_stream.roles.runner import RoleConsumer
+from digest_stream.store.base import AddResult, DigestStore
+
+log = logging.getLogger(__name__)
+
+
+class Applier:
+    """Applies and books partition batches for one ingest (role thread, except timed_add)."""
+
+    def __init__(
+        self,
+        store: DigestStore,
+        policy: fence.StateLoss,
+        metrics: Metrics,
+        kafka: RoleConsumer,
+        ledger: Ledger,
+        outputs: Outputs,
+        stopping: Callable[[], bool],
+    ) -> None:
+        self._store = store
+        self._policy = policy
+        self._metrics = metrics
+        self._kafka = kafka
+        self._ledger = ledger
+        self._outputs = outputs
+        self._stopping = stopping
+
+    def timed_add(self, batch: Batch) -> AddResult:
+        """The batch's one store call, fenced by the fence it carries (the worker runs this)."""
+        with self._metrics.store_latency.labels(operation="add").time():
+            return self._store.add(
+                batch.partition,
+                batch.records,
+                batch.now,
+                expected_fence=batch.expected,
+                through_offset=batch.last,
+            )
+
+    @staticmethod
+    def bookable(batch: Batch) -> bool:
+        """The call succeeded and needs no rewind: booking it neither polls nor seeks."""
+        return batch.result is not None and (
+            batch.expected is None or not fence.is_behind(batch.expected, batch.result.fence_before)
+        )
+
+    def apply(self, batch: Batch) -> int | None:
+        """Book one partition's store call; None when nothing was applied (rewound or gave up)."""
+        result = batch.result
+        if result is None:
+            if batch.error is not None and not unavailable(batch.error):
+                raise batch.error
+            if batch.error is not None:
+                self._metrics.redis_errors.inc()
+                log.warning("Redis call failed (%s); retrying", batch.error)
+            # Stored here, with the retries that keep serving the group while Redis is down.
+            result = self._add_retrying(batch)
+            if result is None:
+                return None
+        if batch.expected is not None:
+            decision = fence.after_add(
+                batch.partition, batch.expected, result.fence_before, self._policy
+            )
+            if decision is not None:
+                self.act(batch.partition, decision)
+                if not decision.apply_now:
+                    return None
+                batch.expected = None
+                result = self._add_retrying(batch)
+                if result is None:
+                    return None
+        last = batch.last
+        self._ledger.book(
+            batch.partition, last, result.fence_after if result.fence_after is not None else last
+        )
+        self._outputs.applied(batch.partition, batch.records, result, batch.now)
+        return result.added
+
+    def _add_retrying(self, batch: Batch) -> AddResult | None:
+        """The store call, retried while Redis is unreachable; None if we had to give up."""
+        try:
+            return self._kafka.while_redis_down(
+                lambda: self.timed_add(batch),
+                give_up=lambda: self._stopping() or not self._ledger.owns(batch.partition),
+                errors=self._metrics.redis_errors,
+            )
+        except redis.RedisError as exc:
+            if not unavailable(exc):
+                raise
+            if self._ledger.owns(batch.partition):
+                # Not applied but read: read it again, so nothing after it is applied first.
+                self.seek(batch.partition, batch.first)
+            return None
+
+    def note(self, decision: fence.Decision) -> None:
+        """Count and log a fence decision."""
+        if decision.cause is not None:
+            self._metrics.replays.labels(cause=decision.cause).inc()
+        if decision.message:
+            log.log(decision.level, "%s", decision.message)
+
+    def act(self, partition: int, decision: fence.Decision) -> None:
+        """Carry out a fence decision about a running partition: note it, seek if it says so."""
+        self.note(decision)
+        if decision.offset is not None:
+            self.seek(partition, decision.offset)
+        self._ledger.expect(partition, decision.expected)
+
+    def seek(self, partition: int, offset: int) -> None:
+        """Move a partition's read position; the ledger forgets what it had not committed."""
+        self._kafka.seek(partition, offset)
+        self._ledger.moved(partition, offset)

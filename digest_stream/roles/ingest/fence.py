@@ -1,0 +1,131 @@
+"""The fence policy, pure: where a partition starts, and what a fence found behind means.
+
+The store keeps, per input partition, the last offset it applied (the fence). This process
+remembers the fence it left (``expected``). Comparing the two tells whether Redis lost writes:
+a fence behind is replayed from Kafka; a fence gone entirely is a state loss, handled as the
+``on_state_loss`` setting says. Nothing here talks to Kafka or Redis: the loop acts on the
+decisions, so every branch has a unit test.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID
+
+StateLoss = Literal["replay", "continue"]
+Cause = Literal["fence_behind", "state_loss"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do with a partition: where to read next and which fence to expect."""
+
+    #: Where to read from; None = keep reading where we are (apply the batch in hand).
+    offset: int | None
+    #: The fence the next store call must find (None: no expectation).
+    expected: int | None
+    #: A replay to count (metric label), if this is one.
+    cause: Cause | None = None
+    #: What to log, and how loudly.
+    message: str = ""
+    level: int = logging.INFO
+
+    @property
+    def apply_now(self) -> bool:
+        """The batch in hand is applied without a fence (no seek)."""
+        return self.offset is None
+
+
+def state_lost(
+    partition: int, policy: StateLoss, *, applied_through: int, resume_at: int | None, where: str
+) -> Decision:
+    """The partition's fence is gone from Redis: replay everything, or accept the loss."""
+    if policy == "replay":
+        return Decision(
+            OFFSET_BEGINNING,
+            None,
+            "state_loss",
+            f"partition {partition}: Redis lost all state of this partition ({where}; applied "
+            f"through {applied_through}); on_state_loss=replay: replaying from the earliest "
+            "retained offset",
+            logging.ERROR,
+        )
+    return Decision(
+        resume_at,
+        None,
+        "state_loss",
+        f"partition {partition}: Redis lost all state of this partition ({where}; applied "
+        f"through {applied_through}); on_state_loss=continue: records before "
+        f"{'this batch' if resume_at is None else f'offset {resume_at}'} are LOST",
+        logging.ERROR,
+    )
+
+
+def start(partition: int, committed: int, fence: int | None, policy: StateLoss) -> Decision:
+    """Where a newly assigned partition starts, from the group's commit and the store's fence.
+
+    ``committed`` is the next offset to read as committed by the group (negative: none).
+    """
+    has_commit = committed >= 0
+    if fence is None:
+        if not has_commit:
+            return Decision(OFFSET_INVALID, None)  # a new partition: auto.offset.reset decides
+        return state_lost(
+            partition,
+            policy,
+            applied_through=committed - 1,
+            resume_at=committed,
+            where="no fence, but a committed offset",
+        )
+    if not has_commit:
+        return Decision(fence + 1, fence)
+    if fence + 1 < committed:
+        return Decision(
+            fence + 1,
+            fence,
+            "fence_behind",
+            f"partition {partition}: Redis fence {fence} is behind the committed offset "
+            f"{committed}; replaying",
+            logging.WARNING,
+        )
+    return Decision(min(fence + 1, committed), fence)
+
+
+def start_without_store(committed: int) -> Decision:
+    """Where to start when Redis cannot be asked (unreachable at assignment).
+
+    The group committed through ``committed - 1`` only after Redis applied it, so the fence must
+    be at least that: the first add checks it (Redis may have lost writes meanwhile) and rewinds,
+    instead of silently skipping the gap.
+    """
+    if committed < 0:
+        return Decision(OFFSET_INVALID, None)
+    return Decision(committed, committed - 1 if committed > 0 else None)
+
+
+def is_behind(expected: int, fence_before: int | None) -> bool:
+    """Whether the fence a store call found is behind the one this process left."""
+    return fence_before is None or fence_before < expected
+
+
+def after_add(
+    partition: int, expected: int, fence_before: int | None, policy: StateLoss
+) -> Decision | None:
+    """A store call found ``fence_before`` where ``expected`` was left: None if all is well."""
+    if not is_behind(expected, fence_before):
+        return None
+    if fence_before is None:
+        return state_lost(
+            partition, policy, applied_through=expected, resume_at=None, where="fence missing"
+        )
+    return Decision(
+        fence_before + 1,
+        fence_before,
+        "fence_behind",
+        f"partition {partition}: Redis lost writes (fence {fence_before}, this process applied "
+        f"through {expected}); replaying offsets {fence_before + 1}..{expected} from Kafka",
+        logging.WARNING,
+    )

@@ -1,0 +1,103 @@
+"""The ingest's per-partition ledger: ownership, expected fences, positions and commits.
+
+One object keeps what used to be five parallel containers in step: a partition that is
+released or sought forgets its position and its uncommitted mark together, so a commit can
+never name an offset the ledger no longer stands behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class _Partition:
+    expected: int | None = None  # the fence this process left in the store
+    position: int | None = None  # next offset to commit (applied through position - 1)
+    uncommitted: bool = False
+
+
+class Ledger:
+    """Per-partition bookkeeping of one ingest consumer (role thread only)."""
+
+    def __init__(self) -> None:
+        self._parts: dict[int, _Partition] = {}
+        # Partitions whose read position moved since the batch in hand was taken, and where to.
+        self._moved: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ ownership
+
+    @property
+    def owned(self) -> frozenset[int]:
+        """Partitions owned right now."""
+        return frozenset(self._parts)
+
+    def owns(self, partition: int) -> bool:
+        """Whether this partition is owned."""
+        return partition in self._parts
+
+    def assign(self, partition: int, start: int, expected: int | None) -> None:
+        """A partition is ours from ``start`` on, with the fence its first add must find."""
+        self._parts[partition] = _Partition(expected=expected)
+        self._moved[partition] = start  # a batch read before it (in an outage) is stale
+
+    def release(self, partitions: set[int]) -> None:
+        """Revoked or lost: forget everything about them."""
+        for partition in partitions:
+            self._parts.pop(partition, None)
+
+    # ------------------------------------------------------------------ fences and positions
+
+    def expected(self, partition: int) -> int | None:
+        """The fence the next store call of this partition must find."""
+        part = self._parts.get(partition)
+        return None if part is None else part.expected
+
+    def expect(self, partition: int, fence: int | None) -> None:
+        """Set the fence to expect (after a rewind or state loss)."""
+        if partition in self._parts:
+            self._parts[partition].expected = fence
+
+    def book(self, partition: int, last: int, fence: int) -> None:
+        """Offsets through ``last`` are applied and the store's fence is now ``fence``."""
+        part = self._parts.get(partition)
+        if part is None:
+            return
+        part.expected = fence
+        part.position = last + 1
+        part.uncommitted = True
+
+    def moved(self, partition: int, offset: int) -> None:
+        """The read position was moved: nothing applied before it is ours to commit any more."""
+        self._moved[partition] = offset
+        part = self._parts.get(partition)
+        if part is not None:
+            part.position = None
+            part.uncommitted = False
+
+    def new_batch(self) -> None:
+        """A batch was just taken: moves before it do not make it stale."""
+        self._moved.clear()
+
+    def moved_to(self, partition: int) -> int | None:
+        """Where this partition's read position moved since the batch was taken, if it did."""
+        return self._moved.get(partition)
+
+    # ------------------------------------------------------------------ commits
+
+    def to_commit(self, partitions: set[int] | None = None) -> dict[int, int]:
+        """Next-to-read offsets of applied, uncommitted partitions (optionally only these)."""
+        return {
+            p: part.position
+            for p, part in sorted(self._parts.items())
+            if part.uncommitted
+            and part.position is not None
+            and (partitions is None or p in partitions)
+        }
+
+    def committed(self, partitions: set[int]) -> None:
+        """These partitions' positions were committed."""
+        for partition in partitions:
+            part = self._parts.get(partition)
+            if part is not None:
+                part.uncommitted = False

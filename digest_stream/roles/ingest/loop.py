@@ -1,0 +1,291 @@
+"""Ingest role: consume -> check -> store.add (one call per partition batch) -> commit.
+
+Offsets are committed only after the store call that applied them succeeded. The store's fence
+(last applied offset per partition) makes replays harmless, and lets this process notice when
+Redis lost writes (see fence.py). Two batches overlap: while the store worker runs one batch's
+store calls, this thread consumes and decodes the next. Everything else (booking, rewinds,
+commits, scheduler ticks, rebalance handlers) stays on the role's thread and waits for the batch
+in flight first, so the commit discipline is exactly that of one batch at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import redis
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+
+from digest_stream.clock import Clock
+from digest_stream.ops.hooks import NO_HOOKS, Hooks
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.ingest import fence
+from digest_stream.roles.ingest.applier import Applier
+from digest_stream.roles.ingest.check import Rejected, Rules, TooOld, check
+from digest_stream.roles.ingest.ledger import Ledger
+from digest_stream.roles.ingest.outputs import Outputs
+from digest_stream.roles.ingest.worker import Batch, StoreWorker
+from digest_stream.roles.retry import unavailable
+from digest_stream.roles.runner import RoleConsumer, partitions_of
+from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
+from digest_stream.settings import Settings
+from digest_stream.store.base import DigestStore, NewRecord
+
+log = logging.getLogger(__name__)
+
+# Bounded so a rebalance handler (which runs these) stays well inside the group's budget.
+COMMITTED_TIMEOUT = 10.0
+
+
+class Ingest:
+    """The ingest consumer; also drives the scheduler for the partitions it owns."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: DigestStore,
+        clock: Clock,
+        metrics: Metrics,
+        producer: Producer,
+        scheduler: Scheduler | None,
+        *,
+        hooks: Hooks = NO_HOOKS,
+        consumer: Consumer | None = None,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._clock = clock
+        self._metrics = metrics
+        self._scheduler = scheduler
+        self._rules = Rules(
+            settings.max_event_bytes, settings.max_event_age, frozenset(settings.carry_headers)
+        )
+        # One emitter per process: the scheduler's, when this process schedules.
+        emitter = (
+            scheduler.emitter
+            if scheduler is not None
+            else ScheduleEmitter(producer, settings.schedule_topic, metrics, hooks=hooks)
+        )
+        self._outputs = Outputs(producer, emitter, settings.dlq_topic, metrics, hooks)
+        self._kafka = RoleConsumer(
+            settings, settings.group_id, settings.events_topic, "ingest", consumer=consumer
+        )
+        self._ledger = Ledger()
+        self._applier = Applier(
+            store,
+            settings.on_state_loss,
+            metrics,
+            self._kafka,
+            self._ledger,
+            self._outputs,
+            self._is_stopping,
+        )
+        self._worker = StoreWorker(self._applier.timed_add)
+        self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)
+        self._stopping: Callable[[], bool] = lambda: False
+        self._closing = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, stopping: Callable[[], bool]) -> None:
+        """Join the group; stopping() tells long retries to give up."""
+        self._stopping = stopping
+        self._kafka.subscribe(
+            on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
+        )
+
+    def _is_stopping(self) -> bool:
+        return self._stopping()  # start() sets the predicate after construction
+
+    @property
+    def owned(self) -> frozenset[int]:
+        """Input partitions this instance owns right now."""
+        return self._ledger.owned
+
+    @property
+    def in_flight(self) -> bool:
+        """A batch's store calls were handed to the worker and not booked yet."""
+        return self._worker.busy
+
+    @property
+    def kept(self) -> int:
+        """Stored batches a rebalance handler left for the role thread to book."""
+        return len(self._done)
+
+    def wait_in_flight(self, timeout: float) -> None:
+        """Wait until the worker finished the batch in flight (it stays unbooked)."""
+        self._worker.wait(timeout)
+
+    def lag(self) -> dict[int, int]:
+        """Consumer lag per assigned input partition (local, cheap; for the metrics scrape)."""
+        return self._kafka.lag()
+
+    def step(self) -> int:
+        """Consume and decode a batch while the previous one is stored; book, commit, tick."""
+        # With a batch in flight, take only what is already fetched: waiting here would
+        # delay booking (and the immediate digests) of the batch in flight.
+        timeout = 0.0 if self._worker.busy else self._settings.batch_timeout
+        messages = self._kafka.take(self._settings.batch_size, timeout)
+        # From here on, a partition whose read position moves (a seek, an assignment) makes
+        # its part of this batch stale. Handlers inside take never seek, and an assignment
+        # there comes before the messages it returned.
+        self._ledger.new_batch()
+        batches = self._prepare(messages) if messages else []
+        applied = self._finish()
+        if self._scheduler is not None and self._scheduler.due():
+            self._scheduler.tick(self._ledger.owned)
+        self._submit(batches)
+        return applied
+
+    def close(self) -> None:
+        """Graceful stop: finish the batch in flight, commit, flush outputs, leave the group."""
+        try:
+            self._finish(sync=True)
+            self._worker.shutdown()
+            self._outputs.flush()
+        finally:
+            self._closing = True
+            self._kafka.close()
+
+    # ------------------------------------------------------------------ batches
+
+    def _prepare(self, messages: list[Message]) -> list[Batch]:
+        """Check messages, by partition (bad ones are dead-lettered here)."""
+        now = self._clock.now()
+        return [
+            Batch(
+                partition,
+                [r for r in (self._record(m, now) for m in batch) if r is not None],
+                batch[0].offset() or 0,
+                batch[-1].offset() or 0,
+                now,
+            )
+            for partition, batch in partitions_of(messages).items()
+        ]
+
+    def _record(self, message: Message, now: float) -> NewRecord | None:
+        outcome = check(
+            message.key(), message.value(), message.headers(), message.offset() or 0, now,
+            self._rules,
+        )  # fmt: skip
+        if isinstance(outcome, Rejected):
+            self._outputs.reject(message, outcome)
+            return None
+        if isinstance(outcome, TooOld):
+            self._outputs.too_old()
+            return None
+        return outcome
+
+    def _submit(self, batches: list[Batch]) -> None:
+        """Start the store calls of a batch on the worker (fenced by what is booked now)."""
+        kept = []
+        for batch in batches:
+            if not self._ledger.owns(batch.partition):
+                continue  # revoked: the new owner reads it from the committed offset
+            target = self._ledger.moved_to(batch.partition)
+            if target is None:
+                batch.expected = self._ledger.expected(batch.partition)
+                kept.append(batch)
+            elif 0 <= batch.first < target:
+                # Moved past part of this batch (a refused dead letter inside it): the
+                # batch is dropped, so read it again from its start.
+                self._applier.seek(batch.partition, batch.first)
+        self._worker.submit(kept)
+
+    def _finish(self, *, in_handler: bool = False, sync: bool = False) -> int:
+        """Wait for the batch in flight, book its results and commit; returns records added.
+
+        Inside a rebalance handler nothing may poll or seek, so a partition whose call failed
+        or found its fence behind is kept for the role thread's next _finish.
+        """
+        batches, self._done = self._done + self._worker.collect(), []
+        applied = 0
+        for batch in batches:
+            if not self._ledger.owns(batch.partition):
+                continue  # revoked or lost: whoever owns it reads the batch again
+            if in_handler and not self._applier.bookable(batch):
+                self._done.append(batch)
+                continue
+            added = self._applier.apply(batch)
+            if added is not None:
+                applied += added
+        if not in_handler:
+            self._commit(None, sync=sync)
+        return applied
+
+    # ------------------------------------------------------------------ fences and offsets
+
+    def _commit(self, only: set[int] | None, *, sync: bool, in_handler: bool = False) -> None:
+        offsets = self._ledger.to_commit(only)
+        if not offsets or not self._outputs.dead_letters_durable():
+            return
+        refusing = self._outputs.refused_partitions()
+        if refusing and in_handler:
+            # Nothing may seek inside a rebalance handler: leave these partitions
+            # uncommitted; the role thread (or the next owner) reads the sources again.
+            offsets = {p: o for p, o in offsets.items() if p not in refusing}
+        elif refusing:
+            # Read the refused sources again (the fence skips what was applied since).
+            for partition, offset in self._outputs.refused_sources(self._ledger.owned).items():
+                self._applier.seek(partition, offset)
+            offsets = self._ledger.to_commit(set(offsets))
+        if self._kafka.commit(offsets, sync=sync):
+            self._ledger.committed(set(offsets))
+
+    # ------------------------------------------------------------------ rebalancing
+
+    def on_assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Assignment handler: each partition starts where its fence and commit say."""
+        if self._closing:
+            # An assignment that lands while close() leaves the group: nothing will be read,
+            # and the committed-offset lookup would only time out against a closing consumer.
+            return []
+        starts = []
+        for tp in self._kafka.committed(partitions, COMMITTED_TIMEOUT):
+            decision = self._starting(tp.partition, tp.offset)
+            offset = self._act_at_start(tp.partition, decision)
+            starts.append(TopicPartition(tp.topic, tp.partition, offset))
+        if self._scheduler is not None:
+            self._scheduler.take_over(tp.partition for tp in starts)
+        log.info("assigned %s", ", ".join(f"{tp.partition}@{tp.offset}" for tp in starts))
+        return starts
+
+    def _starting(self, partition: int, committed: int) -> fence.Decision:
+        try:
+            found = self._store.applied_offset(partition)
+        except redis.RedisError as exc:  # the first add checks the fence instead
+            if not unavailable(exc):
+                raise
+            log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)
+            return fence.start_without_store(committed)
+        return fence.start(partition, committed, found, self._settings.on_state_loss)
+
+    def _act_at_start(self, partition: int, decision: fence.Decision) -> int:
+        """Own the partition as decided; returns where to start reading it."""
+        assert decision.offset is not None  # a start always names where to read
+        self._ledger.assign(partition, decision.offset, decision.expected)
+        self._applier.note(decision)
+        return decision.offset
+
+    def on_revoke(self, partitions: list[int]) -> None:
+        """Revocation handler: book the batch in flight, commit these partitions, let go."""
+        revoked = set(partitions)
+        self._finish(in_handler=True)
+        self._commit(revoked, sync=True, in_handler=True)
+        self._release(revoked)
+        log.info("revoked %s", ", ".join(str(p) for p in sorted(revoked)))
+
+    def on_lost(self, partitions: list[int]) -> None:
+        """Loss handler: another member may already own them, so commit nothing."""
+        lost = set(partitions)
+        self._release(lost)
+        self._finish(in_handler=True)  # no store call of ours may still be running for them
+        log.warning("lost %s", ", ".join(str(p) for p in sorted(lost)))
+
+    def _release(self, partitions: set[int]) -> None:
+        self._ledger.release(partitions)
+        if self._scheduler is not None:
+            self._scheduler.release(partitions)
+        # A batch kept for the role's thread is read again by whoever owns it next (us too,
+        # if it comes back in the same rebalance: from the fence and committed offset).
+        self._done = [batch for batch in self._done if batch.partition not in partitions]

@@ -1,0 +1,171 @@
+"""Publishing a batch of digests: every part acknowledged, or retried, or dead-lettered.
+
+A part is sized for the broker before it is produced: the carried headers travel on every
+part, so they come out of the split's budget. A part the producer still refuses at once (too
+large, say) fails that digest's attempt instead of the role, so no output can make delivery
+exit; after ``max_attempts`` the schedule entry goes to the DLQ with the reason and the digest
+stays open for maintenance to try again (its records are never dropped here).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import cast
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.dlq import DeadLetters
+from digest_stream.roles.retry import backoff_delay
+from digest_stream.roles.runner import produce_waiting_for_room
+from digest_stream.settings import Settings
+from digest_stream.store.base import OpenDigest
+from digest_stream.wire import codec
+from digest_stream.wire.models import Digest, ScheduleEntry
+
+log = logging.getLogger(__name__)
+
+_KafkaHeaders = list[tuple[str, str | bytes | None]]
+
+# How long one publish attempt may wait for broker acknowledgements.
+PUBLISH_TIMEOUT = 30.0
+# Per-header framing in a Kafka record (lengths as varints, attributes); generous on purpose.
+HEADER_OVERHEAD = 16
+# The smallest split budget worth keeping carried headers for: below it they are left off.
+MIN_PART_BUDGET = 4096
+
+
+@dataclass
+class Pending:
+    """One digest on its way out."""
+
+    message: Message
+    entry: ScheduleEntry
+    digest: OpenDigest
+    parts: list[Digest]
+    whole: Digest  # the digest before splitting (what hooks see)
+    errors: list[str] = field(default_factory=list)
+    headers: list[tuple[str, bytes]] = field(default_factory=list)  # carried event headers
+
+
+def headers_size(headers: list[tuple[str, bytes]]) -> int:
+    """Bytes the headers add to every message they ride on."""
+    return sum(len(k.encode()) + len(v) + HEADER_OVERHEAD for k, v in headers)
+
+
+def sized_parts(
+    whole: Digest, headers: list[tuple[str, bytes]], max_bytes: int
+) -> tuple[list[Digest], list[tuple[str, bytes]]]:
+    """Split a digest so each part plus key and headers fits ``max_bytes``.
+
+    Carried headers too large to leave a sensible budget are left off (logged): the records
+    matter more than the headers that came with them.
+    """
+    budget = max_bytes - len(whole.timeline.encode()) - headers_size(headers)
+    if headers and budget < MIN_PART_BUDGET:
+        log.warning(
+            "digest %s of %s: carried headers (%d bytes) leave no room; sent without them",
+            whole.id, whole.timeline, headers_size(headers),
+        )  # fmt: skip
+        headers = []
+        budget = max_bytes - len(whole.timeline.encode())
+    return codec.split_digest(whole, budget), headers
+
+
+class Publisher:
+    """Produces digests' parts and waits for acknowledgements, retrying with backoff."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        producer: Producer,
+        dlq: DeadLetters,
+        metrics: Metrics,
+        wait: Callable[[float], None],
+        stopping: Callable[[], bool],
+    ) -> None:
+        self._settings = settings
+        self._producer = producer
+        self._dlq = dlq
+        self._metrics = metrics
+        self._wait = wait  # the role's wait that keeps serving its group
+        self._stopping = stopping
+
+    def publish(self, pending: list[Pending]) -> tuple[list[Pending], bool]:
+        """Publish every part and wait for acks, retrying failures with capped backoff.
+
+        Returns what the broker acknowledged, and whether a stop request cut retries short
+        (then the batch must not be committed: its entries are redelivered after restart).
+        """
+        settings = self._settings
+        published: list[Pending] = []
+        todo = pending
+        attempt = 0
+        while todo:
+            attempt += 1
+            for item in todo:
+                self._produce(item)
+            unacked = self._producer.flush(PUBLISH_TIMEOUT)
+            if unacked:
+                # Which ones is unknown: retry them all (a repeat carries the same digest id).
+                log.warning("%d messages unacknowledged after %.0fs", unacked, PUBLISH_TIMEOUT)
+            published += [item for item in todo if not item.errors and not unacked]
+            todo = [item for item in todo if item.errors or unacked]
+            if not todo:
+                break
+            if self._stopping():
+                return published, True
+            if attempt >= settings.max_attempts:
+                for item in todo:
+                    self._give_up(item)
+                break
+            self._metrics.publish_retries.inc(len(todo))
+            delay = backoff_delay(
+                attempt, settings.retry_backoff_initial, settings.retry_backoff_max
+            )
+            log.warning(
+                "publishing %d digests failed (%s); attempt %d of %d in %.2fs",
+                len(todo), (todo[0].errors or ["no ack"])[0], attempt + 1,
+                settings.max_attempts, delay,
+            )  # fmt: skip
+            self._wait(delay)
+        return published, False
+
+    def _produce(self, item: Pending) -> None:
+        item.errors.clear()
+        for part in item.parts:
+            try:
+                waited = produce_waiting_for_room(
+                    self._producer,
+                    self._settings.output_topic,
+                    part.timeline.encode(),
+                    codec.encode_digest(part),
+                    headers=cast(_KafkaHeaders, item.headers) or None,
+                    on_delivery=_collect(item.errors),
+                )
+            except KafkaException as exc:
+                # Refused before it left (e.g. too large): this digest's attempt fails.
+                item.errors.append(f"part {part.part}/{part.parts}: {exc}")
+                log.error("digest %s of %s: %s", item.digest.id, part.timeline, item.errors[-1])
+                return
+            if waited:
+                self._metrics.producer_queue_full.labels(role="delivery").inc()
+
+    def _give_up(self, item: Pending) -> None:
+        # The digest stays open and its timeline READY: maintenance reschedules it later.
+        self._dlq.send(
+            item.message,
+            "publish-failed",
+            f"digest {item.digest.id} of {item.entry.timeline}: "
+            f"{self._settings.max_attempts} attempts failed: {'; '.join(item.errors[:3])}",
+        )
+
+
+def _collect(errors: list[str]) -> Callable[[KafkaError | None, Message], None]:
+    def on_delivery(error: KafkaError | None, _message: Message) -> None:
+        if error is not None:
+            errors.append(str(error))
+
+    return on_delivery

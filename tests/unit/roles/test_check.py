@@ -1,0 +1,68 @@
+"""The message check: every rejection reason, the age drop, and a good record."""
+
+from __future__ import annotations
+
+import pytest
+
+from digest_stream.roles.ingest.check import TOO_OLD, Rejected, Rules, check
+from digest_stream.store.base import NewRecord
+from digest_stream.store.validate import MAX_NAME_BYTES
+from digest_stream.wire import codec, envelope
+from digest_stream.wire.models import Event
+
+RULES = Rules(max_event_bytes=1000, max_event_age=None, carry_headers=frozenset())
+NOW = 1_700_000_000.0
+
+
+def _event(id: str = "r1", at: float = NOW) -> bytes:
+    return codec.encode_event(Event(id=id, timestamp=int(at * 1000), payload=b"p"))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        (None, _event(), "missing-key"),
+        (b"", _event(), "missing-key"),
+        (b"\xff\xfe", _event(), "invalid-key"),
+        (b"t", None, "missing-value"),
+        (b"t", b"x" * 1001, "oversize"),
+        (b"t", b"\x01\x02\x03", None),  # a decode reason from the codec
+    ],
+)
+def test_bad_input_is_rejected_with_its_reason(
+    key: bytes | None, value: bytes | None, reason: str | None
+) -> None:
+    outcome = check(key, value, None, 7, NOW, RULES)
+    assert isinstance(outcome, Rejected)
+    if reason is not None:
+        assert outcome.reason == reason
+    assert outcome.detail
+
+
+def test_an_id_the_store_would_refuse_is_rejected_before_the_store_sees_it() -> None:
+    rules = Rules(max_event_bytes=100_000, max_event_age=None, carry_headers=frozenset())
+    outcome = check(b"t", _event(id="x" * (MAX_NAME_BYTES + 1)), None, 7, NOW, rules)
+    assert isinstance(outcome, Rejected)
+    assert outcome.reason == "invalid-id"
+
+
+def test_old_events_are_dropped_not_dead_lettered() -> None:
+    rules = Rules(max_event_bytes=1000, max_event_age=60.0, carry_headers=frozenset())
+    assert check(b"t", _event(at=NOW - 61), None, 7, NOW, rules) is TOO_OLD
+    assert isinstance(check(b"t", _event(at=NOW - 59), None, 7, NOW, rules), NewRecord)
+
+
+def test_a_good_message_becomes_the_record_the_store_gets() -> None:
+    value = _event()
+    record = check(b"team-1", value, [("trace", b"abc")], 7, NOW, RULES)
+    assert record == NewRecord(timeline="team-1", id="r1", timestamp=NOW, payload=value, offset=7)
+
+
+def test_carried_headers_travel_in_the_stored_payload() -> None:
+    rules = Rules(max_event_bytes=1000, max_event_age=None, carry_headers=frozenset({"trace"}))
+    value = _event()
+    record = check(b"t", value, [("trace", b"abc"), ("other", b"x")], 7, NOW, rules)
+    assert isinstance(record, NewRecord)
+    headers, event = envelope.unwrap(record.payload)
+    assert event == value
+    assert headers == [("trace", b"abc")]

@@ -1,0 +1,135 @@
+"""The delivery steps on the reference store: open, publish, close, commit; and an outage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from digest_stream.clock import ManualClock
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.delivery import Delivery
+from digest_stream.settings import Settings
+from digest_stream.store import MemoryStore, NewRecord
+from digest_stream.store.base import InvalidState, OpenDigest
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event, ScheduleEntry, ScheduleReason
+from tests.unit.roles.fakes import FakeConsumer, FakeProducer, message
+
+SCHEDULE, OUTPUT = "schedule", "output"
+
+
+class FlakyStore(MemoryStore):
+    """The reference store, unreachable for the first ``failures`` open_many calls."""
+
+    def __init__(self, failures: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.failures = failures
+
+    def open_many(self, targets: Any, now: float) -> list[OpenDigest | InvalidState]:
+        if self.failures:
+            self.failures -= 1
+            raise redis.ConnectionError("unreachable (test)")
+        return super().open_many(targets, now)
+
+
+def _rig(store: MemoryStore) -> tuple[Delivery, FakeConsumer, FakeProducer, Metrics]:
+    settings = Settings(
+        schedule_topic=SCHEDULE,
+        output_topic=OUTPUT,
+        batch_timeout=0.0,
+        retry_backoff_initial=0.001,
+        retry_backoff_max=0.01,
+    )
+    consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
+    delivery = Delivery(
+        settings,
+        store,
+        ManualClock(2000.0),
+        metrics,
+        producer.as_producer(),
+        consumer=consumer.as_consumer(),
+    )
+    delivery.start(lambda: False)
+    consumer.assign([0])
+    return delivery, consumer, producer, metrics
+
+
+def _ready(store: MemoryStore, timeline: str, n: int) -> None:
+    records = [
+        NewRecord(
+            timeline=timeline,
+            id=f"r{i}",
+            timestamp=1000.0 + i,
+            payload=codec.encode_event(Event(id=f"r{i}", timestamp=1_000_000 + i, payload=b"p")),
+            offset=i,
+        )
+        for i in range(n)
+    ]
+    store.add(0, records, 1999.0)
+
+
+def _entry(consumer: FakeConsumer, timeline: str, offset: int) -> None:
+    entry = ScheduleEntry(
+        timeline=timeline, partition=0, scheduled_at=1_999_000, reason=ScheduleReason.IMMEDIATE
+    )
+    value = codec.encode_schedule_entry(entry)
+    consumer.queued.append(message(SCHEDULE, 0, offset, timeline.encode(), value))
+
+
+def test_a_ready_timeline_is_published_closed_and_committed() -> None:
+    store = MemoryStore()
+    delivery, consumer, producer, metrics = _rig(store)
+    _ready(store, "t1", 3)
+    _entry(consumer, "t1", 0)
+    assert delivery.step() == 1
+    ((key, value),) = producer.on(OUTPUT)
+    digest = codec.decode_digest(value or b"")
+    assert key == b"t1"
+    assert [r.id for r in digest.records] == ["r2", "r1", "r0"]
+    info = store.inspect(0, "t1")  # closed: cooling down, nothing pending
+    assert info is not None
+    assert (info.state, info.pending, info.last_delivery) == (
+        "waiting",
+        0,
+        2000.0,
+    )
+    assert consumer.committed_offsets == {0: 1}
+    assert metrics.value("digest_digests_published_total") == 1
+
+
+def test_a_repeated_entry_of_a_delivered_timeline_is_stale_and_committed() -> None:
+    store = MemoryStore()
+    delivery, consumer, producer, metrics = _rig(store)
+    _ready(store, "t1", 1)
+    _entry(consumer, "t1", 0)
+    delivery.step()
+    _entry(consumer, "t1", 1)
+    assert delivery.step() == 0
+    assert len(producer.on(OUTPUT)) == 1
+    assert metrics.value("digest_stale_entries_total") == 1
+    assert consumer.committed_offsets == {0: 2}
+
+
+def test_a_redis_outage_pauses_and_keeps_polling_like_ingest() -> None:
+    store = FlakyStore(failures=3)
+    delivery, consumer, producer, metrics = _rig(store)
+    _ready(store, "t1", 1)
+    _entry(consumer, "t1", 0)
+    assert delivery.step() == 1
+    assert consumer.pauses >= 1
+    assert consumer.paused == set()
+    assert consumer.polls >= 3  # served the group while waiting, never a bare sleep
+    assert len(producer.on(OUTPUT)) == 1
+    assert metrics.value("digest_redis_errors_total") == 3
+
+
+def test_a_revoked_partition_is_not_committed_by_a_later_batch() -> None:
+    store = MemoryStore()
+    delivery, consumer, _, _ = _rig(store)
+    consumer.revoke([0])
+    assert delivery.assigned == frozenset()
+    _ready(store, "t1", 1)
+    _entry(consumer, "t1", 0)  # a message of the revoked partition still in hand
+    delivery.step()
+    assert consumer.committed_offsets == {}

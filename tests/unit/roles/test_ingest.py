@@ -1,0 +1,175 @@
+"""The ingest loop, driven message by message with a fake consumer and the reference store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from digest_stream.clock import SystemClock
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.ingest import Ingest
+from digest_stream.settings import Settings
+from digest_stream.store import MemoryStore
+from digest_stream.store.base import AddResult
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event, ScheduleReason
+from tests.unit.roles.fakes import FakeConsumer, FakeProducer, message
+
+EVENTS, SCHEDULE, DLQ = "events", "schedule", "dlq"
+
+
+class FlakyStore(MemoryStore):
+    """The reference store, unreachable for the first ``failures`` adds."""
+
+    def __init__(self, failures: int, error: Exception | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.failures = failures
+        self.error = error or redis.ConnectionError("unreachable (test)")
+
+    def add(self, *args: Any, **kwargs: Any) -> AddResult:
+        if self.failures:
+            self.failures -= 1
+            raise self.error
+        return super().add(*args, **kwargs)
+
+
+class Rig:
+    def __init__(self, store: MemoryStore | None = None) -> None:
+        self.settings = Settings(
+            events_topic=EVENTS,
+            schedule_topic=SCHEDULE,
+            dlq_topic=DLQ,
+            batch_timeout=0.0,
+            retry_backoff_initial=0.001,
+            retry_backoff_max=0.01,
+        )
+        self.store = store or MemoryStore()
+        self.consumer = FakeConsumer(EVENTS)
+        self.producer = FakeProducer()
+        self.metrics = Metrics()
+        self.ingest = Ingest(
+            self.settings,
+            self.store,
+            SystemClock(),
+            self.metrics,
+            self.producer.as_producer(),
+            None,
+            consumer=self.consumer.as_consumer(),
+        )
+        self.ingest.start(lambda: False)
+        self.offsets = 0
+
+    def send(self, key: bytes | None, record_id: str = "r", partition: int = 0) -> None:
+        value = codec.encode_event(
+            Event(id=record_id, timestamp=int(time.time() * 1000), payload=b"p")
+        )
+        self.consumer.queued.append(message(EVENTS, partition, self.offsets, key, value))
+        self.offsets += 1
+
+    def step_until(self, condition: Callable[[], bool], steps: int = 20) -> None:
+        for _ in range(steps):
+            if condition():
+                return
+            self.ingest.step()
+        assert condition()
+
+    def entries(self) -> list[tuple[str, ScheduleReason]]:
+        decoded = [codec.decode_schedule_entry(v or b"") for _, v in self.producer.on(SCHEDULE)]
+        return [(e.timeline, e.reason) for e in decoded]
+
+
+def test_a_batch_is_stored_announced_and_committed_with_bad_input_dead_lettered() -> None:
+    rig = Rig()
+    rig.consumer.assign([0])
+    assert rig.ingest.owned == {0}
+    rig.send(b"t1", "a")
+    rig.send(None, "b")  # no key: dead letter
+    rig.send(b"t2", "c")
+    rig.send(b"t1", "d")
+    rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 4)
+    rig.producer.flush()
+    assert sorted(rig.entries()) == [
+        ("t1", ScheduleReason.IMMEDIATE),
+        ("t2", ScheduleReason.IMMEDIATE),
+    ]
+    assert [k for k, _ in rig.producer.on(DLQ)] == [None]
+    assert rig.store.inspect(0, "t1").pending == 2
+    assert rig.store.applied_offset(0) == 3
+    assert rig.metrics.value("digest_dead_letters_total", reason="missing-key") == 1
+
+
+def test_a_fence_found_behind_seeks_back_and_commits_nothing_past_it() -> None:
+    rig = Rig()
+    rig.consumer.assign([0])
+    for n in range(5):
+        rig.send(b"t", f"r{n}")
+    rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 5)
+    rig.store.set_applied_offset(0, 1)  # Redis lost writes 2..4
+    rig.send(b"t", "r5")
+    rig.step_until(lambda: (0, 2) in rig.consumer.seeks)
+    assert rig.consumer.committed_offsets[0] == 5
+    assert rig.metrics.value("digest_replays_total", cause="fence_behind") == 1
+
+
+def test_an_assignment_starts_at_the_fence_when_nothing_is_committed() -> None:
+    rig = Rig()
+    rig.store.set_applied_offset(3, 41)
+    rig.consumer.assign([3])
+    assert [(tp.partition, tp.offset) for tp in rig.consumer.assigned] == [(3, 42)]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.ConnectionError("unreachable"),
+        redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'."),
+        redis.ResponseError("BUSY Redis is busy running a script."),
+        redis.ResponseError("READONLY You can't write against a read only replica."),
+        redis.ResponseError("NOPERM User u has no permissions to run the 'hdel' command"),
+    ],
+)
+def test_a_redis_outage_pauses_keeps_polling_and_resumes_without_losing_the_batch(
+    error: Exception,
+) -> None:
+    rig = Rig(FlakyStore(failures=4, error=error))
+    rig.consumer.assign([0])
+    rig.send(b"t", "r0")
+    rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 1)
+    assert rig.consumer.pauses >= 1
+    assert rig.consumer.paused == set()
+    assert rig.consumer.polls >= 3  # the group was served while waiting
+    assert rig.store.inspect(0, "t").pending == 1
+    assert rig.metrics.value("digest_redis_errors_total") == 4
+
+
+def test_a_revocation_commits_what_was_applied_and_lets_go() -> None:
+    rig = Rig()
+    rig.consumer.assign([0, 1])
+    rig.send(b"t", "r0", partition=1)
+    rig.ingest.step()  # taken and handed to the worker
+    rig.consumer.revoke([1])
+    assert rig.consumer.committed_offsets.get(1) == 1
+    assert rig.ingest.owned == {0}
+    assert not rig.ingest.in_flight
+
+
+def test_a_lost_partition_commits_nothing() -> None:
+    rig = Rig()
+    rig.consumer.assign([0])
+    rig.send(b"t", "r0")
+    rig.ingest.step()
+    rig.consumer.lose([0])
+    assert rig.consumer.commits == []
+    assert rig.ingest.owned == frozenset()
+
+
+def test_a_refused_call_that_is_a_bug_still_stops_the_role() -> None:
+    rig = Rig(FlakyStore(failures=1, error=redis.ResponseError("ERR wrong number of arguments")))
+    rig.consumer.assign([0])
+    rig.send(b"t", "r0")
+    with pytest.raises(redis.ResponseError, match="wrong number"):
+        rig.step_until(lambda: False)
