@@ -146,6 +146,11 @@ class App:
         return "scheduler" in self.roles
 
     @property
+    def owned_partitions(self) -> frozenset[int] | None:
+        """Input partitions the ingest role owns; None without an ingest role."""
+        return None if self.ingest is None else self.ingest.owned
+
+    @property
     def stopping(self) -> bool:
         """stop() was asked for (or a role failed)."""
         return self._stop.is_set()
