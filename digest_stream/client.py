@@ -36,6 +36,9 @@ out a hiccup, raising after that stops the caller from blocking forever on a dea
 _MAX_FAILURES_KEPT: Final = 100
 """Failed deliveries kept for DeliveryError's details (all are counted): bounded memory."""
 
+_LIBRDKAFKA_LOGGER: Final = logging.getLogger("digest_stream.client.librdkafka")
+"""Where librdkafka's own log lines go (instead of raw on stderr); override with `logger=`."""
+
 _PRODUCER_DEFAULTS: Final[Mapping[str, Any]] = {
     # Idempotence (which implies acks=all): broker-side retries can neither duplicate nor
     # reorder a timeline's events, and an acknowledged event survives a broker failure.
@@ -47,6 +50,7 @@ _PRODUCER_DEFAULTS: Final[Mapping[str, Any]] = {
     # default (consistent_random, CRC32) disagrees with Java for the same key.
     "partitioner": "murmur2_random",
     "client.id": "digest-stream-event-producer",
+    "logger": _LIBRDKAFKA_LOGGER,
 }
 
 _CONSUMER_DEFAULTS: Final[Mapping[str, Any]] = {
@@ -61,6 +65,7 @@ _CONSUMER_DEFAULTS: Final[Mapping[str, Any]] = {
     # Rebalances move only the partitions that change owner; the others keep flowing.
     "partition.assignment.strategy": "cooperative-sticky",
     "client.id": "digest-stream-digest-reader",
+    "logger": _LIBRDKAFKA_LOGGER,
 }
 
 
