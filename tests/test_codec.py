@@ -102,7 +102,7 @@ def test_schema_files_ship_in_the_package_and_at_the_top() -> None:
     for name in ("event.avsc", "schedule_entry.avsc", "digest.avsc"):
         assert packaged.joinpath(name).read_text("utf-8") == (top / name).read_text("utf-8")
     data = (REPO / "pyproject.toml").read_text("utf-8")
-    assert '"schemas/*.avsc"' in data, "package-data must include the schemas"
+    assert '"wire/schemas/*.avsc"' in data, "package-data must include the schemas"
 
 
 def _fields(schema: Any) -> dict[str, Any]:
