@@ -31,7 +31,9 @@ def run(roles: str, **flags: Any) -> None:
     try:
         chosen = parse_roles(roles)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--roles") from exc
+        # One line, not click's usage block: the refusal is about the deployment, not syntax.
+        click.echo(f"digest-stream run: --roles {roles}: {exc}", err=True)
+        sys.exit(2)
     app = App(settings, roles=chosen)
 
     def graceful(received: signal.Signals) -> None:

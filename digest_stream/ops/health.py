@@ -2,7 +2,8 @@
 
 - live: every role loop came round within ``stall_timeout``, or it is inside a Redis-outage
   retry (the Redis error counter moved within that window): waiting for Redis is not stuck.
-- ready: the roles started and are not stopping; the ingest role owns at least one input
+- ready: the roles started and are not stopping; ingest runs with its scheduler (alone, it
+  owns partitions nobody ticks); the ingest role owns at least one input
   partition (a delivery-only process: at least one schedule partition); the store answers and
   runs the Functions library version this code expects (on every primary of a cluster).
 """
@@ -176,6 +177,8 @@ class Health:
             problems.append("not started")
         if app.stopping:
             problems.append("stopping")
+        if "ingest" in app.roles and not app.scheduler_runs:
+            problems.append("ingest runs without the scheduler: its partitions are never ticked")
         owned = app.owned_partitions
         if owned is not None:
             details["ingest_partitions"] = sorted(owned)

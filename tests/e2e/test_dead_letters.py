@@ -22,7 +22,7 @@ def test_refused_dead_letter_holds_the_commit_and_is_retried(
         partitions=1, name=unique("small") + ".dlq", **{"max.message.bytes": "300"}
     )
     pipe = pipeline_factory(partitions=1, dlq_topic=dlq_topic)
-    app = pipe.app(roles="ingest")
+    app = pipe.app(roles="ingest,scheduler")
     raw = Producer({"bootstrap.servers": pipe.settings.kafka_bootstrap_servers})
     raw.produce(pipe.settings.events_topic, key=b"poison", value=os.urandom(1000))
     assert raw.flush(30) == 0

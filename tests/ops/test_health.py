@@ -82,3 +82,14 @@ def test_live_follows_heartbeats_and_failure() -> None:
     ok, details = health(view).live()
     assert not ok
     assert details["status"] == "failed"
+
+
+def test_ingest_without_its_scheduler_is_never_ready() -> None:
+    # Its partitions would be owned but never ticked: the second event of a timeline would
+    # wait forever, so a probe must not route traffic to it.
+    view = FakeView(roles=frozenset({"ingest"}))
+    ok, details = health(view).ready()
+    assert not ok
+    assert details["problems"] == [
+        "ingest runs without the scheduler: its partitions are never ticked"
+    ]
