@@ -1,6 +1,7 @@
 """Liveness, readiness and the per-partition gauges, computed on demand (never on the hot path).
 
-- live: every role loop came round within ``stall_timeout``, or it is inside a Redis-outage
+- live: no role failed (the body names the failure's category and class, never its text)
+  and every role loop came round within ``stall_timeout``, or it is inside a Redis-outage
   retry (the Redis error counter moved within that window): waiting for Redis is not stuck.
 - ready: the roles started and are not stopping; ingest runs with its scheduler (alone, it
   owns partitions nobody ticks); the ingest role owns at least one input
@@ -17,15 +18,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+from redis.exceptions import RedisError
 
 from digest_stream.clock import Clock
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.retry import REDIS_DOWN
 from digest_stream.settings import Settings
-from digest_stream.store.base import DigestStore
+from digest_stream.store.base import DigestStore, StoreError
 from digest_stream.store.redis import LIBRARY_VERSION, RedisStore, library_versions
 
 log = logging.getLogger(__name__)
@@ -121,6 +123,17 @@ class HealthView(Protocol):
         """The role loops this process runs."""
 
 
+def failure_category(error: BaseException) -> str:
+    """What kind of failure stopped a role: redis, kafka, store or internal (for /healthz)."""
+    if isinstance(error, RedisError):
+        return "redis"
+    if isinstance(error, (KafkaException, KafkaError)):
+        return "kafka"
+    if isinstance(error, StoreError):
+        return "store"
+    return "internal"
+
+
 class Health:
     """Answers /healthz and /readyz for one process."""
 
@@ -131,6 +144,7 @@ class Health:
         self._ready: tuple[bool, dict[str, Any]] = (False, {})
         self._redis_errors = -1.0
         self._redis_errors_changed = time.monotonic()
+        self._last_logged = ""
 
     def live(self) -> tuple[bool, dict[str, Any]]:
         """(alive, details): role loops not stuck."""
@@ -154,8 +168,12 @@ class Health:
         details = {"status": "ok" if ok else "stuck", "roles": roles,
                    "waiting_for_redis": retrying_redis}  # fmt: skip
         if app.failed is not None:
+            # A category and a class, never the text: the probe answers anyone who can reach
+            # the port, and the text may carry hosts, keys or payload. The role's failure was
+            # logged with its traceback when it stopped.
             details["status"] = "failed"
-            details["error"] = str(app.failed)
+            details["error"] = {"category": failure_category(app.failed),
+                                "type": type(app.failed).__name__}  # fmt: skip
         return ok, details
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
@@ -194,9 +212,11 @@ class Health:
             try:
                 versions = library_versions(store.client)
             except REDIS_DOWN as exc:
-                problems.append(f"Redis unreachable: {exc}")
+                problems.append(f"Redis unreachable ({type(exc).__name__})")
+                self._log_once("readiness: Redis unreachable: %s", exc)
             except Exception as exc:  # e.g. ACL refusals
-                problems.append(f"Redis refused the version check: {exc}")
+                problems.append(f"Redis refused the version check ({type(exc).__name__})")
+                self._log_once("readiness: Redis refused the version check: %s", exc)
             else:
                 details["library_versions"] = versions
                 wrong = {n: v or "absent" for n, v in versions.items() if v != LIBRARY_VERSION}
@@ -207,6 +227,14 @@ class Health:
         details["status"] = "ready" if not problems else "not ready"
         details["problems"] = problems
         return not problems, details
+
+    def _log_once(self, message: str, exc: BaseException) -> None:
+        # The probe's body names only the error class; the text goes to the log, once per
+        # change rather than once per probe (probes come every second during an outage).
+        text = message % exc
+        if text != self._last_logged:
+            self._last_logged = text
+            log.warning(text)
 
 
 class PartitionGauges(Collector):

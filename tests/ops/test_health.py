@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+
+import pytest
+import redis
+from confluent_kafka import KafkaException
 
 from digest_stream import app as app_module
 from digest_stream.clock import Clock, ManualClock
@@ -14,7 +20,9 @@ from digest_stream.ops import health as health_module
 from digest_stream.ops.health import Health, HealthView, Heartbeats
 from digest_stream.ops.metrics import Metrics
 from digest_stream.settings import Settings
-from digest_stream.store.base import DigestStore
+from digest_stream.store.base import DigestStore, InvalidState
+from digest_stream.store.redis import RedisStore
+from tests.proxy import TcpProxy
 
 
 @dataclass
@@ -93,3 +101,46 @@ def test_ingest_without_its_scheduler_is_never_ready() -> None:
     assert details["problems"] == [
         "ingest runs without the scheduler: its partitions are never ticked"
     ]
+
+
+@pytest.mark.parametrize(
+    ("error", "category"),
+    [
+        (RuntimeError("connect redis://svc:s3cret@10.0.0.7/0 failed"), "internal"),
+        (redis.ResponseError("NOPERM user svc:s3cret has no permissions"), "redis"),
+        (KafkaException("broker 10.0.0.7: s3cret"), "kafka"),
+        (InvalidState("timeline s3cret:7 is READY"), "store"),
+    ],
+)
+def test_healthz_names_the_failure_not_its_text(error: BaseException, category: str) -> None:
+    # The probe answers anyone who reaches the port: the text (hosts, users, timelines) stays
+    # in the log, the body says what kind of failure it was.
+    view = FakeView(failed=error)
+    ok, details = health(view).live()
+    assert not ok
+    assert details["status"] == "failed"
+    assert details["error"] == {"category": category, "type": type(error).__name__}
+    assert "s3cret" not in json.dumps(details)
+
+
+def test_readyz_names_a_redis_error_by_its_class(
+    redis_proxy: TcpProxy, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = redis.Redis.from_url(
+        f"redis://{redis_proxy.address}/0", socket_timeout=1, socket_connect_timeout=1
+    )
+    view = FakeView(store=RedisStore(client, namespace=namespace))
+    probe = health(view)
+    assert probe.ready()[0]
+    redis_proxy.block()
+    with caplog.at_level(logging.WARNING, logger="digest_stream.ops.health"):
+        ok, details = probe._check_ready()  # the uncached check
+    assert not ok
+    assert len(details["problems"]) == 1
+    problem = details["problems"][0]
+    assert problem.startswith("Redis unreachable (")
+    assert problem.endswith("Error)")
+    port = redis_proxy.address.rsplit(":", 1)[1]
+    assert port not in json.dumps(details)
+    assert any("readiness: Redis unreachable" in r.getMessage() for r in caplog.records)
+    client.close()
