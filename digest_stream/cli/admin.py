@@ -4,11 +4,28 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from digest_stream.cli.common import event_partitions, load_settings, settings_options, when
+
+if TYPE_CHECKING:  # the store (and redis-py) loads only for the commands that use it
+    from digest_stream.store.base import TimelineInfo
+    from digest_stream.store.redis import RedisStore
+
+
+def _find(
+    timeline: str, partition: int | None, flags: dict[str, Any]
+) -> tuple[RedisStore, dict[int, TimelineInfo]]:
+    """The store and the timeline's state per input partition (all partitions unless given)."""
+    from digest_stream.app import connect_store
+    from digest_stream.ops.admin import find_timeline
+
+    settings = load_settings(flags)
+    store = connect_store(settings)
+    candidates = [partition] if partition is not None else event_partitions(settings)
+    return store, find_timeline(store, candidates, timeline)
 
 
 @click.command()
@@ -18,13 +35,7 @@ from digest_stream.cli.common import event_partitions, load_settings, settings_o
 @settings_options
 def delete(timeline: str, partition: int | None, yes: bool, **flags: Any) -> None:
     """Delete one timeline: its pending records, open digest and schedule entries."""
-    from digest_stream.app import connect_store
-    from digest_stream.ops.admin import find_timeline
-
-    settings = load_settings(flags)
-    store = connect_store(settings)
-    candidates = [partition] if partition is not None else event_partitions(settings)
-    found = find_timeline(store, candidates, timeline)
+    store, found = _find(timeline, partition, flags)
     if not found:
         click.echo(f"timeline {timeline} has no state (absent); nothing to delete")
         return
@@ -73,13 +84,7 @@ def replay(partition: int, from_offset: int, yes: bool, **flags: Any) -> None:
 @settings_options
 def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
     """Show one timeline's state, due time, pending records and open digest."""
-    from digest_stream.app import connect_store
-    from digest_stream.ops.admin import find_timeline
-
-    settings = load_settings(flags)
-    store = connect_store(settings)
-    candidates = [partition] if partition is not None else event_partitions(settings)
-    found = find_timeline(store, candidates, timeline)
+    _store, found = _find(timeline, partition, flags)
     if not found:
         click.echo(f"timeline {timeline} has no state (absent)")
     # Normally one partition; more after the events topic was repartitioned.
