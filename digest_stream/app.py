@@ -46,9 +46,15 @@ def parse_roles(text: str | Iterable[str]) -> frozenset[str]:
     unknown = roles - set(ROLES)
     if unknown or not roles:
         raise ValueError(f"roles must be a non-empty subset of {','.join(ROLES)}, got {text!r}")
+    # The scheduler follows the ingest consumer's partition assignment: each needs the other,
+    # or the owned partitions are never ticked (ingest alone) or there are none (scheduler alone).
     if "scheduler" in roles and "ingest" not in roles:
-        # The scheduler follows the ingest consumer's partition assignment.
         raise ValueError("the scheduler role runs inside the ingest role: add 'ingest'")
+    if "ingest" in roles and "scheduler" not in roles:
+        raise ValueError(
+            "the ingest role needs the scheduler role (it ticks the partitions ingest owns; "
+            "without it no timeline is ever announced): use 'ingest,scheduler'"
+        )
     return roles
 
 
@@ -144,6 +150,11 @@ class App:
     def scheduler_runs(self) -> bool:
         """Whether this process schedules its input partitions (and so owns their gauges)."""
         return "scheduler" in self.roles
+
+    @property
+    def owned_partitions(self) -> frozenset[int] | None:
+        """Input partitions the ingest role owns; None without an ingest role."""
+        return None if self.ingest is None else self.ingest.owned
 
     @property
     def stopping(self) -> bool:

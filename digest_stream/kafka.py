@@ -12,9 +12,17 @@ log = logging.getLogger(__name__)
 # Large enough to amortise a round trip, small enough to keep a rebalance callback short.
 FETCH_MAX_WAIT_MS = 50
 
+#: librdkafka's own lines ("FAIL ... Connect to ... failed") go through Python logging, in the
+#: service's format (JSON when configured), instead of raw "%3|...|" lines on stderr. They are
+#: handed over while the client is polled, on the polling thread.
+LIBRDKAFKA_LOGGER = logging.getLogger("digest_stream.kafka.librdkafka")
+
 
 def _base(settings: Settings) -> dict[str, Any]:
-    config: dict[str, Any] = {"bootstrap.servers": settings.kafka_bootstrap_servers}
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.kafka_bootstrap_servers,
+        "logger": LIBRDKAFKA_LOGGER,
+    }
     # User-supplied librdkafka properties (SASL, SSL, tuning) win over our defaults.
     return config | dict(settings.kafka_config)
 

@@ -157,9 +157,12 @@ class Settings(BaseSettings):
         le=65535,
         description="HTTP port for /metrics, /healthz, /readyz; unset = no server, 0 = any.",
     )
-    # Scrapers and probes come from other hosts (Prometheus, kubelet); the port is off unless
-    # asked for, so nothing listens by default.
-    metrics_host: str = Field("0.0.0.0", description="Address the metrics server binds to.")  # noqa: S104
+    # Loopback by default: the probes and /metrics answer anyone who reaches the port. Where
+    # scrapers and probes come from other hosts (a container, kubelet), set 0.0.0.0 explicitly.
+    metrics_host: str = Field(
+        "127.0.0.1",
+        description="Address the metrics server binds to (0.0.0.0 to serve other hosts).",
+    )
     stall_timeout: float = Field(
         300.0, gt=0, description="/healthz fails when a role loop is stuck this long (s)."
     )

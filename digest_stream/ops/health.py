@@ -1,8 +1,10 @@
 """Liveness, readiness and the per-partition gauges, computed on demand (never on the hot path).
 
-- live: every role loop came round within ``stall_timeout``, or it is inside a Redis-outage
+- live: no role failed (the body names the failure's category and class, never its text)
+  and every role loop came round within ``stall_timeout``, or it is inside a Redis-outage
   retry (the Redis error counter moved within that window): waiting for Redis is not stuck.
-- ready: the roles started and are not stopping; the ingest role owns at least one input
+- ready: the roles started and are not stopping; ingest runs with its scheduler (alone, it
+  owns partitions nobody ticks); the ingest role owns at least one input
   partition (a delivery-only process: at least one schedule partition); the store answers and
   runs the Functions library version this code expects (on every primary of a cluster).
 """
@@ -14,18 +16,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from redis.cluster import RedisCluster
+from redis.exceptions import RedisError
 
+from digest_stream.clock import Clock
+from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.retry import REDIS_DOWN
-from digest_stream.store.redis import LIBRARY_VERSION, RedisClient, RedisStore
-
-if TYPE_CHECKING:
-    from digest_stream.app import App
+from digest_stream.settings import Settings
+from digest_stream.store.base import DigestStore, StoreError
+from digest_stream.store.redis import LIBRARY_VERSION, RedisStore, library_versions
 
 log = logging.getLogger(__name__)
 
@@ -69,28 +72,79 @@ class Heartbeats:
         return {role: now - at for role, at in dict(self.beats).items()}
 
 
-def library_versions(client: RedisClient) -> dict[str, str]:
-    """The Functions library version on every primary (read-only FCALL_RO ds_version)."""
-    if isinstance(client, RedisCluster):
-        found = {}
-        for node in client.get_primaries():
-            reply = client.execute_command("FCALL_RO", "ds_version", 0, target_nodes=node)
-            found[node.name] = reply.decode() if isinstance(reply, bytes) else str(reply)
-        return found
-    reply = client.execute_command("FCALL_RO", "ds_version", 0)
-    return {"redis": reply.decode() if isinstance(reply, bytes) else str(reply)}
+class HealthView(Protocol):
+    """What health and the gauges read of a running process (App satisfies it); read-only."""
+
+    @property
+    def settings(self) -> Settings:
+        """The settings (stall_timeout)."""
+
+    @property
+    def clock(self) -> Clock:
+        """The clock due times are measured with."""
+
+    @property
+    def metrics(self) -> Metrics:
+        """The process's counters (the Redis error counter)."""
+
+    @property
+    def heartbeats(self) -> Heartbeats:
+        """Loop times and consumer lag per role."""
+
+    @property
+    def store(self) -> DigestStore | None:
+        """The store, once connected."""
+
+    @property
+    def roles(self) -> frozenset[str]:
+        """The roles this process was asked to run."""
+
+    @property
+    def started(self) -> bool:
+        """Every role was started."""
+
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (or a role failed)."""
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The error that stopped a role, if any."""
+
+    @property
+    def owned_partitions(self) -> frozenset[int] | None:
+        """Input partitions the ingest role owns; None without an ingest role."""
+
+    @property
+    def scheduler_runs(self) -> bool:
+        """Whether this process schedules its input partitions."""
+
+    def loop_roles(self) -> list[str]:
+        """The role loops this process runs."""
+
+
+def failure_category(error: BaseException) -> str:
+    """What kind of failure stopped a role: redis, kafka, store or internal (for /healthz)."""
+    if isinstance(error, RedisError):
+        return "redis"
+    if isinstance(error, (KafkaException, KafkaError)):
+        return "kafka"
+    if isinstance(error, StoreError):
+        return "store"
+    return "internal"
 
 
 class Health:
-    """Answers /healthz and /readyz for one App."""
+    """Answers /healthz and /readyz for one process."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: HealthView) -> None:
         self._app = app
         self._lock = threading.Lock()
         self._ready_at = -1.0
         self._ready: tuple[bool, dict[str, Any]] = (False, {})
         self._redis_errors = -1.0
         self._redis_errors_changed = time.monotonic()
+        self._last_logged = ""
 
     def live(self) -> tuple[bool, dict[str, Any]]:
         """(alive, details): role loops not stuck."""
@@ -114,8 +168,12 @@ class Health:
         details = {"status": "ok" if ok else "stuck", "roles": roles,
                    "waiting_for_redis": retrying_redis}  # fmt: skip
         if app.failed is not None:
+            # A category and a class, never the text: the probe answers anyone who can reach
+            # the port, and the text may carry hosts, keys or payload. The role's failure was
+            # logged with its traceback when it stopped.
             details["status"] = "failed"
-            details["error"] = str(app.failed)
+            details["error"] = {"category": failure_category(app.failed),
+                                "type": type(app.failed).__name__}  # fmt: skip
         return ok, details
 
     def ready(self) -> tuple[bool, dict[str, Any]]:
@@ -137,12 +195,14 @@ class Health:
             problems.append("not started")
         if app.stopping:
             problems.append("stopping")
-        if app.ingest is not None:
-            owned = sorted(app.ingest.owned)
-            details["ingest_partitions"] = owned
+        if "ingest" in app.roles and not app.scheduler_runs:
+            problems.append("ingest runs without the scheduler: its partitions are never ticked")
+        owned = app.owned_partitions
+        if owned is not None:
+            details["ingest_partitions"] = sorted(owned)
             if not owned:
                 problems.append("no input partitions assigned")
-        elif app.delivery is not None:
+        elif "delivery" in app.roles:
             assigned = sorted(app.heartbeats.lags.get("delivery", {}))
             details["delivery_partitions"] = assigned
             if not assigned:
@@ -152,12 +212,14 @@ class Health:
             try:
                 versions = library_versions(store.client)
             except REDIS_DOWN as exc:
-                problems.append(f"Redis unreachable: {exc}")
-            except Exception as exc:  # e.g. "Function not found" after a restart, ACL refusals
-                problems.append(f"Redis refused the version check: {exc}")
+                problems.append(f"Redis unreachable ({type(exc).__name__})")
+                self._log_once("readiness: Redis unreachable: %s", exc)
+            except Exception as exc:  # e.g. ACL refusals
+                problems.append(f"Redis refused the version check ({type(exc).__name__})")
+                self._log_once("readiness: Redis refused the version check: %s", exc)
             else:
                 details["library_versions"] = versions
-                wrong = {n: v for n, v in versions.items() if v != LIBRARY_VERSION}
+                wrong = {n: v or "absent" for n, v in versions.items() if v != LIBRARY_VERSION}
                 if wrong:
                     problems.append(
                         f"Functions library version mismatch (need {LIBRARY_VERSION}): {wrong}"
@@ -166,11 +228,19 @@ class Health:
         details["problems"] = problems
         return not problems, details
 
+    def _log_once(self, message: str, exc: BaseException) -> None:
+        # The probe's body names only the error class; the text goes to the log, once per
+        # change rather than once per probe (probes come every second during an outage).
+        text = message % exc
+        if text != self._last_logged:
+            self._last_logged = text
+            log.warning(text)
+
 
 class PartitionGauges(Collector):
     """Per-owned-partition gauges, computed when scraped: one read-only FCALL per partition."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: HealthView) -> None:
         self._app = app
 
     def describe(self) -> list[GaugeMetricFamily]:
@@ -196,9 +266,7 @@ class PartitionGauges(Collector):
         waiting, ready, overdue, lag, owned_g, loop_age = self._families()
         app = self._app
         now = app.clock.now()
-        owned: frozenset[int] = frozenset()
-        if app.ingest is not None:
-            owned = app.ingest.owned
+        owned = app.owned_partitions or frozenset()
         for role, lags in sorted(dict(app.heartbeats.lags).items()):
             for partition, value in sorted(lags.items()):
                 lag.add_metric([role, str(partition)], value)

@@ -8,7 +8,8 @@ that tag. One FCALL per operation per partition batch, never one per record.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from importlib import resources
 from typing import cast
 
@@ -121,6 +122,31 @@ def _map_error(error: ResponseError) -> Exception:
     return error
 
 
+def library_versions(client: RedisClient) -> dict[str, str | None]:
+    """The Functions library version on every primary ("redis" for a single node); None: absent.
+
+    Read-only (FCALL_RO ds_version): the one check behind RedisStore.ensure_library and /readyz.
+    """
+    if isinstance(client, RedisCluster):
+        return {
+            node.name: _version(partial(client.execute_command, *_VERSION, target_nodes=node))
+            for node in client.get_primaries()
+        }
+    return {"redis": _version(partial(client.execute_command, *_VERSION))}
+
+
+_VERSION = ("FCALL_RO", "ds_version", 0)
+
+
+def _version(call: Callable[[], object]) -> str | None:
+    try:
+        return _text(call())
+    except ResponseError as error:
+        if "Function not found" not in str(error):
+            raise
+        return None
+
+
 class RedisStore:
     """``DigestStore`` over Redis 7 Functions, single node or Redis Cluster."""
 
@@ -165,20 +191,16 @@ class RedisStore:
 
     def ensure_library(self) -> None:
         """Load (when allowed) and verify the library on every primary."""
-        for node in self._primaries():
-            if self._load_library:
+        if self._load_library:
+            for node in self._primaries():
                 self._on(node, "FUNCTION", "LOAD", "REPLACE", LIBRARY_SOURCE)
-            where = "redis" if node is None else node.name
-            try:
-                found = _text(self._on(node, "FCALL_RO", "ds_version", 0))
-            except ResponseError as error:
-                if "Function not found" not in str(error):
-                    raise
+        for where, found in library_versions(self.client).items():
+            if found is None:
                 raise LibraryVersionMismatch(
                     f"Redis Functions library {LIBRARY_NAME!r} is not loaded on {where}; "
                     f"this code needs version {LIBRARY_VERSION} "
                     "(construct RedisStore with load_library=True to load it)"
-                ) from error
+                )
             if found != LIBRARY_VERSION:
                 raise LibraryVersionMismatch(
                     f"Redis Functions library {LIBRARY_NAME!r} on {where} is version {found}, "

@@ -21,7 +21,7 @@ def test_a_dead_letter_too_large_for_the_dlq_goes_without_its_value_not_forever_
         partitions=1, name=unique("small") + ".dlq", **{"max.message.bytes": "600"}
     )
     pipe = pipeline_factory(partitions=1, dlq_topic=dlq_topic)
-    app = pipe.app(roles="ingest")
+    app = pipe.app(roles="ingest,scheduler")
     raw = Producer({"bootstrap.servers": pipe.settings.kafka_bootstrap_servers})
     raw.produce(pipe.settings.events_topic, key=b"poison", value=os.urandom(1000))
     assert raw.flush(30) == 0

@@ -62,7 +62,7 @@ def test_fence_behind_after_rollback_is_replayed(
     pipeline_factory: PipelineFactory, redis_client: redis.Redis
 ) -> None:
     pipe = pipeline_factory(partitions=1)
-    app = pipe.app(roles="ingest")  # no delivery: the timeline just accumulates
+    app = pipe.app(roles="ingest,scheduler")  # no delivery: the timeline just accumulates
     tag = partition_tag(pipe.settings.namespace, 0)
     snapshot = _snapshot_midway(pipe, redis_client, tag, "rb")
     _restore(redis_client, tag, snapshot)  # Redis "loses" offsets 5..9
@@ -89,7 +89,7 @@ def test_redis_back_empty_follows_on_state_loss(
     pending_after: int,
 ) -> None:
     pipe = pipeline_factory(partitions=1, on_state_loss=on_state_loss)
-    app = pipe.app(roles="ingest")
+    app = pipe.app(roles="ingest,scheduler")
     tag = partition_tag(pipe.settings.namespace, 0)
     send_events(pipe.settings, "empty", 10)
     wait_until(_fence_reaches(pipe, 9), 30, "fence at offset 9")
@@ -105,14 +105,14 @@ def test_assignment_behind_committed_offset_replays_the_gap(
     pipeline_factory: PipelineFactory, redis_client: redis.Redis
 ) -> None:
     pipe = pipeline_factory(partitions=1)
-    first = pipe.app(roles="ingest")
+    first = pipe.app(roles="ingest,scheduler")
     tag = partition_tag(pipe.settings.namespace, 0)
     snapshot = _snapshot_midway(pipe, redis_client, tag, "gap")
     first.stop()
     assert first.wait()
     assert pipe.committed() == 10  # the graceful stop committed everything it applied
     _restore(redis_client, tag, snapshot)  # while no instance runs, Redis rolls back
-    second = pipe.app(roles="ingest")
+    second = pipe.app(roles="ingest,scheduler")
     wait_until(_fence_reaches(pipe, 9), 30, "the new owner replays offsets 5..9")
     assert second.store is not None
     assert second.store.inspect(0, "gap").pending == 10

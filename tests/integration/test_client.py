@@ -15,8 +15,8 @@ from digest_stream.client import (
     DigestReader,
     EventProducer,
     UndecodableDigest,
-    _RecentKeys,
 )
+from digest_stream.client.reader import _RecentKeys
 from digest_stream.wire.codec import decode_event, encode_digest
 from digest_stream.wire.models import MAX_TIMELINE_LENGTH, Digest, Event, Record
 

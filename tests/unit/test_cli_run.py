@@ -28,7 +28,7 @@ app_module.App.start = start
 timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
 timer.daemon = True
 timer.start()
-main(["run", "--roles", "ingest"])
+main(["run", "--roles", "ingest,scheduler"])
 """
 
 
@@ -55,3 +55,20 @@ def test_run_exits_on_sigterm(step: str, code: int, message: str | None) -> None
         assert message in result.stderr
     else:
         assert "digest-stream run:" not in result.stderr
+
+
+@pytest.mark.parametrize("roles", ["ingest", "ingest,delivery", "scheduler"])
+def test_run_refuses_a_role_set_that_cannot_deliver(roles: str) -> None:
+    # Ingest without the scheduler owns partitions nobody ticks; the scheduler without ingest
+    # owns none. Either is refused before connecting to anything, in one line.
+    result = subprocess.run(
+        [sys.executable, "-m", "digest_stream.cli", "run", "--roles", roles],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"digest-stream run: --roles {roles}: ")
+    assert "'ingest,scheduler'" in lines[0] or "add 'ingest'" in lines[0]

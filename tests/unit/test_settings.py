@@ -58,3 +58,11 @@ def test_readme_settings_table_is_generated_from_the_model() -> None:
     assert match.group(1).strip() == settings_table().strip(), (
         "README settings table is stale: regenerate with `python -m digest_stream.settings`"
     )
+
+
+def test_metrics_server_binds_loopback_unless_told_and_the_image_tells_it() -> None:
+    # The probes and /metrics answer whoever reaches the port: loopback unless an operator
+    # opens it; the container image opens it on purpose (its probes come from outside).
+    assert Settings().metrics_host == "127.0.0.1"
+    dockerfile = (ROOT / "Dockerfile").read_text("utf-8")
+    assert "ENV DIGEST_STREAM_METRICS_HOST=0.0.0.0" in dockerfile.splitlines()

@@ -54,7 +54,7 @@ def test_replay_resets_fence_and_offset_and_refuses_an_active_group(
     pipe = pipeline_factory(partitions=1)
     env = _env(pipe.settings)
     runner = CliRunner()
-    app = pipe.app(roles="ingest")
+    app = pipe.app(roles="ingest,scheduler")
     with pipe.producer() as producer:
         for n in range(5):
             producer.send(unique("t"), f"e{n}", b"{}")
@@ -90,6 +90,6 @@ def test_replay_resets_fence_and_offset_and_refuses_an_active_group(
     assert pipe.committed(0) == 2
 
     # The next start applies offsets 2..4 again.
-    again = pipe.app(roles="ingest")
+    again = pipe.app(roles="ingest,scheduler")
     wait_until(lambda: again.metrics.value("digest_events_ingested_total") == 3, 30, "3 re-applied")
     wait_until(lambda: store.applied_offset(0) == 4, 30, "the fence is back at 4")

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from digest_stream.cli import main
+from digest_stream.dev import process
 from digest_stream.dev import stack as devstack
 
 
@@ -23,12 +24,12 @@ def test_env_prints_the_settings_exports() -> None:
 def test_missing_tool_fails_with_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(devstack.StackError) as info:
-        devstack._require("java", "install OpenJDK 17")
+        process.require("java", "install OpenJDK 17")
     assert str(info.value) == "'java' not found on PATH: install OpenJDK 17"
     assert "\n" not in str(info.value)
 
 
 def test_pid_files_only_match_their_own_process(tmp_path: os.PathLike[str]) -> None:
     # A pid file pointing at an unrelated live process (this test) must not be treated as ours.
-    assert not devstack._alive(os.getpid(), "kafka.Kafka")
-    assert devstack._alive(os.getpid(), "python") or devstack._alive(os.getpid(), "pytest")
+    assert not process.alive(os.getpid(), "kafka.Kafka")
+    assert process.alive(os.getpid(), "python") or process.alive(os.getpid(), "pytest")

@@ -5,11 +5,18 @@ from __future__ import annotations
 import io
 import json
 import logging
+import socket
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
 
+from digest_stream.client import DigestReader
+from digest_stream.kafka import LIBRDKAFKA_LOGGER, consumer_config
 from digest_stream.ops import logs
+from digest_stream.settings import Settings
 
 
 @pytest.fixture
@@ -64,3 +71,43 @@ def test_human_format_is_the_default_and_scrubbed() -> None:
     assert "pw-secret" not in text
     assert "redis://:***@h/0" in text
     assert not text.startswith("{")
+
+
+def _dead_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])  # closed on return: nothing listens there
+
+
+def _json_lines(out: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_librdkafka_lines_come_out_in_the_service_format(capfd: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    logs.setup("INFO", "json", stream=out)
+    servers = f"127.0.0.1:{_dead_port()}"
+    settings = Settings(kafka_bootstrap_servers=servers)
+    consumer = Consumer(consumer_config(settings, "logs-test"))
+    reader = DigestReader(servers, "logs-test")
+    try:
+        consumer.subscribe(["logs-test"])
+        deadline = time.monotonic() + 30
+
+        def seen(logger: str) -> bool:
+            return any(
+                line["logger"] == logger and "Connect to" in line["message"]
+                for line in _json_lines(out)
+            )
+
+        while not (seen(LIBRDKAFKA_LOGGER.name) and seen("digest_stream.client.librdkafka")):
+            assert time.monotonic() < deadline, f"no librdkafka line logged: {out.getvalue()}"
+            consumer.poll(0.1)  # logs are handed over while the client is polled
+            reader.poll(0.1)
+    finally:
+        consumer.close()
+        reader.close(commit=False)
+    failures = [line for line in _json_lines(out) if "failed" in line["message"]]
+    assert {line["level"] for line in failures} == {"ERROR"}
+    assert "%3|" not in capfd.readouterr().err, "raw librdkafka lines on stderr"

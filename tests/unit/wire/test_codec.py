@@ -468,17 +468,17 @@ def test_split_property(digest: Digest, max_bytes: int) -> None:
 
 def test_split_sizes_each_record_once(monkeypatch: pytest.MonkeyPatch) -> None:
     # Linear by construction: one size computation per record, however many parts result.
-    from digest_stream.wire import codec
+    from digest_stream.wire import split
 
     calls = 0
-    original = codec._record_size
+    original = split._record_size
 
     def counting(record: Record) -> int:
         nonlocal calls
         calls += 1
         return original(record)
 
-    monkeypatch.setattr(codec, "_record_size", counting)
+    monkeypatch.setattr(split, "_record_size", counting)
     digest = sample_digest(2_000)
     parts = split_digest(digest, 1_000)
     assert len(parts) > 20

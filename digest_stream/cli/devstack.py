@@ -1,0 +1,58 @@
+"""`digest-stream dev`: the local Kafka + Redis stack (developer tooling)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+import click
+
+from digest_stream.dev import stack as devstack
+
+T = TypeVar("T")
+
+
+@click.group()
+def dev() -> None:
+    """A local Kafka + Redis stack on loopback, without Docker."""
+
+
+def _run_stack(action: str, fn: Callable[[], T]) -> T:
+    try:
+        return fn()
+    except devstack.StackError as exc:
+        click.echo(f"digest-stream dev {action}: {exc}", err=True)
+        sys.exit(1)
+
+
+@dev.command("up")
+@click.option("--cluster/--no-cluster", default=False, help="Also start a 3-master Redis Cluster.")
+@click.option("--kafka/--no-kafka", default=True, help="Start the Kafka broker.")
+def dev_up(cluster: bool, kafka: bool) -> None:
+    """Start Kafka (KRaft) and Redis on 127.0.0.1; reuse what already runs."""
+    endpoints = _run_stack("up", lambda: devstack.up(cluster=cluster, kafka=kafka))
+    for line in endpoints.exports(cluster or devstack.cluster_running()):
+        click.echo(line)
+
+
+@dev.command("down")
+def dev_down() -> None:
+    """Stop exactly the processes `dev up` started."""
+    _run_stack("down", devstack.down)
+
+
+@dev.command("env")
+def dev_env() -> None:
+    """Print shell exports for the running stack (eval "$(digest-stream dev env)")."""
+    for line in devstack.Endpoints().exports(devstack.cluster_running()):
+        click.echo(line)
+
+
+@dev.command("status")
+def dev_status() -> None:
+    """Show which parts of the stack answer."""
+    states = devstack.status()
+    for name, ok in states.items():
+        click.echo(f"{name:14} {'up' if ok else 'down'}")
+    sys.exit(0 if states["kafka"] and states["redis"] else 1)

@@ -1,0 +1,132 @@
+"""Kafka-side commands: create the topics, send sample events, print digests as they arrive."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from digest_stream.cli.common import load_settings, settings_options, stop_flag
+
+
+@click.group()
+def topics() -> None:
+    """Manage the service's Kafka topics."""
+
+
+@topics.command("create")
+@click.option("--partitions", default=8, show_default=True, help="Partitions of each topic.")
+@click.option("--replication-factor", default=1, show_default=True)
+@settings_options
+def topics_create(partitions: int, replication_factor: int, **flags: Any) -> None:
+    """Create the events, schedule, output and DLQ topics (existing ones are kept)."""
+    settings = load_settings(flags)
+    from digest_stream.kafka import admin_config
+
+    admin = AdminClient(admin_config(settings))
+    names = [settings.events_topic, settings.schedule_topic, settings.output_topic,
+             settings.dlq_topic]  # fmt: skip
+    wanted = [NewTopic(n, num_partitions=partitions, replication_factor=replication_factor)
+              for n in names]  # fmt: skip
+    failed = False
+    for name, future in admin.create_topics(wanted, request_timeout=30).items():
+        try:
+            future.result()
+            click.echo(f"created {name} ({partitions} partitions)")
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                click.echo(f"exists  {name}")
+            else:
+                click.echo(f"failed  {name}: {error.str()}", err=True)
+                failed = True
+    sys.exit(1 if failed else 0)
+
+
+@click.command()
+@click.option("--timelines", default=10, show_default=True, help="Distinct timelines.")
+@click.option("--count", default=100, show_default=True, help="Events to send (0 = forever).")
+@click.option("--rate", default=20.0, show_default=True, help="Events per second (0 = no limit).")
+@click.option("--payload-size", default=200, show_default=True, help="Payload bytes per event.")
+@click.option("--prefix", default="demo", show_default=True, help="Timeline name prefix.")
+@settings_options
+def produce(
+    timelines: int, count: int, rate: float, payload_size: int, prefix: str, **flags: Any
+) -> None:
+    """Send sample events, spread over timelines, at a steady rate."""
+    from digest_stream.client import EventProducer
+
+    settings = load_settings(flags)
+    stop = stop_flag()
+    started = time.monotonic()
+    sent = 0
+    filler = b"x" * max(0, payload_size - 40)
+    with EventProducer(
+        settings.kafka_bootstrap_servers, topic=settings.events_topic, **settings.kafka_config
+    ) as producer:
+        while not stop.is_set() and (count == 0 or sent < count):
+            timeline = f"{prefix}:{sent % timelines}"
+            body = f'{{"n":{sent},"at":{time.time():.3f}}}'.encode() + filler
+            producer.send(timeline, uuid.uuid4().hex, body[:payload_size] or b"{}")
+            sent += 1
+            if sent % 1000 == 0:
+                click.echo(f"sent {sent} events", err=True)
+            if rate > 0:
+                ahead = sent / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+        producer.flush()
+    click.echo(f"sent {sent} events to {settings.events_topic} over {timelines} timelines")
+
+
+@click.command()
+@click.option("--group", default=None, help="Consumer group (default: a fresh one).")
+@click.option("--from-beginning/--from-now", default=False, show_default=True)
+@click.option("--duration", default=0.0, help="Stop after this many seconds (0 = until ^C).")
+@click.option(
+    "--max", "max_digests", default=0, help="Stop after this many digests (0 = no limit)."
+)
+@settings_options
+def tail(
+    group: str | None, from_beginning: bool, duration: float, max_digests: int, **flags: Any
+) -> None:
+    """Print digests as they arrive: timeline, records, dropped, latency."""
+    from digest_stream.client import DigestReader
+
+    settings = load_settings(flags)
+    stop = stop_flag()
+    overrides: dict[str, Any] = {
+        **settings.kafka_config,
+        "auto.offset.reset": "earliest" if from_beginning else "latest",
+    }
+    deadline = time.monotonic() + duration if duration > 0 else None
+    shown = 0
+    click.echo(f"{'time':8}  {'timeline':24} {'records':>7} {'dropped':>7} {'part':>5}  "
+               f"{'latency':>9}  digest id")  # fmt: skip
+    with DigestReader(
+        settings.kafka_bootstrap_servers,
+        group or f"digest-stream-tail-{uuid.uuid4().hex[:8]}",
+        topic=settings.output_topic,
+        **overrides,
+    ) as reader:
+        while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+            digest = reader.poll(0.5)
+            if digest is None:
+                continue
+            # Latency: from the newest record's event time to now (what a user waits).
+            latency = time.time() - digest.end / 1000
+            at = datetime.now(UTC).strftime("%H:%M:%S")
+            click.echo(
+                f"{at:8}  {digest.timeline[:24]:24} {len(digest.records):>7} {digest.dropped:>7} "
+                f"{digest.part:>2}/{digest.parts:<2}  {latency * 1000:>7.0f}ms  {digest.id}"
+            )
+            shown += 1
+            if max_digests and shown >= max_digests:
+                break

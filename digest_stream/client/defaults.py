@@ -1,0 +1,42 @@
+"""The client's defaults: topic names and the librdkafka properties both classes start from."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+EVENTS_TOPIC: Final = "digests.events"
+OUTPUT_TOPIC: Final = "digests.output"
+
+LIBRDKAFKA_LOGGER: Final = logging.getLogger("digest_stream.client.librdkafka")
+"""Where librdkafka's own log lines go (instead of raw on stderr); override with `logger=`."""
+
+PRODUCER_DEFAULTS: Final[Mapping[str, Any]] = {
+    # Idempotence (which implies acks=all): broker-side retries can neither duplicate nor
+    # reorder a timeline's events, and an acknowledged event survives a broker failure.
+    "enable.idempotence": True,
+    "acks": "all",
+    # The Java clients' partitioner: the same timeline lands on the same partition whichever
+    # client produced it. The service keeps a timeline's state per input partition, so events of
+    # one timeline spread over two partitions would become two timelines. librdkafka's own
+    # default (consistent_random, CRC32) disagrees with Java for the same key.
+    "partitioner": "murmur2_random",
+    "client.id": "digest-stream-event-producer",
+    "logger": LIBRDKAFKA_LOGGER,
+}
+
+CONSUMER_DEFAULTS: Final[Mapping[str, Any]] = {
+    # At-least-once: an offset is stored only once the caller is done with the digest (it asks
+    # for the next one, commits or closes), and only stored offsets are committed, by
+    # librdkafka's periodic auto-commit, on rebalance and on close.
+    "enable.auto.commit": True,
+    "enable.auto.offset.store": False,
+    # A new group starts from the oldest retained digest: nothing published before the first
+    # start is lost. Override with "latest" to skip history.
+    "auto.offset.reset": "earliest",
+    # Rebalances move only the partitions that change owner; the others keep flowing.
+    "partition.assignment.strategy": "cooperative-sticky",
+    "client.id": "digest-stream-digest-reader",
+    "logger": LIBRDKAFKA_LOGGER,
+}

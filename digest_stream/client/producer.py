@@ -1,0 +1,185 @@
+"""EventProducer: validated, Avro-encoded events keyed by timeline; delivery failures raised."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, Self
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from digest_stream.client.defaults import EVENTS_TOPIC, PRODUCER_DEFAULTS
+from digest_stream.wire.codec import encode_event
+from digest_stream.wire.models import Event, validate_timeline
+
+log = logging.getLogger("digest_stream.client")
+
+SEND_QUEUE_TIMEOUT: Final = 30.0
+"""Seconds `send` waits for room when librdkafka's local queue is full, then raises BufferError.
+
+A full queue means the broker is slower than the producer or unreachable; waiting a while rides
+out a hiccup, raising after that stops the caller from blocking forever on a dead cluster.
+"""
+
+_MAX_FAILURES_KEPT: Final = 100
+"""Failed deliveries kept for DeliveryError's details (all are counted): bounded memory."""
+
+_LIBRDKAFKA_LOGGER: Final = logging.getLogger("digest_stream.client.librdkafka")
+"""Where librdkafka's own log lines go (instead of raw on stderr); override with `logger=`."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class DeliveryFailure:
+    """One event the broker did not accept."""
+
+    timeline: str
+    id: str
+    error: str
+
+
+class DeliveryError(Exception):
+    """Events that were not delivered (raised by EventProducer.flush and close)."""
+
+    def __init__(self, topic: str, failures: list[DeliveryFailure], count: int) -> None:
+        message = f"{count} event(s) not delivered to {topic}"
+        if failures:
+            first = failures[0]
+            message += f"; first: timeline {first.timeline!r} id {first.id!r}: {first.error}"
+        super().__init__(message)
+        self.topic = topic
+        self.failures = failures
+        """The first failures (at most 100)."""
+        self.count = count
+        """How many events failed in all."""
+
+
+class EventProducer:
+    """Produce events to the input topic: validated, Avro-encoded, keyed by timeline.
+
+    The Kafka key is the timeline in UTF-8, which is what places all events of a timeline on
+    one partition (and so with one service instance). `librdkafka_overrides` are librdkafka
+    properties, dotted names included: `EventProducer(servers, **{"linger.ms": 20})`.
+    Idempotent by default. Not thread-safe; use one per thread.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str = EVENTS_TOPIC,
+        **librdkafka_overrides: Any,
+    ) -> None:
+        config = {**PRODUCER_DEFAULTS, **librdkafka_overrides}
+        config["bootstrap.servers"] = bootstrap_servers
+        self.topic = topic
+        self._producer: Producer | None = Producer(config)
+        self._failures: list[DeliveryFailure] = []
+        self._failure_count = 0
+
+    def send(
+        self,
+        timeline: str,
+        id: str,
+        payload: bytes,
+        timestamp_ms: int | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> Event:
+        """Queue one event for timeline (event time defaults to now); returns the event sent.
+
+        Raises pydantic.ValidationError (a ValueError) for invalid input, before anything is
+        queued. Delivery is asynchronous: failures are raised by `flush`.
+        """
+        producer = self._open_producer()
+        key = validate_timeline(timeline).encode("utf-8")
+        event = Event(
+            id=id,
+            timestamp=_now_ms() if timestamp_ms is None else timestamp_ms,
+            payload=payload,
+            attributes=dict(attributes or {}),
+        )
+        value = encode_event(event)
+
+        def on_delivery(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                self._record_failure(DeliveryFailure(timeline, event.id, str(error)))
+
+        # The Kafka message timestamp stays the produce time (librdkafka's default), not the
+        # event time: brokers reject timestamps too far from now (log.message.timestamp.*),
+        # and the event time travels in the value.
+        deadline = time.monotonic() + SEND_QUEUE_TIMEOUT
+        while True:
+            try:
+                producer.produce(self.topic, value=value, key=key, on_delivery=on_delivery)
+                break
+            except BufferError:
+                if time.monotonic() >= deadline:
+                    raise
+                # Serving delivery reports is what frees queue space; this waits on them.
+                producer.poll(0.1)
+        producer.poll(0)
+        return event
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until every queued event is delivered; raise DeliveryError for any that failed.
+
+        Raises TimeoutError when events are still queued after timeout seconds.
+        """
+        producer = self._open_producer()
+        remaining = producer.flush(timeout)
+        self._raise_failures()
+        if remaining:
+            raise TimeoutError(
+                f"{remaining} event(s) still queued for {self.topic} after {timeout}s"
+            )
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flush (raising like `flush`), then release the producer."""
+        if self._producer is None:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            self._producer = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # Already failing: still try to deliver what was queued, but do not replace the
+        # caller's exception with a delivery error.
+        try:
+            self.close()
+        except (DeliveryError, TimeoutError) as error:
+            log.error("while handling %s: %s", exc_type.__name__, error)
+
+    def _open_producer(self) -> Producer:
+        if self._producer is None:
+            raise RuntimeError("EventProducer is closed")
+        return self._producer
+
+    def _record_failure(self, failure: DeliveryFailure) -> None:
+        self._failure_count += 1
+        if len(self._failures) < _MAX_FAILURES_KEPT:
+            self._failures.append(failure)
+
+    def _raise_failures(self) -> None:
+        if not self._failure_count:
+            return
+        error = DeliveryError(self.topic, self._failures, self._failure_count)
+        # Report each failure once: a later flush only speaks of later failures.
+        self._failures, self._failure_count = [], 0
+        raise error

@@ -1,0 +1,198 @@
+"""The local Kafka broker: a single KRaft broker+controller from jars fetched with Maven."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from digest_stream.dev.process import (
+    HOST,
+    StackError,
+    alive,
+    cache_dir,
+    port_open,
+    read_pid,
+    require,
+    say,
+    stack_dir,
+    stop_pid,
+    wait,
+)
+
+KAFKA_VERSION = "4.4.0"
+# Kafka 4.x logs through slf4j 1.7, so the binding is log4j-slf4j-impl (not slf4j2-impl).
+LOG4J_VERSION = "2.24.3"
+
+KAFKA_PORT = int(os.environ.get("DIGEST_STREAM_DEV_KAFKA_PORT", "19092"))
+CONTROLLER_PORT = KAFKA_PORT + 1
+# A broker on a shared 2-core box starts in ~10 s; 120 s leaves room for a cold JVM.
+KAFKA_READY_TIMEOUT = 120.0
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.digest-stream</groupId>
+  <artifactId>kafka-broker-fetch</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId>
+      <version>{kafka}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-api</artifactId>
+      <version>{log4j}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId>
+      <version>{log4j}</version></dependency>
+    <dependency><groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId><version>{log4j}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+LOG4J2_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <Console name="out" target="SYSTEM_OUT">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </Console>
+  </Appenders>
+  <Loggers>
+    <Logger name="kafka" level="INFO"/>
+    <Logger name="org.apache.kafka" level="INFO"/>
+    <Logger name="state.change.logger" level="WARN"/>
+    <Logger name="kafka.request.logger" level="WARN"/>
+    <Root level="WARN"><AppenderRef ref="out"/></Root>
+  </Loggers>
+</Configuration>
+"""
+
+
+def kafka_libs() -> Path:
+    """The cached jar folder of the pinned broker version, fetched with mvn when absent."""
+    libs = cache_dir() / f"kafka-{KAFKA_VERSION}" / "libs"
+    if (libs.parent / ".complete").exists():
+        return libs
+    mvn = require("mvn", "install Maven (apt-get install maven) to fetch the Kafka broker")
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    pom = libs.parent / "pom.xml"
+    pom.write_text(_POM.format(kafka=KAFKA_VERSION, log4j=LOG4J_VERSION))
+    say(f"fetching Apache Kafka {KAFKA_VERSION} jars with mvn into {libs} (once; ~100 MB)")
+    cmd = [
+        mvn, "-B", "-f", str(pom), "dependency:copy-dependencies",
+        "-DincludeScope=runtime", f"-DoutputDirectory={libs}",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    tail: list[str] = []
+    fetched = 0
+    for line in proc.stdout:
+        tail = [*tail[-29:], line.rstrip()]
+        if "Downloaded from" in line:  # mvn -B prefixes lines with "[INFO] "
+            fetched += 1
+            if fetched % 25 == 0:
+                say(f"  {fetched} artifacts downloaded")
+    if proc.wait() != 0:
+        sys.stderr.write("\n".join(tail) + "\n")
+        raise StackError(f"mvn could not fetch org.apache.kafka:kafka_2.13:{KAFKA_VERSION}")
+    (libs.parent / ".complete").write_text(KAFKA_VERSION)
+    say(f"fetched {len(list(libs.glob('*.jar')))} jars")
+    return libs
+
+
+def kafka_properties(data_dir: Path) -> str:
+    """server.properties of the single-node broker, its data in data_dir."""
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@{HOST}:{CONTROLLER_PORT}",
+            f"listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{CONTROLLER_PORT}",
+            f"advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"log.dirs={data_dir}",
+            "num.partitions=4",
+            "auto.create.topics.enable=false",
+            "offsets.topic.replication.factor=1",
+            # 50 offsets partitions cost seconds on first group use; 4 is plenty locally.
+            "offsets.topic.num.partitions=4",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            # The default 128 MB dedupe buffer would dominate a small heap.
+            "log.cleaner.dedupe.buffer.size=2097152",
+            "message.max.bytes=1048588",
+            "",
+        ]
+    )
+
+
+def kafka_answers() -> bool:
+    """Readiness: the broker answers a metadata request."""
+    from confluent_kafka.admin import AdminClient
+
+    if not port_open(KAFKA_PORT):
+        return False
+    admin = AdminClient({"bootstrap.servers": f"{HOST}:{KAFKA_PORT}", "log_level": 0})
+    try:
+        metadata = admin.list_topics(timeout=2)
+    except Exception:
+        return False
+    return bool(metadata.brokers)
+
+
+def kafka_up() -> None:
+    """Start the single-node KRaft broker+controller unless it already runs."""
+    home = stack_dir() / "kafka"
+    pid_file = home / "kafka.pid"
+    pid = read_pid(pid_file)
+    if pid is not None and alive(pid, "kafka.Kafka"):
+        wait("kafka", kafka_answers, KAFKA_READY_TIMEOUT, lambda: alive(pid, "kafka.Kafka"))
+        say(f"kafka already running (pid {pid}) on {HOST}:{KAFKA_PORT}")
+        return
+    if port_open(KAFKA_PORT):
+        raise StackError(f"port {KAFKA_PORT} is taken by a process this stack did not start")
+    java = require("java", "install OpenJDK 17 (apt-get install openjdk-17-jre-headless)")
+    libs = kafka_libs()
+    home.mkdir(parents=True, exist_ok=True)
+    data = Path(tempfile.mkdtemp(prefix="kraft-", dir=home))
+    props = home / "server.properties"
+    props.write_text(kafka_properties(data))
+    log4j = home / "log4j2.xml"
+    log4j.write_text(LOG4J2_XML)
+    classpath = f"{libs}/*"
+    java_opts = [f"-Dlog4j2.configurationFile={log4j}", "-Djava.awt.headless=true"]
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    say(f"formatting KRaft storage in {data}")
+    fmt = subprocess.run(
+        [java, *java_opts, "-cp", classpath, "kafka.tools.StorageTool", "format",
+         "-t", cluster_id, "-c", str(props)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if fmt.returncode != 0:
+        raise StackError(f"kafka storage format failed: {(fmt.stderr or fmt.stdout).strip()}")
+    log = (home / "kafka.log").open("ab")
+    heap = os.environ.get("DIGEST_STREAM_DEV_KAFKA_HEAP", "512m")
+    proc = subprocess.Popen(
+        [java, f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+         *java_opts, "-cp", classpath, "kafka.Kafka", str(props)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    pid_file.write_text(str(proc.pid))
+    say(f"started kafka {KAFKA_VERSION} (pid {proc.pid}), waiting for metadata")
+    wait("kafka", kafka_answers, KAFKA_READY_TIMEOUT, lambda: proc.poll() is None)
+
+
+def kafka_down() -> None:
+    """Stop the broker this stack started and remove its data."""
+    home = stack_dir() / "kafka"
+    stop_pid(home / "kafka.pid", "kafka.Kafka", "kafka")
+    for data in home.glob("kraft-*"):
+        shutil.rmtree(data, ignore_errors=True)
