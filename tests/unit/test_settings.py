@@ -66,3 +66,9 @@ def test_metrics_server_binds_loopback_unless_told_and_the_image_tells_it() -> N
     assert Settings().metrics_host == "127.0.0.1"
     dockerfile = (ROOT / "Dockerfile").read_text("utf-8")
     assert "ENV DIGEST_STREAM_METRICS_HOST=0.0.0.0" in dockerfile.splitlines()
+
+
+def test_an_event_size_that_could_never_be_published_is_refused_at_start() -> None:
+    with pytest.raises(ValidationError, match="DIGEST_STREAM_MAX_EVENT_BYTES"):
+        Settings(max_message_bytes=100_000, max_event_bytes=90_000)
+    assert Settings(max_message_bytes=100_000, max_event_bytes=80_000).max_event_bytes == 80_000

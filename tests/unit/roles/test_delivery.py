@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from confluent_kafka import KafkaError, KafkaException
 
 from digest_stream.clock import ManualClock
 from digest_stream.ops.metrics import Metrics
@@ -133,3 +134,45 @@ def test_a_revoked_partition_is_not_committed_by_a_later_batch() -> None:
     _entry(consumer, "t1", 0)  # a message of the revoked partition still in hand
     delivery.step()
     assert consumer.committed_offsets == {}
+
+
+class TooLargeProducer(FakeProducer):
+    """Refuses every produce at once, as librdkafka does for a message over its limit."""
+
+    def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
+        if topic == OUTPUT:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        super().produce(topic, *args, **kwargs)
+
+
+def test_an_output_the_producer_refuses_fails_the_attempt_not_the_role() -> None:
+    store = MemoryStore()
+    settings = Settings(
+        schedule_topic=SCHEDULE,
+        output_topic=OUTPUT,
+        dlq_topic="dlq",
+        batch_timeout=0.0,
+        max_attempts=2,
+        retry_backoff_initial=0.001,
+        retry_backoff_max=0.01,
+    )
+    consumer, producer = FakeConsumer(SCHEDULE), TooLargeProducer()
+    delivery = Delivery(
+        settings,
+        store,
+        ManualClock(2000.0),
+        Metrics(),
+        producer.as_producer(),
+        consumer=consumer.as_consumer(),
+    )
+    delivery.start(lambda: False)
+    consumer.assign([0])
+    _ready(store, "t1", 1)
+    _entry(consumer, "t1", 0)
+    assert delivery.step() == 0  # no exception: the entry is dead-lettered after 2 attempts
+    producer.flush()
+    (dead,) = producer.on("dlq")
+    assert dead[0] == b"t1"
+    info = store.inspect(0, "t1")
+    assert info is not None
+    assert info.open_digest is not None  # still open: nothing dropped
