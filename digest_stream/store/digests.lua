@@ -705,36 +705,12 @@ end
 
 -- Commands ---------------------------------------------------------------------
 
--- KEYS: fence, waiting, ready.
--- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
---       T, T x policy (POLICY_WIDTH), N x record (RECORD_WIDTH).
--- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
--- Redis lost writes: nothing is applied and the caller replays from the fence found.
--- through_offset: the batch's last offset; the fence advances to it even for input
--- the caller never handed over (dead letters).
--- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil}.
-local function add(keys, args)
-    local tag = tag_of(keys[1])
-    expect_key(keys, 1, fence_key(tag))
-    expect_key(keys, 2, waiting_key(tag))
-    expect_key(keys, 3, ready_key(tag))
-    local now = parse_time(args[1], 'now')
-    local partition_ttl = parse_ttl(args[2])
-    local inline_records = parse_integer(args[3], 'inline record limit', 0, INLINE_MAX_RECORDS)
-    local expected_fence, through_offset = nil, nil
-    if args[4] ~= '' then
-        expected_fence = parse_integer(args[4], 'expected fence', 0, MAX_OFFSET)
-    end
-    if args[5] ~= '' then
-        through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
-    end
-    local policy_count = parse_integer(args[6], 'timeline count', 0, #args)
-    local records_base = 7 + policy_count * POLICY_WIDTH
-    if records_base - 1 > #args or (#args - records_base + 1) % RECORD_WIDTH ~= 0 then
-        invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per timeline and '
-            .. RECORD_WIDTH .. ' per record')
-    end
+-- ds_add, in four steps: parse_add checks the whole call, begin_timeline and
+-- apply_record run the state machine record by record (in memory), write_back stores
+-- each touched timeline once, and advance_fence moves the fence.
 
+-- The timelines of an add call: their policies (parsed once per distinct policy) and keys.
+local function parse_timelines(args, tag, policy_count)
     local timelines, seen, last = {}, {}, nil
     for i = 1, policy_count do
         local base = 7 + (i - 1) * POLICY_WIDTH
@@ -751,14 +727,16 @@ local function add(keys, args)
         end
         seen[policy.timeline] = true
         policy.key = timeline_key(tag, policy.timeline)
-        policy.batch = nil
+        policy.batch = nil -- set by begin_timeline on the timeline's first record
         timelines[i] = policy
     end
+    return timelines
+end
 
-    -- Validate the whole batch before the first write: a refused batch must
-    -- leave no trace (Redis functions are not rolled back on error).
-    -- Per record, the checks run inline and the parse_* helpers only raise the error:
-    -- this loop is the one part of the library that runs once per record.
+-- The records of an add call, each pointing at its timeline.
+-- Per record, the checks run inline and the parse_* helpers only raise the error:
+-- this loop is the one part of the library that runs once per record.
+local function parse_records(args, records_base, timelines, policy_count, through_offset)
     local records = {}
     for base = records_base, #args, RECORD_WIDTH do
         -- a table lookup: nil unless an integer in 1..policy_count
@@ -779,84 +757,111 @@ local function add(keys, args)
                 or offset ~= math.floor(offset) then
             parse_integer(args[base + 3], 'offset', 0, MAX_OFFSET)
         end
-        local record = {
+        if through_offset ~= nil and offset > through_offset then
+            invalid_argument('record offset ' .. format_integer(offset)
+                .. ' is past through_offset ' .. format_integer(through_offset))
+        end
+        records[#records + 1] = {
             timeline = timeline,
             id = id,
             timestamp = timestamp,
             offset = offset,
             payload = args[base + 4],
         }
-        if through_offset ~= nil and record.offset > through_offset then
-            invalid_argument('record offset ' .. format_integer(record.offset)
-                .. ' is past through_offset ' .. format_integer(through_offset))
-        end
-        table.insert(records, record)
     end
+    return records
+end
 
-    local fence_before = read_fence(tag)
-    if expected_fence ~= nil and (fence_before == nil or fence_before < expected_fence) then
-        return {{}, 0, 0, 0, fence_before or false, fence_before or false}
+-- Step 1: the whole call, checked before the first write: a refused batch must leave
+-- no trace (Redis functions are not rolled back on error).
+local function parse_add(keys, args)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, fence_key(tag))
+    expect_key(keys, 2, waiting_key(tag))
+    expect_key(keys, 3, ready_key(tag))
+    local call = {
+        tag = tag,
+        now = parse_time(args[1], 'now'),
+        partition_ttl = parse_ttl(args[2]),
+        inline_records = parse_integer(args[3], 'inline record limit', 0, INLINE_MAX_RECORDS),
+    }
+    if args[4] ~= '' then
+        call.expected_fence = parse_integer(args[4], 'expected fence', 0, MAX_OFFSET)
     end
-    local fence = fence_before or -1
-    local ready, touched = {}, {}
-    local added, skipped, dropped = 0, 0, 0
-
-    for _, record in ipairs(records) do
-        local timeline = record.timeline
-        if record.offset <= fence then
-            skipped = skipped + 1
-        else
-            fence = record.offset
-            added = added + 1
-            if timeline.batch == nil then
-                timeline.batch = {}
-                table.insert(touched, timeline)
-                timeline.ready = redis.call('ZSCORE', ready_key(tag), timeline.timeline) ~= false
-                if not timeline.ready then
-                    -- a READY timeline ignores its due time: skip the lookup
-                    local due = redis.call('ZSCORE', waiting_key(tag), timeline.timeline)
-                    timeline.due = due ~= false and tonumber(due) or nil
-                end
-                timeline.due_changed = false
-                timeline.became_ready = false
-                -- the one read of its container this batch: store_batch writes from it
-                timeline.head = read_head(timeline.key)
-                if timeline.due ~= nil and not timeline.ready then
-                    timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
-                        parse_timeline_meta(timeline.head.meta))
-                end
-            end
-            table.insert(timeline.batch, record)
-            -- The state machine, one record at a time (as if added one by one).
-            if timeline.ready then
-                -- READY (or just became ready): delivery is already on its way.
-            elseif timeline.due ~= nil then
-                local due
-                if timeline.last_delivery ~= nil then
-                    due = math.min(timeline.due + timeline.increment,
-                        timeline.last_delivery + timeline.maximum)
-                else
-                    due = math.min(timeline.due, record.timestamp)
-                end
-                if due ~= timeline.due then
-                    timeline.due = due
-                    timeline.due_changed = true
-                end
-            else
-                timeline.ready = true
-                timeline.became_ready = true
-                table.insert(ready, timeline.timeline)
-            end
-        end
+    if args[5] ~= '' then
+        call.through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
     end
+    local policy_count = parse_integer(args[6], 'timeline count', 0, #args)
+    local records_base = 7 + policy_count * POLICY_WIDTH
+    if records_base - 1 > #args or (#args - records_base + 1) % RECORD_WIDTH ~= 0 then
+        invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per timeline and '
+            .. RECORD_WIDTH .. ' per record')
+    end
+    local timelines = parse_timelines(args, tag, policy_count)
+    call.records = parse_records(args, records_base, timelines, policy_count, call.through_offset)
+    return call
+end
 
+-- Step 2a, on a timeline's first record of the batch: its state (READY, WAITING with
+-- a due time, or absent) and its container's head, each read once for the whole batch.
+local function begin_timeline(tag, timeline)
+    timeline.batch = {}
+    timeline.ready = redis.call('ZSCORE', ready_key(tag), timeline.timeline) ~= false
+    if not timeline.ready then
+        -- a READY timeline ignores its due time: skip the lookup
+        local due = redis.call('ZSCORE', waiting_key(tag), timeline.timeline)
+        timeline.due = due ~= false and tonumber(due) or nil
+    end
+    timeline.due_changed = false
+    timeline.became_ready = false
+    -- the one read of its container this batch: write_back writes from it
+    timeline.head = read_head(timeline.key)
+    if timeline.due ~= nil and not timeline.ready then
+        timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
+            parse_timeline_meta(timeline.head.meta))
+    end
+end
+
+-- Step 2b, the state machine, one record at a time (as if added one by one):
+--   READY   -> READY    delivery is already on its way
+--   WAITING -> WAITING  due = min(due + increment, last_delivery + maximum),
+--                       or min(due, timestamp) with no last delivery known
+--   absent  -> READY    listed in `ready` (immediately ready)
+local function apply_record(timeline, record, ready)
+    local batch = timeline.batch
+    batch[#batch + 1] = record
+    if timeline.ready then
+        return
+    end
+    if timeline.due == nil then
+        timeline.ready = true
+        timeline.became_ready = true
+        ready[#ready + 1] = timeline.timeline
+        return
+    end
+    local due
+    if timeline.last_delivery ~= nil then
+        due = math.min(timeline.due + timeline.increment, timeline.last_delivery + timeline.maximum)
+    else
+        due = math.min(timeline.due, record.timestamp)
+    end
+    if due ~= timeline.due then
+        timeline.due = due
+        timeline.due_changed = true
+    end
+end
+
+-- Step 3: each touched timeline written once: its records (trimmed to capacity once,
+-- after all of them), then its schedule entry. Returns the records dropped and the
+-- longest ttl among the timelines (for the partition-level keys).
+local function write_back(tag, touched, call)
+    local dropped, partition_ttl = 0, call.partition_ttl
     for _, timeline in ipairs(touched) do
-        -- Trim once per timeline per batch, after all its records are written.
         dropped = dropped
             + store_batch(timeline.key, timeline.head, timeline.batch, timeline.capacity,
-                inline_records, ttl_ms(timeline.ttl))
+                call.inline_records, ttl_ms(timeline.ttl))
         if timeline.became_ready then
-            redis.call('ZADD', ready_key(tag), format_float(now), timeline.timeline)
+            redis.call('ZADD', ready_key(tag), format_float(call.now), timeline.timeline)
         elseif timeline.due_changed then
             redis.call('ZADD', waiting_key(tag), format_float(timeline.due), timeline.timeline)
         end
@@ -864,15 +869,54 @@ local function add(keys, args)
             partition_ttl = timeline.ttl
         end
     end
+    return dropped, partition_ttl
+end
 
-    if through_offset ~= nil and through_offset > fence then
-        fence = through_offset
-    end
-    local fence_after = fence_before
+-- Step 4: the fence only moves forward. Returns the fence after the call.
+local function advance_fence(tag, fence_before, fence)
     if fence > -1 and (fence_before == nil or fence > fence_before) then
-        fence_after = fence
         redis.call('SET', fence_key(tag), format_integer(fence))
+        return fence
     end
+    return fence_before
+end
+
+-- KEYS: fence, waiting, ready.
+-- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
+--       T, T x policy (POLICY_WIDTH), N x record (RECORD_WIDTH).
+-- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
+-- Redis lost writes: nothing is applied and the caller replays from the fence found.
+-- through_offset: the batch's last offset; the fence advances to it even for input
+-- the caller never handed over (dead letters).
+-- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil}.
+local function add(keys, args)
+    local call = parse_add(keys, args)
+    local tag = call.tag
+    local fence_before = read_fence(tag)
+    if call.expected_fence ~= nil
+            and (fence_before == nil or fence_before < call.expected_fence) then
+        return {{}, 0, 0, 0, fence_before or false, fence_before or false}
+    end
+    local fence = fence_before or -1
+    local ready, touched = {}, {}
+    local added, skipped = 0, 0
+    for _, record in ipairs(call.records) do
+        if record.offset <= fence then
+            skipped = skipped + 1 -- a replay: at or below the fence
+        else
+            fence = record.offset
+            added = added + 1
+            local timeline = record.timeline
+            if timeline.batch == nil then
+                begin_timeline(tag, timeline)
+                touched[#touched + 1] = timeline
+            end
+            apply_record(timeline, record, ready)
+        end
+    end
+    local dropped, partition_ttl = write_back(tag, touched, call)
+    local fence_after = advance_fence(tag, fence_before,
+        math.max(fence, call.through_offset or -1))
     refresh_partition_ttl(tag, partition_ttl)
     return {ready, added, skipped, dropped, fence_before or false, fence_after or false}
 end
