@@ -25,7 +25,13 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from digest_stream.store.base import MAX_TTL, InvalidArgument, PolicyResolver, TimelinePolicy
+from digest_stream.store.base import (
+    DEFAULT_CAPACITY,
+    MAX_TTL,
+    InvalidArgument,
+    PolicyResolver,
+    TimelinePolicy,
+)
 
 ENV_PREFIX = "DIGEST_STREAM_"
 #: A TimelinePolicy field name in one of its error messages (each is also a setting).
@@ -97,7 +103,7 @@ class Settings(BaseSettings):
         3600.0, gt=0, le=MAX_TTL, description="TTL of Redis keys (> maximum_delay, <= 10 years)."
     )
     capacity: int | None = Field(
-        None, ge=1, description="Max records per timeline (oldest dropped); unset = no limit."
+        DEFAULT_CAPACITY, ge=1, description="Max records per timeline (oldest dropped, counted)."
     )
     overrides: dict[str, PolicyOverride] = Field(
         default_factory=dict,

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_defaults_follow_the_contract() -> None:
     s = Settings()
     assert (s.minimum_delay, s.increment_delay, s.maximum_delay, s.ttl) == (300, 30, 1800, 3600)
-    assert s.capacity is None
+    assert s.capacity == 10_000  # bounded by default (docs/store.md)
     assert s.namespace == "d"
     topics = (s.events_topic, s.schedule_topic, s.output_topic, s.dlq_topic)
     assert topics == ("digests.events", "digests.schedule", "digests.output", "digests.dlq")

@@ -10,6 +10,11 @@ from typing import Protocol
 #: The longest TTL (seconds, ten years) the store accepts; the Lua guard enforces it too.
 MAX_TTL = 315_360_000
 
+#: Records a timeline holds by default (the oldest are dropped past it, and counted): it
+#: bounds the work of one open, trim or digest, and the memory of one runaway timeline.
+#: ``capacity=None`` lifts the bound (opening then costs O(n log n) in Redis's C code).
+DEFAULT_CAPACITY = 10_000
+
 #: Digest ids are 32 lowercase hex characters (a uuid4 hex), minted by the caller.
 DIGEST_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 
@@ -38,7 +43,7 @@ class TimelinePolicy:
     increment_delay: float = 30.0
     maximum_delay: float = 1800.0
     ttl: float = 3600.0
-    capacity: int | None = None
+    capacity: int | None = DEFAULT_CAPACITY
 
     def __post_init__(self) -> None:
         for name in ("minimum_delay", "increment_delay", "maximum_delay", "ttl"):

@@ -286,6 +286,23 @@ def test_digest_is_newest_first(store: DigestStore, feed: Feed) -> None:
     assert (digest.dropped, digest.opened_at, digest.timeline) == (0, T0, "t")
 
 
+@pytest.mark.parametrize("capacity", [None, 25])
+def test_large_digest_and_trim_order_ties_by_id_bytes(
+    make_store: StoreFactory, feed: Feed, capacity: int | None
+) -> None:
+    # More records than the Lua side sorts itself (it hands them to a scratch sorted set):
+    # the order must stay timestamp, then id bytes, in the digest and in capacity trims.
+    store = make_store(TimelinePolicy(capacity=capacity))
+    names = [f"{chr(0x61 + i % 3)}{i:02d}" for i in range(40)] + ["é", "B", "z"]
+    timestamps = {name: T0 - (i % 4) for i, name in enumerate(names)}
+    result = store.add(P, [feed("t", name, timestamps[name]) for name in names], T0)
+    assert result.dropped == (0 if capacity is None else len(names) - capacity)
+    newest_first = sorted(names, key=lambda n: (timestamps[n], n.encode()), reverse=True)
+    digest = store.open(P, "t", new_id(), T0)
+    assert ids(digest.records) == newest_first[: capacity or len(names)]
+    assert store.open(P, "t", new_id(), T0) == digest  # the reopen sorts the same way
+
+
 def test_open_only_from_ready(store: DigestStore, feed: Feed) -> None:
     with pytest.raises(InvalidState):
         store.open(P, "absent", new_id(), T0)
