@@ -10,6 +10,11 @@ from typing import Protocol
 #: The longest TTL (seconds, ten years) the store accepts; the Lua guard enforces it too.
 MAX_TTL = 315_360_000
 
+#: Seconds a timeline's keys live without being written or maintained (seven days). It is
+#: leak protection only: maintenance and open refresh it while the service runs, so records
+#: never expire while the service is merely down or behind for less than this.
+DEFAULT_TTL = 7 * 24 * 3600.0
+
 #: Records a timeline holds by default (the oldest are dropped past it, and counted): it
 #: bounds the work of one open, trim or digest, and the memory of one runaway timeline.
 #: ``capacity=None`` lifts the bound (opening then costs O(n log n) in Redis's C code).
@@ -42,7 +47,7 @@ class TimelinePolicy:
     minimum_delay: float = 300.0
     increment_delay: float = 30.0
     maximum_delay: float = 1800.0
-    ttl: float = 3600.0
+    ttl: float = DEFAULT_TTL
     capacity: int | None = DEFAULT_CAPACITY
 
     def __post_init__(self) -> None:
@@ -112,6 +117,9 @@ class OpenDigest:
     records: list[StoredRecord]
     dropped: int  # capacity trimming + missing payloads
     opened_at: float
+    #: The timeline was scheduled but its earlier records had expired (TTL) or been evicted
+    #: before this digest: an unknown number of them is lost. Reported again on a reopen.
+    expired: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '6'
+local LIBRARY_VERSION = '7'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -241,7 +241,16 @@ local function optional_float(value)
     return format_float(value)
 end
 
--- Timeline meta: "written|dropped|last_delivery" (last_delivery may be empty).
+-- The optional last field of both metas: "|1" when the timeline's earlier data expired
+-- (its key vanished while it was still scheduled), absent otherwise.
+local function expired_suffix(meta)
+    if meta.expired then
+        return '|1'
+    end
+    return ''
+end
+
+-- Timeline meta: "written|dropped|last_delivery[|1]" (last_delivery may be empty).
 -- written counts the records the container should hold, so records that
 -- vanished (evicted, deleted by hand) are detected and reported as dropped.
 local function parse_timeline_meta(raw)
@@ -250,15 +259,16 @@ local function parse_timeline_meta(raw)
         written = tonumber(parts[1] or '') or 0,
         dropped = tonumber(parts[2] or '') or 0,
         last_delivery = tonumber(parts[3] or ''),
+        expired = parts[4] == '1',
     }
 end
 
 local function format_timeline_meta(meta)
     return format_integer(meta.written) .. '|' .. format_integer(meta.dropped) .. '|'
-        .. optional_float(meta.last_delivery)
+        .. optional_float(meta.last_delivery) .. expired_suffix(meta)
 end
 
--- Digest meta: "id|opened_at|dropped|records|last_delivery".
+-- Digest meta: "id|opened_at|dropped|records|last_delivery[|1]".
 local function parse_digest_meta(raw)
     if type(raw) ~= 'string' then
         return nil
@@ -270,12 +280,14 @@ local function parse_digest_meta(raw)
         dropped = tonumber(parts[3] or '') or 0,
         records = tonumber(parts[4] or '') or 0,
         last_delivery = tonumber(parts[5] or ''),
+        expired = parts[6] == '1',
     }
 end
 
 local function format_digest_meta(meta)
     return meta.id .. '|' .. format_float(meta.opened_at) .. '|' .. format_integer(meta.dropped)
         .. '|' .. format_integer(meta.records) .. '|' .. optional_float(meta.last_delivery)
+        .. expired_suffix(meta)
 end
 
 -- Ordering -------------------------------------------------------------------
@@ -703,7 +715,7 @@ local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
         return dropped
     end
 
-    local raw_meta, records = nil, {}
+    local raw_meta, records = head.meta, {} -- a missing container may carry a fresh meta
     if head.kind == 'inline' then
         raw_meta, records = decode_inline(head.blob)
     end
@@ -857,6 +869,12 @@ local function begin_timeline(tag, timeline)
     timeline.became_ready = false
     -- the one read of its container this batch: write_back writes from it
     timeline.head = read_head(timeline.key)
+    if timeline.head.kind == 'none' and (timeline.ready or timeline.due ~= nil)
+            and redis.call('EXISTS', digest_key(tag, timeline.timeline)) == 0 then
+        -- Scheduled, yet neither its records nor an open digest exist: they expired
+        -- (or were evicted). Marked, so the next digest reports it instead of hiding it.
+        timeline.head.meta = format_timeline_meta({written = 0, dropped = 0, expired = true})
+    end
     if timeline.due ~= nil and not timeline.ready then
         timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
             parse_timeline_meta(timeline.head.meta))
@@ -986,6 +1004,13 @@ local function maintenance(keys, args)
     local partition_ttl = parse_ttl(args[3])
     local moved = move_range(ready_key(tag), waiting_key(tag), '(' .. format_float(deadline),
         function(score) return score end)
+    -- A timeline re-announced here is one nobody delivered (delivery down or behind):
+    -- its records and open digest must outlive that, so their TTL restarts too.
+    local ms = ttl_ms(partition_ttl)
+    for i = 1, #moved, 2 do
+        extend_ttl(timeline_key(tag, moved[i]), ms)
+        extend_ttl(digest_key(tag, moved[i]), ms)
+    end
     refresh_partition_ttl(tag, partition_ttl)
     return moved
 end
@@ -1007,11 +1032,12 @@ local function digest_reply(tag, meta, records)
         table.insert(flat, format_float(record.timestamp))
         table.insert(flat, record.payload)
     end
-    return {meta.id, format_float(meta.opened_at), meta.dropped, flat}
+    return {meta.id, format_float(meta.opened_at), meta.dropped, flat, meta.expired and 1 or 0}
 end
 
 -- KEYS: timeline, digest, waiting, ready. ARGV: timeline, digest_id, now, ttl.
--- Returns {id, opened_at, dropped, {id, timestamp, payload, ...}} newest first.
+-- Returns {id, opened_at, dropped, {id, timestamp, payload, ...} newest first, expired}:
+-- expired is 1 when the timeline was scheduled but its earlier records had expired.
 local function open(keys, args)
     local tag, timeline = timeline_keys(keys, args)
     local digest_id = parse_digest_id(args[2])
@@ -1023,14 +1049,19 @@ local function open(keys, args)
     local digest = digest_key(tag, timeline)
     local existing = parse_digest_meta(read_meta(digest))
     if existing ~= nil then
-        -- Reopen: the very same digest, whatever was added since stays pending.
+        -- Reopen: the very same digest, whatever was added since stays pending. Its
+        -- TTL restarts: a digest nobody manages to close must not expire meanwhile.
+        redis.call('PEXPIRE', digest, ttl_ms(ttl))
         return digest_reply(tag, existing, read_container(digest).records)
     end
 
     local source = timeline_key(tag, timeline)
+    local expired = false
     if redis.call('EXISTS', source) == 1 then
         redis.call('RENAME', source, digest)
     else
+        -- READY with neither records nor a digest: its data expired (or was evicted).
+        expired = true
         redis.call('DEL', digest) -- a meta-less leftover, if any
     end
     local container = read_container(digest)
@@ -1044,6 +1075,7 @@ local function open(keys, args)
         dropped = meta.dropped + missing,
         records = #container.records,
         last_delivery = meta.last_delivery,
+        expired = expired or meta.expired,
     }
     if container.kind == 'hash' then
         call_chunked('HDEL', digest, container.damaged)

@@ -3,7 +3,8 @@
 It follows DESIGN.md section 3 with the same conventions as the Redis functions
 (ordering, tie-breaks, per-batch trimming), so tests can drive both with the
 same operations and compare every observable result. It has no TTLs and no
-eviction: it is the specification, not a cache.
+eviction of its own: it is the specification, not a cache. ``expire`` plays what a TTL or
+eviction does to a timeline's data in Redis, so callers can test how expiry is reported.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class _Timeline:
     records: dict[str, StoredRecord] = field(default_factory=dict)
     dropped: int = 0  # trimmed since the last digest was opened
     last_delivery: float | None = None
+    expired: bool = False  # earlier records of this still scheduled timeline expired
 
 
 @dataclass
@@ -51,6 +53,7 @@ class _Digest:
     dropped: int
     records: list[StoredRecord]  # newest first
     last_delivery: float | None
+    expired: bool
 
 
 @dataclass
@@ -116,7 +119,9 @@ class MemoryStore:
             added += 1
             name = record.timeline
             if name not in state.timelines:
-                state.timelines[name] = _Timeline()
+                # Scheduled with neither records nor a digest: its data expired.
+                scheduled = name in state.ready or name in state.waiting
+                state.timelines[name] = _Timeline(expired=scheduled and name not in state.digests)
             timeline = state.timelines[name]
             if name not in touched:
                 touched.append(name)
@@ -200,18 +205,32 @@ class MemoryStore:
             raise InvalidState(f"timeline is not ready: {timeline}")
         digest = state.digests.get(timeline)
         if digest is None:
-            pending = state.timelines.pop(timeline, None) or _Timeline()
+            # READY with neither records nor a digest: its data expired.
+            pending = state.timelines.pop(timeline, None) or _Timeline(expired=True)
             digest = _Digest(
                 id=digest_id,
                 opened_at=now,
                 dropped=pending.dropped,
                 records=sorted(pending.records.values(), key=_age_key, reverse=True),
                 last_delivery=pending.last_delivery,
+                expired=pending.expired,
             )
             state.digests[timeline] = digest
         return OpenDigest(
-            digest.id, timeline, list(digest.records), digest.dropped, digest.opened_at
+            digest.id,
+            timeline,
+            list(digest.records),
+            digest.dropped,
+            digest.opened_at,
+            digest.expired,
         )
+
+    def expire(self, partition: int, timeline: str) -> None:
+        """Drop the timeline's records and open digest, keeping its schedule entry: what
+        Redis does when their TTL runs out (test aid; not part of ``DigestStore``)."""
+        state = self._partition(partition)
+        state.timelines.pop(timeline, None)
+        state.digests.pop(timeline, None)
 
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
         """Close that digest; False when the id is unknown or already closed."""

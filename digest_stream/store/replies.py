@@ -116,7 +116,7 @@ def due_timelines(reply: Reply) -> list[DueTimeline]:
 
 
 def open_digest(timeline: str, reply: Reply) -> OpenDigest:
-    """``ds_open``: {id, opened_at, dropped, {id, timestamp, payload, ...}}."""
+    """``ds_open``: {id, opened_at, dropped, {id, timestamp, payload, ...}, expired}."""
     values = array(reply)
     flat = array(values[3])
     records = [
@@ -129,6 +129,7 @@ def open_digest(timeline: str, reply: Reply) -> OpenDigest:
         records=records,
         dropped=integer(values[2]),
         opened_at=number(values[1]),
+        expired=integer(values[4]) == 1,
     )
 
 
