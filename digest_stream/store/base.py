@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -99,6 +99,27 @@ class DueTimeline:
     due: float
 
 
+#: Timelines one schedule or maintenance call moves at most, unless told otherwise: a
+#: backlog (150,000 READY timelines after a delivery outage) is drained in slices, so no
+#: single call, reply or burst of schedule entries grows with it.
+DEFAULT_SLICE = 1_000
+#: The largest slice a caller may ask for (same bound as MAX_SLICE in digests.lua).
+MAX_SLICE = 100_000
+
+
+class DueBatch(list[DueTimeline]):
+    """One slice of timelines moved by schedule or maintenance, in order (a list, so
+    callers that only iterate keep working); ``more``: further ones remain for the next
+    call."""
+
+    def __init__(self, timelines: Iterable[DueTimeline] = (), *, more: bool = False) -> None:
+        super().__init__(timelines)
+        self.more = more
+
+    def __repr__(self) -> str:
+        return f"DueBatch({list.__repr__(self)}, more={self.more})"
+
+
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
     """A record as it comes back in a digest."""
@@ -174,12 +195,16 @@ class DigestStore(Protocol):
         """
         ...
 
-    def schedule(self, partition: int, now: float) -> list[DueTimeline]:
-        """Move WAITING timelines due at or before ``now`` to READY and return them."""
+    def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
+        """Move up to ``limit`` WAITING timelines due at or before ``now`` (earliest due
+        first, ties by name) to READY and return them; ``.more`` when more are due."""
         ...
 
-    def maintenance(self, partition: int, deadline: float, now: float) -> list[DueTimeline]:
-        """Move READY timelines scheduled before ``deadline`` back to WAITING; return them."""
+    def maintenance(
+        self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE
+    ) -> DueBatch:
+        """Move up to ``limit`` READY timelines scheduled before ``deadline`` (oldest first)
+        back to WAITING and return them; ``.more`` when more remain."""
         ...
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:

@@ -27,7 +27,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '7'
+local LIBRARY_VERSION = '8'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -395,10 +395,13 @@ local function read_fence(tag)
     return fence
 end
 
--- Moves every member of `source` scored in [-inf, bound] into `destination`;
--- `score_for(original_score)` decides the new score. Returns flat {timeline, score}.
-local function move_range(source, destination, bound, score_for)
-    local found = redis.call('ZRANGEBYSCORE', source, '-inf', bound, 'WITHSCORES')
+-- Moves the first `limit` members of `source` scored in [-inf, bound] (by score, then
+-- name) into `destination`; `score_for(original_score)` decides the new score. Returns
+-- flat {timeline, score, ...} and whether more such members remain: a backlog is moved
+-- in slices, so no call's work (or reply) grows with it.
+local function move_range(source, destination, bound, score_for, limit)
+    local found = redis.call('ZRANGEBYSCORE', source, '-inf', bound, 'WITHSCORES',
+        'LIMIT', 0, limit)
     local moved, members, additions = {}, {}, {}
     for i = 1, #found, 2 do
         local timeline, score = found[i], found[i + 1]
@@ -413,8 +416,11 @@ local function move_range(source, destination, bound, score_for)
         -- ZADD takes score/member pairs: chunks must stay even (UNPACK_CHUNK is).
         call_chunked('ZADD', destination, additions)
     end
-    return moved
+    return moved, redis.call('ZCOUNT', source, '-inf', bound) > 0
 end
+
+-- The most timelines one schedule or maintenance call moves.
+local MAX_SLICE = 100000
 
 -- Record containers ------------------------------------------------------------
 --
@@ -980,30 +986,34 @@ local function add(keys, args)
     return {ready, added, skipped, dropped, fence_before or false, fence_after or false}
 end
 
--- KEYS: waiting, ready, fence. ARGV: now, partition_ttl.
--- Returns flat {timeline, due, ...} of timelines moved WAITING -> READY.
+-- KEYS: waiting, ready, fence. ARGV: now, partition_ttl, limit.
+-- Returns {{timeline, due, ...}, more}: up to `limit` timelines moved WAITING -> READY
+-- (earliest due first), more = 1 when further due ones remain for the next call.
 local function schedule(keys, args)
     local tag = partition_tag_of(keys)
     local now = parse_time(args[1], 'now')
     local partition_ttl = parse_ttl(args[2])
+    local limit = parse_integer(args[3], 'limit', 1, MAX_SLICE)
     local ready_at = format_float(now)
-    local moved = move_range(waiting_key(tag), ready_key(tag), ready_at, function()
+    local moved, more = move_range(waiting_key(tag), ready_key(tag), ready_at, function()
         return ready_at
-    end)
+    end, limit)
     refresh_partition_ttl(tag, partition_ttl)
-    return moved
+    return {moved, more and 1 or 0}
 end
 
--- KEYS: waiting, ready, fence. ARGV: deadline, now, partition_ttl.
--- Returns flat {timeline, ready_since, ...} moved READY -> WAITING (due = ready_since),
--- so the next schedule tick hands them out again.
+-- KEYS: waiting, ready, fence. ARGV: deadline, now, partition_ttl, limit.
+-- Returns {{timeline, ready_since, ...}, more}: up to `limit` timelines moved READY ->
+-- WAITING (due = ready_since), so the next schedule tick hands them out again; more = 1
+-- when further stale ones remain for the next call.
 local function maintenance(keys, args)
     local tag = partition_tag_of(keys)
     local deadline = parse_time(args[1], 'deadline')
     parse_time(args[2], 'now')
     local partition_ttl = parse_ttl(args[3])
-    local moved = move_range(ready_key(tag), waiting_key(tag), '(' .. format_float(deadline),
-        function(score) return score end)
+    local limit = parse_integer(args[4], 'limit', 1, MAX_SLICE)
+    local moved, more = move_range(ready_key(tag), waiting_key(tag),
+        '(' .. format_float(deadline), function(score) return score end, limit)
     -- A timeline re-announced here is one nobody delivered (delivery down or behind):
     -- its records and open digest must outlive that, so their TTL restarts too.
     local ms = ttl_ms(partition_ttl)
@@ -1012,7 +1022,7 @@ local function maintenance(keys, args)
         extend_ttl(digest_key(tag, moved[i]), ms)
     end
     refresh_partition_ttl(tag, partition_ttl)
-    return moved
+    return {moved, more and 1 or 0}
 end
 
 local function timeline_keys(keys, args)

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 
 from digest_stream.store import validate
 from digest_stream.store.base import (
+    DEFAULT_SLICE,
     AddResult,
     DigestTarget,
+    DueBatch,
     DueTimeline,
     InvalidState,
     NewRecord,
@@ -169,30 +171,36 @@ class MemoryStore:
         digest = state.digests.get(name)
         return digest.last_delivery if digest is not None else None
 
-    def schedule(self, partition: int, now: float) -> list[DueTimeline]:
-        """Move WAITING timelines due at or before ``now`` to READY and return them."""
+    def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
+        """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
         state = self._partition(partition)
         now = validate.time_value(now, "now")
+        limit = validate.limit(limit)
         due = sorted(
             ((name, at) for name, at in state.waiting.items() if at <= now), key=_score_key
         )
-        for name, _ in due:
+        for name, _ in due[:limit]:
             del state.waiting[name]
             state.ready[name] = now
-        return [DueTimeline(name, at) for name, at in due]
+        return DueBatch((DueTimeline(name, at) for name, at in due[:limit]), more=len(due) > limit)
 
-    def maintenance(self, partition: int, deadline: float, now: float) -> list[DueTimeline]:
-        """Move READY timelines scheduled before ``deadline`` back to WAITING; return them."""
+    def maintenance(
+        self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE
+    ) -> DueBatch:
+        """Move up to ``limit`` stale READY timelines back to WAITING; ``.more`` if more remain."""
         state = self._partition(partition)
         deadline = validate.time_value(deadline, "deadline")
         validate.time_value(now, "now")
+        limit = validate.limit(limit)
         stale = sorted(
             ((name, at) for name, at in state.ready.items() if at < deadline), key=_score_key
         )
-        for name, at in stale:
+        for name, at in stale[:limit]:
             del state.ready[name]
             state.waiting[name] = at
-        return [DueTimeline(name, at) for name, at in stale]
+        return DueBatch(
+            (DueTimeline(name, at) for name, at in stale[:limit]), more=len(stale) > limit
+        )
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
         """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""

@@ -13,9 +13,10 @@ from redis.exceptions import ResponseError
 
 from digest_stream.store import keys, library, replies, routing, validate
 from digest_stream.store.base import (
+    DEFAULT_SLICE,
     AddResult,
     DigestTarget,
-    DueTimeline,
+    DueBatch,
     InvalidArgument,
     InvalidState,
     LibraryVersionMismatch,
@@ -201,26 +202,22 @@ class RedisStore:
         )
         return replies.add_result(reply)
 
-    def schedule(self, partition: int, now: float) -> list[DueTimeline]:
-        """Move WAITING timelines due at or before ``now`` to READY and return them."""
+    def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
+        """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
         tag = self._tag(partition)
         now = validate.time_value(now, "now")
-        reply = self._fcall(
-            "ds_schedule", keys.partition_keys(tag), [arg(now), arg(self.policy.ttl)]
-        )
-        return replies.due_timelines(reply)
+        args = [arg(now), arg(self.policy.ttl), str(validate.limit(limit))]
+        return replies.due_batch(self._fcall("ds_schedule", keys.partition_keys(tag), args))
 
-    def maintenance(self, partition: int, deadline: float, now: float) -> list[DueTimeline]:
-        """Move READY timelines scheduled before ``deadline`` back to WAITING; return them."""
+    def maintenance(
+        self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE
+    ) -> DueBatch:
+        """Move up to ``limit`` stale READY timelines back to WAITING; ``.more`` if more remain."""
         tag = self._tag(partition)
         deadline = validate.time_value(deadline, "deadline")
         now = validate.time_value(now, "now")
-        reply = self._fcall(
-            "ds_maintenance",
-            keys.partition_keys(tag),
-            [arg(deadline), arg(now), arg(self.policy.ttl)],
-        )
-        return replies.due_timelines(reply)
+        args = [arg(deadline), arg(now), arg(self.policy.ttl), str(validate.limit(limit))]
+        return replies.due_batch(self._fcall("ds_maintenance", keys.partition_keys(tag), args))
 
     def _checked(
         self, target: DigestTarget, now: float

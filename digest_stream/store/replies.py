@@ -13,6 +13,7 @@ from redis.exceptions import ResponseError
 
 from digest_stream.store.base import (
     AddResult,
+    DueBatch,
     DueTimeline,
     InvalidArgument,
     InvalidState,
@@ -109,10 +110,14 @@ def add_result(reply: Reply) -> AddResult:
     )
 
 
-def due_timelines(reply: Reply) -> list[DueTimeline]:
-    """``ds_schedule`` / ``ds_maintenance``: flat {timeline, due, ...}."""
-    flat = array(reply)
-    return [DueTimeline(text(flat[i]), number(flat[i + 1])) for i in range(0, len(flat), 2)]
+def due_batch(reply: Reply) -> DueBatch:
+    """``ds_schedule`` / ``ds_maintenance``: {{timeline, due, ...}, more}."""
+    values = array(reply)
+    flat = array(values[0])
+    return DueBatch(
+        (DueTimeline(text(flat[i]), number(flat[i + 1])) for i in range(0, len(flat), 2)),
+        more=integer(values[1]) == 1,
+    )
 
 
 def open_digest(timeline: str, reply: Reply) -> OpenDigest:

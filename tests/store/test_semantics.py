@@ -429,6 +429,53 @@ def test_maintenance_leaves_recent_ready_alone(store: DigestStore, feed: Feed) -
     assert store.inspect(P, "new").state == "ready"
 
 
+# ------------------------------------------------------------------------------ slices
+
+
+def test_schedule_moves_a_backlog_in_slices(store: DigestStore, feed: Feed) -> None:
+    names = [f"t{i}" for i in range(5)]
+    for i, name in enumerate(names):
+        store.add(P, [feed(name, "1")], T0)
+        digest = store.open(P, name, new_id(), T0)
+        assert store.close(P, name, digest.id, T0 - 300 + (4 - i))  # due T0 + 4 - i
+    first = store.schedule(P, T0 + 10, limit=2)
+    assert (first, first.more) == ([DueTimeline("t4", T0), DueTimeline("t3", T0 + 1)], True)
+    second = store.schedule(P, T0 + 10, limit=2)
+    assert ([d.timeline for d in second], second.more) == (["t2", "t1"], True)
+    last = store.schedule(P, T0 + 10, limit=2)
+    assert ([d.timeline for d in last], last.more) == (["t0"], False)
+    assert store.stats(P).ready == 5
+    empty = store.schedule(P, T0 + 10)
+    assert (empty, empty.more) == ([], False)
+
+
+def test_maintenance_moves_a_backlog_in_slices(store: DigestStore, feed: Feed) -> None:
+    for i in range(5):
+        store.add(P, [feed(f"t{i}", "1")], T0 + i)
+    first = store.maintenance(P, T0 + 3, T0 + 100, limit=2)
+    assert (first, first.more) == ([DueTimeline("t0", T0), DueTimeline("t1", T0 + 1)], True)
+    rest = store.maintenance(P, T0 + 3, T0 + 100, limit=2)
+    assert ([d.timeline for d in rest], rest.more) == (["t2"], False)  # t3, t4 are recent
+    assert (store.stats(P).waiting, store.stats(P).ready) == (3, 2)
+
+
+def test_default_slice_is_a_thousand(store: DigestStore) -> None:
+    store.add(P, [NewRecord(f"t{i:04d}", "1", T0, b"", i) for i in range(1_001)], T0)
+    first = store.maintenance(P, T0 + 1, T0 + 1)
+    assert (len(first), first.more) == (1_000, True)
+    assert first[0] == DueTimeline("t0000", T0)
+    second = store.maintenance(P, T0 + 1, T0 + 1)
+    assert (second, second.more) == ([DueTimeline("t1000", T0)], False)
+
+
+@pytest.mark.parametrize("limit", [0, -1, 100_001, True, 2.0])
+def test_slice_limit_is_checked(store: DigestStore, limit: object) -> None:
+    with pytest.raises(InvalidArgument):
+        store.schedule(P, T0, limit=limit)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        store.maintenance(P, T0, T0, limit=limit)  # type: ignore[arg-type]
+
+
 # ------------------------------------------------------------------------------ delete
 
 
