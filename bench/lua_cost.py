@@ -13,7 +13,9 @@ printout says how many were redone).
 Shapes: 1,000 records on 1,000 timelines per call (the ingest benchmark's shape: every record
 touches a timeline of its own), repeated so each timeline grows by one record per round; and
 1,000 records on 50 timelines (20 per timeline per call). Prints ms per 1,000 records for each
-round. Uses its own namespace on the stack's Redis and removes it.
+round. Then `ds_open` of one bulk-imported timeline (20,000 records, 1,000-byte ids sharing a
+prefix, equal timestamps, no capacity): ms of Redis time for the open and for a reopen.
+Uses its own namespace on the stack's Redis and removes it.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import uuid
+from collections.abc import Callable
 
 import redis
 
 from bench.common import T0, delete_namespace, stack, unique
-from digest_stream.store import NewRecord, RedisStore
+from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
 
 RECORDS = 1_000
 ATTEMPTS = 20  # per round: tries to get an FCALL window that no other client's FCALL shares
@@ -70,6 +74,33 @@ def shape(client: redis.Redis, timelines: int, rounds: int) -> tuple[list[float]
     return costs, redone
 
 
+def measured(client: redis.Redis, call: Callable[[], object]) -> float | None:
+    """ms of Redis time of ``call`` (one FCALL), or None if another client's FCALL overlapped."""
+    calls, usec = fcall_stats(client)
+    call()
+    calls_after, usec_after = fcall_stats(client)
+    return (usec_after - usec) / 1000 if calls_after - calls == 1 else None
+
+
+def open_cost(client: redis.Redis, records: int = 20_000) -> tuple[float | None, float | None]:
+    """ms of Redis time of ds_open, then of a reopen, of one bulk-imported timeline."""
+    namespace = unique("lua-open")
+    store = RedisStore(client, namespace=namespace, policy=TimelinePolicy(capacity=None))
+    prefix = "x" * 990
+    try:
+        for start in range(0, records, RECORDS):
+            batch = [
+                NewRecord("bulk", f"{prefix}{i:010d}", T0, b"p" * 10, i)
+                for i in range(start, min(records, start + RECORDS))
+            ]
+            store.add(0, batch, T0)
+        first = measured(client, lambda: store.open(0, "bulk", uuid.uuid4().hex, T0))
+        again = measured(client, lambda: store.open(0, "bulk", uuid.uuid4().hex, T0))
+        return first, again
+    finally:
+        delete_namespace(client, namespace)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
@@ -84,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
                 + " ms per 1,000 records"
                 + (f" ({redone} attempts redone: other clients' FCALLs)" if redone else "")
             )
+        first, again = open_cost(client)
+        print(
+            "open of 20,000 records (1,000-byte ids, shared prefix, equal timestamps): "
+            + " / ".join("overlapped" if ms is None else f"{ms:.1f}" for ms in (first, again))
+            + " ms (open / reopen)"
+        )
     finally:
         client.close()
     return 0

@@ -25,7 +25,14 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from digest_stream.store.base import MAX_TTL, InvalidArgument, PolicyResolver, TimelinePolicy
+from digest_stream.store.base import (
+    DEFAULT_CAPACITY,
+    DEFAULT_TTL,
+    MAX_TTL,
+    InvalidArgument,
+    PolicyResolver,
+    TimelinePolicy,
+)
 
 ENV_PREFIX = "DIGEST_STREAM_"
 #: Room a digest message needs beside one record: its own fields, the key, carried headers.
@@ -96,10 +103,14 @@ class Settings(BaseSettings):
     increment_delay: float = Field(30.0, ge=0, description="Delay added by each new event.")
     maximum_delay: float = Field(1800.0, ge=0, description="Cap on delay after a delivery.")
     ttl: float = Field(
-        3600.0, gt=0, le=MAX_TTL, description="TTL of Redis keys (> maximum_delay, <= 10 years)."
+        DEFAULT_TTL,
+        gt=0,
+        le=MAX_TTL,
+        description="TTL of Redis keys, leak protection only (> maximum_delay + "
+        "maintenance_timeout + maintenance_interval, <= 10 years).",
     )
     capacity: int | None = Field(
-        None, ge=1, description="Max records per timeline (oldest dropped); unset = no limit."
+        DEFAULT_CAPACITY, ge=1, description="Max records per timeline (oldest dropped, counted)."
     )
     overrides: dict[str, PolicyOverride] = Field(
         default_factory=dict,
@@ -231,7 +242,29 @@ class Settings(BaseSettings):
                 self.policy_for(pattern)
             except InvalidArgument as exc:
                 raise ValueError(f"{env_name('overrides')} {pattern!r}: {exc}") from exc
+        for pattern in ("", *self.overrides):
+            self._check_recovery(pattern)
         return self
+
+    def _check_recovery(self, pattern: str) -> None:
+        # Records must outlive the slowest path back to delivery: a digest due at
+        # last_delivery + maximum_delay, stranded READY until maintenance re-announces it
+        # (maintenance_timeout, checked every maintenance_interval) and refreshes its TTL.
+        policy = self.policy_for(pattern) if pattern else self.policy()
+        where = f" (in {env_name('overrides')} {pattern!r})" if pattern else ""
+        names = [env_name(n) for n in ("minimum_delay", "maximum_delay", "ttl")]
+        if policy.minimum_delay > policy.maximum_delay:
+            raise ValueError(
+                f"{names[0]} ({policy.minimum_delay}) must not exceed {names[1]} "
+                f"({policy.maximum_delay}){where}"
+            )
+        bound = policy.maximum_delay + self.maintenance_timeout + self.maintenance_interval
+        if policy.ttl <= bound:
+            raise ValueError(
+                f"{names[2]} ({policy.ttl}) must exceed {names[1]} + "
+                f"{env_name('maintenance_timeout')} + {env_name('maintenance_interval')} "
+                f"({bound}){where}, or records expire before maintenance re-announces them"
+            )
 
     def policy(self) -> TimelinePolicy:
         """The default timeline policy these settings describe."""

@@ -28,7 +28,8 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.retry import REDIS_DOWN
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, StoreError
-from digest_stream.store.redis import LIBRARY_VERSION, RedisStore, library_versions
+from digest_stream.store.library import library_versions
+from digest_stream.store.redis import LIBRARY_VERSION, RedisStore
 
 log = logging.getLogger(__name__)
 

@@ -153,16 +153,26 @@ class Scheduler:
         return emitted
 
     def _tick_partition(self, partition: int, now: float, maintain: bool) -> int:
+        """Maintenance (or a take-over), then the due timelines, each in bounded slices.
+
+        Every store call moves at most one slice (DEFAULT_SLICE timelines), so none blocks
+        Redis for long; a backlog is drained slice by slice, each announced as it comes (the
+        emitter waits for producer room). Maintenance is drained first: it only moves READY
+        timelines, so each slice takes new ones, and schedule then makes them READY again.
+        """
         recovered: set[str] = set()
         taken_over = partition in self._taken_over
         if maintain or taken_over:
             # Taken over: every READY timeline (the old owner's announcements may be lost);
             # otherwise those READY longer than maintenance_timeout (a delivery lost them).
             deadline = now + 1.0 if taken_over else now - self._settings.maintenance_timeout
-            with self._metrics.store_latency.labels(operation="maintenance").time():
-                back = self._store.maintenance(partition, deadline, now)
+            more = True
+            while more:
+                with self._metrics.store_latency.labels(operation="maintenance").time():
+                    back = self._store.maintenance(partition, deadline, now)
+                recovered.update(item.timeline for item in back)
+                more = back.more
             self._taken_over.discard(partition)
-            recovered = {item.timeline for item in back}
             if recovered:
                 log.log(
                     logging.INFO if taken_over else logging.WARNING,
@@ -174,11 +184,14 @@ class Scheduler:
                     else f"not delivered within {self._settings.maintenance_timeout:.0f}s",
                     ", ".join(sorted(recovered)[:10]),
                 )
-        with self._metrics.store_latency.labels(operation="schedule").time():
-            due = self._store.schedule(partition, now)
-        if not due:
-            return 0
-        scheduled = [(d.timeline, d.due) for d in due if d.timeline not in recovered]
-        again = [(d.timeline, d.due) for d in due if d.timeline in recovered]
-        emitted = self.emitter.emit(partition, scheduled, ScheduleReason.SCHEDULED)
-        return emitted + self.emitter.emit(partition, again, ScheduleReason.RECOVERED)
+        emitted = 0
+        more = True
+        while more:
+            with self._metrics.store_latency.labels(operation="schedule").time():
+                due = self._store.schedule(partition, now)
+            more = due.more
+            scheduled = [(d.timeline, d.due) for d in due if d.timeline not in recovered]
+            again = [(d.timeline, d.due) for d in due if d.timeline in recovered]
+            emitted += self.emitter.emit(partition, scheduled, ScheduleReason.SCHEDULED)
+            emitted += self.emitter.emit(partition, again, ScheduleReason.RECOVERED)
+        return emitted

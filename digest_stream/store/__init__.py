@@ -7,10 +7,12 @@
 from __future__ import annotations
 
 from digest_stream.store.base import (
+    DEFAULT_SLICE,
     DIGEST_ID_PATTERN,
     AddResult,
     DigestStore,
     DigestTarget,
+    DueBatch,
     DueTimeline,
     InvalidArgument,
     InvalidState,
@@ -28,12 +30,14 @@ from digest_stream.store.model import MemoryStore
 from digest_stream.store.redis import LIBRARY_NAME, LIBRARY_VERSION, RedisStore
 
 __all__ = [
+    "DEFAULT_SLICE",
     "DIGEST_ID_PATTERN",
     "LIBRARY_NAME",
     "LIBRARY_VERSION",
     "AddResult",
     "DigestStore",
     "DigestTarget",
+    "DueBatch",
     "DueTimeline",
     "InvalidArgument",
     "InvalidState",

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 #: The longest TTL (seconds, ten years) the store accepts; the Lua guard enforces it too.
 MAX_TTL = 315_360_000
+
+#: Seconds a timeline's keys live without being written or maintained (seven days). It is
+#: leak protection only: maintenance and open refresh it while the service runs, so records
+#: never expire while the service is merely down or behind for less than this.
+DEFAULT_TTL = 7 * 24 * 3600.0
+
+#: Records a timeline holds by default (the oldest are dropped past it, and counted): it
+#: bounds the work of one open, trim or digest, and the memory of one runaway timeline.
+#: ``capacity=None`` lifts the bound (opening then costs O(n log n) in Redis's C code).
+DEFAULT_CAPACITY = 10_000
 
 #: Digest ids are 32 lowercase hex characters (a uuid4 hex), minted by the caller.
 DIGEST_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
@@ -37,8 +47,8 @@ class TimelinePolicy:
     minimum_delay: float = 300.0
     increment_delay: float = 30.0
     maximum_delay: float = 1800.0
-    ttl: float = 3600.0
-    capacity: int | None = None
+    ttl: float = DEFAULT_TTL
+    capacity: int | None = DEFAULT_CAPACITY
 
     def __post_init__(self) -> None:
         for name in ("minimum_delay", "increment_delay", "maximum_delay", "ttl"):
@@ -89,6 +99,27 @@ class DueTimeline:
     due: float
 
 
+#: Timelines one schedule or maintenance call moves at most, unless told otherwise: a
+#: backlog (150,000 READY timelines after a delivery outage) is drained in slices, so no
+#: single call, reply or burst of schedule entries grows with it.
+DEFAULT_SLICE = 1_000
+#: The largest slice a caller may ask for (same bound as MAX_SLICE in digests.lua).
+MAX_SLICE = 100_000
+
+
+class DueBatch(list[DueTimeline]):
+    """One slice of timelines moved by schedule or maintenance, in order (a list, so
+    callers that only iterate keep working); ``more``: further ones remain for the next
+    call."""
+
+    def __init__(self, timelines: Iterable[DueTimeline] = (), *, more: bool = False) -> None:
+        super().__init__(timelines)
+        self.more = more
+
+    def __repr__(self) -> str:
+        return f"DueBatch({list.__repr__(self)}, more={self.more})"
+
+
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
     """A record as it comes back in a digest."""
@@ -107,6 +138,9 @@ class OpenDigest:
     records: list[StoredRecord]
     dropped: int  # capacity trimming + missing payloads
     opened_at: float
+    #: The timeline was scheduled but its earlier records had expired (TTL) or been evicted
+    #: before this digest: an unknown number of them is lost. Reported again on a reopen.
+    expired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,12 +195,16 @@ class DigestStore(Protocol):
         """
         ...
 
-    def schedule(self, partition: int, now: float) -> list[DueTimeline]:
-        """Move WAITING timelines due at or before ``now`` to READY and return them."""
+    def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
+        """Move up to ``limit`` WAITING timelines due at or before ``now`` (earliest due
+        first, ties by name) to READY and return them; ``.more`` when more are due."""
         ...
 
-    def maintenance(self, partition: int, deadline: float, now: float) -> list[DueTimeline]:
-        """Move READY timelines scheduled before ``deadline`` back to WAITING; return them."""
+    def maintenance(
+        self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE
+    ) -> DueBatch:
+        """Move up to ``limit`` READY timelines scheduled before ``deadline`` (oldest first)
+        back to WAITING and return them; ``.more`` when more remain."""
         ...
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:

@@ -14,6 +14,7 @@
 --   T:o        string  applied Kafka offset             (the fence)
 --   T:t:<tl>   record container: the timeline's pending records and its meta
 --   T:d:<tl>   record container: the open digest's records and its meta
+--   T:s        zset    scratch: exists only inside one call (sort_records)
 --
 -- A record container is ONE key per timeline, in one of two encodings:
 --   inline  a string cmsgpack(meta, id1, ts1, payload1, id2, ...) while the
@@ -23,9 +24,10 @@
 --   hash    field id -> struct.pack('>d', ts) .. payload, meta under field ""
 --           once it grows: one hash entry per record, updated in place.
 -- Ordering is computed only when a digest is opened or capacity trims, so no
--- per-record index (sorted set) is kept at all.
+-- per-record index (sorted set) is kept at all; large sets of records are ordered by
+-- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '5'
+local LIBRARY_VERSION = '8'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -74,6 +76,8 @@ local function tag_of(key)
 end
 
 local function waiting_key(tag) return tag .. ':w' end
+-- A sorted set that exists only inside one call (sort_records): never left behind.
+local function scratch_key(tag) return tag .. ':s' end
 local function ready_key(tag) return tag .. ':r' end
 local function fence_key(tag) return tag .. ':o' end
 local function timeline_key(tag, timeline) return tag .. ':t:' .. timeline end
@@ -237,7 +241,16 @@ local function optional_float(value)
     return format_float(value)
 end
 
--- Timeline meta: "written|dropped|last_delivery" (last_delivery may be empty).
+-- The optional last field of both metas: "|1" when the timeline's earlier data expired
+-- (its key vanished while it was still scheduled), absent otherwise.
+local function expired_suffix(meta)
+    if meta.expired then
+        return '|1'
+    end
+    return ''
+end
+
+-- Timeline meta: "written|dropped|last_delivery[|1]" (last_delivery may be empty).
 -- written counts the records the container should hold, so records that
 -- vanished (evicted, deleted by hand) are detected and reported as dropped.
 local function parse_timeline_meta(raw)
@@ -246,15 +259,16 @@ local function parse_timeline_meta(raw)
         written = tonumber(parts[1] or '') or 0,
         dropped = tonumber(parts[2] or '') or 0,
         last_delivery = tonumber(parts[3] or ''),
+        expired = parts[4] == '1',
     }
 end
 
 local function format_timeline_meta(meta)
     return format_integer(meta.written) .. '|' .. format_integer(meta.dropped) .. '|'
-        .. optional_float(meta.last_delivery)
+        .. optional_float(meta.last_delivery) .. expired_suffix(meta)
 end
 
--- Digest meta: "id|opened_at|dropped|records|last_delivery".
+-- Digest meta: "id|opened_at|dropped|records|last_delivery[|1]".
 local function parse_digest_meta(raw)
     if type(raw) ~= 'string' then
         return nil
@@ -266,12 +280,14 @@ local function parse_digest_meta(raw)
         dropped = tonumber(parts[3] or '') or 0,
         records = tonumber(parts[4] or '') or 0,
         last_delivery = tonumber(parts[5] or ''),
+        expired = parts[6] == '1',
     }
 end
 
 local function format_digest_meta(meta)
     return meta.id .. '|' .. format_float(meta.opened_at) .. '|' .. format_integer(meta.dropped)
         .. '|' .. format_integer(meta.records) .. '|' .. optional_float(meta.last_delivery)
+        .. expired_suffix(meta)
 end
 
 -- Ordering -------------------------------------------------------------------
@@ -301,6 +317,12 @@ local function newer(a, b)
     return older(b, a)
 end
 
+-- Up to this many records are sorted by table.sort with the comparators above: each
+-- comparison may walk two ids byte by byte in Lua, which is cheap for a handful of
+-- records but took 35 s for 20,000 ids of 1,000 bytes sharing a prefix. More records
+-- are sorted by Redis in a scratch sorted set (sort_records below), in C.
+local LUA_SORT_MAX = 16
+
 -- Redis helpers -----------------------------------------------------------------
 
 -- Returns the sum of the chunks' integer replies (fields created, members removed...).
@@ -311,6 +333,37 @@ local function call_chunked(command, key, items)
         total = total + redis.call(command, key, unpack(items, first, last))
     end
     return total
+end
+
+-- Records in age order: by timestamp, ties by id bytes, oldest first (or newest first).
+-- That is exactly a sorted set's order (score, then member bytes), so a large set of
+-- records is ordered by Redis in a scratch zset of the partition's slot: O(n log n)
+-- in C, whatever the ids look like. Returns a new list; `records` is left as it was.
+local function sort_records(tag, records, newest_first)
+    if #records <= LUA_SORT_MAX then
+        local sorted = {}
+        for i, record in ipairs(records) do
+            sorted[i] = record
+        end
+        table.sort(sorted, newest_first and newer or older)
+        return sorted
+    end
+    local scratch = scratch_key(tag)
+    local by_id, additions = {}, {}
+    for _, record in ipairs(records) do
+        by_id[record.id] = record
+        additions[#additions + 1] = format_float(record.timestamp)
+        additions[#additions + 1] = record.id
+    end
+    redis.call('DEL', scratch)
+    call_chunked('ZADD', scratch, additions)
+    local ids = redis.call(newest_first and 'ZREVRANGE' or 'ZRANGE', scratch, 0, -1)
+    redis.call('DEL', scratch)
+    local sorted = {}
+    for i, id in ipairs(ids) do
+        sorted[i] = by_id[id]
+    end
+    return sorted
 end
 
 -- Partition-level keys are shared by timelines whose policies may differ, so
@@ -342,10 +395,13 @@ local function read_fence(tag)
     return fence
 end
 
--- Moves every member of `source` scored in [-inf, bound] into `destination`;
--- `score_for(original_score)` decides the new score. Returns flat {timeline, score}.
-local function move_range(source, destination, bound, score_for)
-    local found = redis.call('ZRANGEBYSCORE', source, '-inf', bound, 'WITHSCORES')
+-- Moves the first `limit` members of `source` scored in [-inf, bound] (by score, then
+-- name) into `destination`; `score_for(original_score)` decides the new score. Returns
+-- flat {timeline, score, ...} and whether more such members remain: a backlog is moved
+-- in slices, so no call's work (or reply) grows with it.
+local function move_range(source, destination, bound, score_for, limit)
+    local found = redis.call('ZRANGEBYSCORE', source, '-inf', bound, 'WITHSCORES',
+        'LIMIT', 0, limit)
     local moved, members, additions = {}, {}, {}
     for i = 1, #found, 2 do
         local timeline, score = found[i], found[i + 1]
@@ -360,8 +416,11 @@ local function move_range(source, destination, bound, score_for)
         -- ZADD takes score/member pairs: chunks must stay even (UNPACK_CHUNK is).
         call_chunked('ZADD', destination, additions)
     end
-    return moved
+    return moved, redis.call('ZCOUNT', source, '-inf', bound) > 0
 end
+
+-- The most timelines one schedule or maintenance call moves.
+local MAX_SLICE = 100000
 
 -- Record containers ------------------------------------------------------------
 --
@@ -581,7 +640,7 @@ local function write_hash(key, meta, records)
 end
 
 -- Ids to remove so that `records` keeps the newest `capacity`; damaged ids go first.
-local function trim_victims(records, damaged, capacity)
+local function trim_victims(tag, records, damaged, capacity)
     local victims = {}
     for _, id in ipairs(damaged) do
         table.insert(victims, id)
@@ -589,9 +648,9 @@ local function trim_victims(records, damaged, capacity)
     -- damaged entries are gone anyway: only intact records count against capacity
     local excess = #records - capacity
     if excess > 0 then
-        table.sort(records, older)
+        local oldest_first = sort_records(tag, records, false)
         for i = 1, excess do
-            table.insert(victims, records[i].id)
+            table.insert(victims, oldest_first[i].id)
         end
     end
     return victims
@@ -641,7 +700,7 @@ end
 -- capacity, stores it in the fitting encoding and sets its TTL (ms). `head` is the
 -- container as read_head found it (nothing has written it since).
 -- Returns how many it dropped.
-local function store_batch(key, head, batch, capacity, inline_records, ms)
+local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
     if head.kind ~= 'hash' and append_inline(key, head, batch, capacity, inline_records, ms) then
         return 0
     end
@@ -651,7 +710,7 @@ local function store_batch(key, head, batch, capacity, inline_records, ms)
         local dropped = 0
         if capacity > 0 and hash_record_count(key, head) > capacity then
             local container = read_container(key, 'hash')
-            local victims = trim_victims(container.records, container.damaged, capacity)
+            local victims = trim_victims(tag, container.records, container.damaged, capacity)
             call_chunked('HDEL', key, victims)
             dropped = #victims
             meta.written = meta.written - dropped
@@ -662,7 +721,7 @@ local function store_batch(key, head, batch, capacity, inline_records, ms)
         return dropped
     end
 
-    local raw_meta, records = nil, {}
+    local raw_meta, records = head.meta, {} -- a missing container may carry a fresh meta
     if head.kind == 'inline' then
         raw_meta, records = decode_inline(head.blob)
     end
@@ -684,7 +743,7 @@ local function store_batch(key, head, batch, capacity, inline_records, ms)
     end
     local dropped = 0
     if capacity > 0 and #records > capacity then
-        table.sort(records, older)
+        records = sort_records(tag, records, false)
         dropped = #records - capacity
         local kept = {}
         for i = dropped + 1, #records do
@@ -705,36 +764,12 @@ end
 
 -- Commands ---------------------------------------------------------------------
 
--- KEYS: fence, waiting, ready.
--- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
---       T, T x policy (POLICY_WIDTH), N x record (RECORD_WIDTH).
--- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
--- Redis lost writes: nothing is applied and the caller replays from the fence found.
--- through_offset: the batch's last offset; the fence advances to it even for input
--- the caller never handed over (dead letters).
--- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil}.
-local function add(keys, args)
-    local tag = tag_of(keys[1])
-    expect_key(keys, 1, fence_key(tag))
-    expect_key(keys, 2, waiting_key(tag))
-    expect_key(keys, 3, ready_key(tag))
-    local now = parse_time(args[1], 'now')
-    local partition_ttl = parse_ttl(args[2])
-    local inline_records = parse_integer(args[3], 'inline record limit', 0, INLINE_MAX_RECORDS)
-    local expected_fence, through_offset = nil, nil
-    if args[4] ~= '' then
-        expected_fence = parse_integer(args[4], 'expected fence', 0, MAX_OFFSET)
-    end
-    if args[5] ~= '' then
-        through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
-    end
-    local policy_count = parse_integer(args[6], 'timeline count', 0, #args)
-    local records_base = 7 + policy_count * POLICY_WIDTH
-    if records_base - 1 > #args or (#args - records_base + 1) % RECORD_WIDTH ~= 0 then
-        invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per timeline and '
-            .. RECORD_WIDTH .. ' per record')
-    end
+-- ds_add, in four steps: parse_add checks the whole call, begin_timeline and
+-- apply_record run the state machine record by record (in memory), write_back stores
+-- each touched timeline once, and advance_fence moves the fence.
 
+-- The timelines of an add call: their policies (parsed once per distinct policy) and keys.
+local function parse_timelines(args, tag, policy_count)
     local timelines, seen, last = {}, {}, nil
     for i = 1, policy_count do
         local base = 7 + (i - 1) * POLICY_WIDTH
@@ -751,14 +786,16 @@ local function add(keys, args)
         end
         seen[policy.timeline] = true
         policy.key = timeline_key(tag, policy.timeline)
-        policy.batch = nil
+        policy.batch = nil -- set by begin_timeline on the timeline's first record
         timelines[i] = policy
     end
+    return timelines
+end
 
-    -- Validate the whole batch before the first write: a refused batch must
-    -- leave no trace (Redis functions are not rolled back on error).
-    -- Per record, the checks run inline and the parse_* helpers only raise the error:
-    -- this loop is the one part of the library that runs once per record.
+-- The records of an add call, each pointing at its timeline.
+-- Per record, the checks run inline and the parse_* helpers only raise the error:
+-- this loop is the one part of the library that runs once per record.
+local function parse_records(args, records_base, timelines, policy_count, through_offset)
     local records = {}
     for base = records_base, #args, RECORD_WIDTH do
         -- a table lookup: nil unless an integer in 1..policy_count
@@ -779,84 +816,117 @@ local function add(keys, args)
                 or offset ~= math.floor(offset) then
             parse_integer(args[base + 3], 'offset', 0, MAX_OFFSET)
         end
-        local record = {
+        if through_offset ~= nil and offset > through_offset then
+            invalid_argument('record offset ' .. format_integer(offset)
+                .. ' is past through_offset ' .. format_integer(through_offset))
+        end
+        records[#records + 1] = {
             timeline = timeline,
             id = id,
             timestamp = timestamp,
             offset = offset,
             payload = args[base + 4],
         }
-        if through_offset ~= nil and record.offset > through_offset then
-            invalid_argument('record offset ' .. format_integer(record.offset)
-                .. ' is past through_offset ' .. format_integer(through_offset))
-        end
-        table.insert(records, record)
     end
+    return records
+end
 
-    local fence_before = read_fence(tag)
-    if expected_fence ~= nil and (fence_before == nil or fence_before < expected_fence) then
-        return {{}, 0, 0, 0, fence_before or false, fence_before or false}
+-- Step 1: the whole call, checked before the first write: a refused batch must leave
+-- no trace (Redis functions are not rolled back on error).
+local function parse_add(keys, args)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, fence_key(tag))
+    expect_key(keys, 2, waiting_key(tag))
+    expect_key(keys, 3, ready_key(tag))
+    local call = {
+        tag = tag,
+        now = parse_time(args[1], 'now'),
+        partition_ttl = parse_ttl(args[2]),
+        inline_records = parse_integer(args[3], 'inline record limit', 0, INLINE_MAX_RECORDS),
+    }
+    if args[4] ~= '' then
+        call.expected_fence = parse_integer(args[4], 'expected fence', 0, MAX_OFFSET)
     end
-    local fence = fence_before or -1
-    local ready, touched = {}, {}
-    local added, skipped, dropped = 0, 0, 0
-
-    for _, record in ipairs(records) do
-        local timeline = record.timeline
-        if record.offset <= fence then
-            skipped = skipped + 1
-        else
-            fence = record.offset
-            added = added + 1
-            if timeline.batch == nil then
-                timeline.batch = {}
-                table.insert(touched, timeline)
-                timeline.ready = redis.call('ZSCORE', ready_key(tag), timeline.timeline) ~= false
-                if not timeline.ready then
-                    -- a READY timeline ignores its due time: skip the lookup
-                    local due = redis.call('ZSCORE', waiting_key(tag), timeline.timeline)
-                    timeline.due = due ~= false and tonumber(due) or nil
-                end
-                timeline.due_changed = false
-                timeline.became_ready = false
-                -- the one read of its container this batch: store_batch writes from it
-                timeline.head = read_head(timeline.key)
-                if timeline.due ~= nil and not timeline.ready then
-                    timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
-                        parse_timeline_meta(timeline.head.meta))
-                end
-            end
-            table.insert(timeline.batch, record)
-            -- The state machine, one record at a time (as if added one by one).
-            if timeline.ready then
-                -- READY (or just became ready): delivery is already on its way.
-            elseif timeline.due ~= nil then
-                local due
-                if timeline.last_delivery ~= nil then
-                    due = math.min(timeline.due + timeline.increment,
-                        timeline.last_delivery + timeline.maximum)
-                else
-                    due = math.min(timeline.due, record.timestamp)
-                end
-                if due ~= timeline.due then
-                    timeline.due = due
-                    timeline.due_changed = true
-                end
-            else
-                timeline.ready = true
-                timeline.became_ready = true
-                table.insert(ready, timeline.timeline)
-            end
-        end
+    if args[5] ~= '' then
+        call.through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
     end
+    local policy_count = parse_integer(args[6], 'timeline count', 0, #args)
+    local records_base = 7 + policy_count * POLICY_WIDTH
+    if records_base - 1 > #args or (#args - records_base + 1) % RECORD_WIDTH ~= 0 then
+        invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per timeline and '
+            .. RECORD_WIDTH .. ' per record')
+    end
+    local timelines = parse_timelines(args, tag, policy_count)
+    call.records = parse_records(args, records_base, timelines, policy_count, call.through_offset)
+    return call
+end
 
+-- Step 2a, on a timeline's first record of the batch: its state (READY, WAITING with
+-- a due time, or absent) and its container's head, each read once for the whole batch.
+local function begin_timeline(tag, timeline)
+    timeline.batch = {}
+    timeline.ready = redis.call('ZSCORE', ready_key(tag), timeline.timeline) ~= false
+    if not timeline.ready then
+        -- a READY timeline ignores its due time: skip the lookup
+        local due = redis.call('ZSCORE', waiting_key(tag), timeline.timeline)
+        timeline.due = due ~= false and tonumber(due) or nil
+    end
+    timeline.due_changed = false
+    timeline.became_ready = false
+    -- the one read of its container this batch: write_back writes from it
+    timeline.head = read_head(timeline.key)
+    if timeline.head.kind == 'none' and (timeline.ready or timeline.due ~= nil)
+            and redis.call('EXISTS', digest_key(tag, timeline.timeline)) == 0 then
+        -- Scheduled, yet neither its records nor an open digest exist: they expired
+        -- (or were evicted). Marked, so the next digest reports it instead of hiding it.
+        timeline.head.meta = format_timeline_meta({written = 0, dropped = 0, expired = true})
+    end
+    if timeline.due ~= nil and not timeline.ready then
+        timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
+            parse_timeline_meta(timeline.head.meta))
+    end
+end
+
+-- Step 2b, the state machine, one record at a time (as if added one by one):
+--   READY   -> READY    delivery is already on its way
+--   WAITING -> WAITING  due = min(due + increment, last_delivery + maximum),
+--                       or min(due, timestamp) with no last delivery known
+--   absent  -> READY    listed in `ready` (immediately ready)
+local function apply_record(timeline, record, ready)
+    local batch = timeline.batch
+    batch[#batch + 1] = record
+    if timeline.ready then
+        return
+    end
+    if timeline.due == nil then
+        timeline.ready = true
+        timeline.became_ready = true
+        ready[#ready + 1] = timeline.timeline
+        return
+    end
+    local due
+    if timeline.last_delivery ~= nil then
+        due = math.min(timeline.due + timeline.increment, timeline.last_delivery + timeline.maximum)
+    else
+        due = math.min(timeline.due, record.timestamp)
+    end
+    if due ~= timeline.due then
+        timeline.due = due
+        timeline.due_changed = true
+    end
+end
+
+-- Step 3: each touched timeline written once: its records (trimmed to capacity once,
+-- after all of them), then its schedule entry. Returns the records dropped and the
+-- longest ttl among the timelines (for the partition-level keys).
+local function write_back(tag, touched, call)
+    local dropped, partition_ttl = 0, call.partition_ttl
     for _, timeline in ipairs(touched) do
-        -- Trim once per timeline per batch, after all its records are written.
         dropped = dropped
-            + store_batch(timeline.key, timeline.head, timeline.batch, timeline.capacity,
-                inline_records, ttl_ms(timeline.ttl))
+            + store_batch(tag, timeline.key, timeline.head, timeline.batch, timeline.capacity,
+                call.inline_records, ttl_ms(timeline.ttl))
         if timeline.became_ready then
-            redis.call('ZADD', ready_key(tag), format_float(now), timeline.timeline)
+            redis.call('ZADD', ready_key(tag), format_float(call.now), timeline.timeline)
         elseif timeline.due_changed then
             redis.call('ZADD', waiting_key(tag), format_float(timeline.due), timeline.timeline)
         end
@@ -864,45 +934,95 @@ local function add(keys, args)
             partition_ttl = timeline.ttl
         end
     end
+    return dropped, partition_ttl
+end
 
-    if through_offset ~= nil and through_offset > fence then
-        fence = through_offset
-    end
-    local fence_after = fence_before
+-- Step 4: the fence only moves forward. Returns the fence after the call.
+local function advance_fence(tag, fence_before, fence)
     if fence > -1 and (fence_before == nil or fence > fence_before) then
-        fence_after = fence
         redis.call('SET', fence_key(tag), format_integer(fence))
+        return fence
     end
+    return fence_before
+end
+
+-- KEYS: fence, waiting, ready.
+-- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
+--       T, T x policy (POLICY_WIDTH), N x record (RECORD_WIDTH).
+-- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
+-- Redis lost writes: nothing is applied and the caller replays from the fence found.
+-- through_offset: the batch's last offset; the fence advances to it even for input
+-- the caller never handed over (dead letters).
+-- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil}.
+local function add(keys, args)
+    local call = parse_add(keys, args)
+    local tag = call.tag
+    local fence_before = read_fence(tag)
+    if call.expected_fence ~= nil
+            and (fence_before == nil or fence_before < call.expected_fence) then
+        return {{}, 0, 0, 0, fence_before or false, fence_before or false}
+    end
+    local fence = fence_before or -1
+    local ready, touched = {}, {}
+    local added, skipped = 0, 0
+    for _, record in ipairs(call.records) do
+        if record.offset <= fence then
+            skipped = skipped + 1 -- a replay: at or below the fence
+        else
+            fence = record.offset
+            added = added + 1
+            local timeline = record.timeline
+            if timeline.batch == nil then
+                begin_timeline(tag, timeline)
+                touched[#touched + 1] = timeline
+            end
+            apply_record(timeline, record, ready)
+        end
+    end
+    local dropped, partition_ttl = write_back(tag, touched, call)
+    local fence_after = advance_fence(tag, fence_before,
+        math.max(fence, call.through_offset or -1))
     refresh_partition_ttl(tag, partition_ttl)
     return {ready, added, skipped, dropped, fence_before or false, fence_after or false}
 end
 
--- KEYS: waiting, ready, fence. ARGV: now, partition_ttl.
--- Returns flat {timeline, due, ...} of timelines moved WAITING -> READY.
+-- KEYS: waiting, ready, fence. ARGV: now, partition_ttl, limit.
+-- Returns {{timeline, due, ...}, more}: up to `limit` timelines moved WAITING -> READY
+-- (earliest due first), more = 1 when further due ones remain for the next call.
 local function schedule(keys, args)
     local tag = partition_tag_of(keys)
     local now = parse_time(args[1], 'now')
     local partition_ttl = parse_ttl(args[2])
+    local limit = parse_integer(args[3], 'limit', 1, MAX_SLICE)
     local ready_at = format_float(now)
-    local moved = move_range(waiting_key(tag), ready_key(tag), ready_at, function()
+    local moved, more = move_range(waiting_key(tag), ready_key(tag), ready_at, function()
         return ready_at
-    end)
+    end, limit)
     refresh_partition_ttl(tag, partition_ttl)
-    return moved
+    return {moved, more and 1 or 0}
 end
 
--- KEYS: waiting, ready, fence. ARGV: deadline, now, partition_ttl.
--- Returns flat {timeline, ready_since, ...} moved READY -> WAITING (due = ready_since),
--- so the next schedule tick hands them out again.
+-- KEYS: waiting, ready, fence. ARGV: deadline, now, partition_ttl, limit.
+-- Returns {{timeline, ready_since, ...}, more}: up to `limit` timelines moved READY ->
+-- WAITING (due = ready_since), so the next schedule tick hands them out again; more = 1
+-- when further stale ones remain for the next call.
 local function maintenance(keys, args)
     local tag = partition_tag_of(keys)
     local deadline = parse_time(args[1], 'deadline')
     parse_time(args[2], 'now')
     local partition_ttl = parse_ttl(args[3])
-    local moved = move_range(ready_key(tag), waiting_key(tag), '(' .. format_float(deadline),
-        function(score) return score end)
+    local limit = parse_integer(args[4], 'limit', 1, MAX_SLICE)
+    local moved, more = move_range(ready_key(tag), waiting_key(tag),
+        '(' .. format_float(deadline), function(score) return score end, limit)
+    -- A timeline re-announced here is one nobody delivered (delivery down or behind):
+    -- its records and open digest must outlive that, so their TTL restarts too.
+    local ms = ttl_ms(partition_ttl)
+    for i = 1, #moved, 2 do
+        extend_ttl(timeline_key(tag, moved[i]), ms)
+        extend_ttl(digest_key(tag, moved[i]), ms)
+    end
     refresh_partition_ttl(tag, partition_ttl)
-    return moved
+    return {moved, more and 1 or 0}
 end
 
 local function timeline_keys(keys, args)
@@ -915,19 +1035,19 @@ local function timeline_keys(keys, args)
     return tag, timeline
 end
 
-local function digest_reply(meta, records)
-    table.sort(records, newer)
+local function digest_reply(tag, meta, records)
     local flat = {}
-    for _, record in ipairs(records) do
+    for _, record in ipairs(sort_records(tag, records, true)) do
         table.insert(flat, record.id)
         table.insert(flat, format_float(record.timestamp))
         table.insert(flat, record.payload)
     end
-    return {meta.id, format_float(meta.opened_at), meta.dropped, flat}
+    return {meta.id, format_float(meta.opened_at), meta.dropped, flat, meta.expired and 1 or 0}
 end
 
 -- KEYS: timeline, digest, waiting, ready. ARGV: timeline, digest_id, now, ttl.
--- Returns {id, opened_at, dropped, {id, timestamp, payload, ...}} newest first.
+-- Returns {id, opened_at, dropped, {id, timestamp, payload, ...} newest first, expired}:
+-- expired is 1 when the timeline was scheduled but its earlier records had expired.
 local function open(keys, args)
     local tag, timeline = timeline_keys(keys, args)
     local digest_id = parse_digest_id(args[2])
@@ -939,14 +1059,19 @@ local function open(keys, args)
     local digest = digest_key(tag, timeline)
     local existing = parse_digest_meta(read_meta(digest))
     if existing ~= nil then
-        -- Reopen: the very same digest, whatever was added since stays pending.
-        return digest_reply(existing, read_container(digest).records)
+        -- Reopen: the very same digest, whatever was added since stays pending. Its
+        -- TTL restarts: a digest nobody manages to close must not expire meanwhile.
+        redis.call('PEXPIRE', digest, ttl_ms(ttl))
+        return digest_reply(tag, existing, read_container(digest).records)
     end
 
     local source = timeline_key(tag, timeline)
+    local expired = false
     if redis.call('EXISTS', source) == 1 then
         redis.call('RENAME', source, digest)
     else
+        -- READY with neither records nor a digest: its data expired (or was evicted).
+        expired = true
         redis.call('DEL', digest) -- a meta-less leftover, if any
     end
     local container = read_container(digest)
@@ -960,6 +1085,7 @@ local function open(keys, args)
         dropped = meta.dropped + missing,
         records = #container.records,
         last_delivery = meta.last_delivery,
+        expired = expired or meta.expired,
     }
     if container.kind == 'hash' then
         call_chunked('HDEL', digest, container.damaged)
@@ -968,7 +1094,7 @@ local function open(keys, args)
         redis.call('SET', digest, encode_inline(format_digest_meta(digest_meta), container.records))
     end
     redis.call('PEXPIRE', digest, ttl_ms(ttl))
-    return digest_reply(digest_meta, container.records)
+    return digest_reply(tag, digest_meta, container.records)
 end
 
 -- KEYS: timeline, digest, waiting, ready.

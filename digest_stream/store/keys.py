@@ -17,6 +17,7 @@ _READY = "r"  # zset: timeline -> time it became ready
 _FENCE = "o"  # string: last applied Kafka offset of the partition
 _TIMELINE = "t"  # record container (inline string or hash, see digests.lua): records + meta
 _DIGEST = "d"  # record container of the open digest, same encodings
+_SCRATCH = "s"  # zset that exists only inside one call: Redis sorts large digests in it
 
 
 def partition_tag(namespace: str, partition: int) -> str:
@@ -47,6 +48,11 @@ def timeline_key(tag: str, timeline: str) -> str:
 def digest_key(tag: str, timeline: str) -> str:
     """Record container (inline string or hash) of a timeline's open digest."""
     return f"{tag}:{_DIGEST}:{timeline}"
+
+
+def scratch_key(tag: str) -> str:
+    """Zset a call may use to sort records and deletes before it returns."""
+    return f"{tag}:{_SCRATCH}"
 
 
 def partition_keys(tag: str) -> list[str]:

@@ -3,7 +3,8 @@
 It follows DESIGN.md section 3 with the same conventions as the Redis functions
 (ordering, tie-breaks, per-batch trimming), so tests can drive both with the
 same operations and compare every observable result. It has no TTLs and no
-eviction: it is the specification, not a cache.
+eviction of its own: it is the specification, not a cache. ``expire`` plays what a TTL or
+eviction does to a timeline's data in Redis, so callers can test how expiry is reported.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from dataclasses import dataclass, field
 
 from digest_stream.store import validate
 from digest_stream.store.base import (
+    DEFAULT_SLICE,
     AddResult,
     DigestTarget,
+    DueBatch,
     DueTimeline,
     InvalidState,
     NewRecord,
@@ -42,6 +45,7 @@ class _Timeline:
     records: dict[str, StoredRecord] = field(default_factory=dict)
     dropped: int = 0  # trimmed since the last digest was opened
     last_delivery: float | None = None
+    expired: bool = False  # earlier records of this still scheduled timeline expired
 
 
 @dataclass
@@ -51,6 +55,7 @@ class _Digest:
     dropped: int
     records: list[StoredRecord]  # newest first
     last_delivery: float | None
+    expired: bool
 
 
 @dataclass
@@ -116,7 +121,9 @@ class MemoryStore:
             added += 1
             name = record.timeline
             if name not in state.timelines:
-                state.timelines[name] = _Timeline()
+                # Scheduled with neither records nor a digest: its data expired.
+                scheduled = name in state.ready or name in state.waiting
+                state.timelines[name] = _Timeline(expired=scheduled and name not in state.digests)
             timeline = state.timelines[name]
             if name not in touched:
                 touched.append(name)
@@ -164,30 +171,36 @@ class MemoryStore:
         digest = state.digests.get(name)
         return digest.last_delivery if digest is not None else None
 
-    def schedule(self, partition: int, now: float) -> list[DueTimeline]:
-        """Move WAITING timelines due at or before ``now`` to READY and return them."""
+    def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
+        """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
         state = self._partition(partition)
         now = validate.time_value(now, "now")
+        limit = validate.limit(limit)
         due = sorted(
             ((name, at) for name, at in state.waiting.items() if at <= now), key=_score_key
         )
-        for name, _ in due:
+        for name, _ in due[:limit]:
             del state.waiting[name]
             state.ready[name] = now
-        return [DueTimeline(name, at) for name, at in due]
+        return DueBatch((DueTimeline(name, at) for name, at in due[:limit]), more=len(due) > limit)
 
-    def maintenance(self, partition: int, deadline: float, now: float) -> list[DueTimeline]:
-        """Move READY timelines scheduled before ``deadline`` back to WAITING; return them."""
+    def maintenance(
+        self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE
+    ) -> DueBatch:
+        """Move up to ``limit`` stale READY timelines back to WAITING; ``.more`` if more remain."""
         state = self._partition(partition)
         deadline = validate.time_value(deadline, "deadline")
         validate.time_value(now, "now")
+        limit = validate.limit(limit)
         stale = sorted(
             ((name, at) for name, at in state.ready.items() if at < deadline), key=_score_key
         )
-        for name, at in stale:
+        for name, at in stale[:limit]:
             del state.ready[name]
             state.waiting[name] = at
-        return [DueTimeline(name, at) for name, at in stale]
+        return DueBatch(
+            (DueTimeline(name, at) for name, at in stale[:limit]), more=len(stale) > limit
+        )
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
         """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
@@ -200,18 +213,32 @@ class MemoryStore:
             raise InvalidState(f"timeline is not ready: {timeline}")
         digest = state.digests.get(timeline)
         if digest is None:
-            pending = state.timelines.pop(timeline, None) or _Timeline()
+            # READY with neither records nor a digest: its data expired.
+            pending = state.timelines.pop(timeline, None) or _Timeline(expired=True)
             digest = _Digest(
                 id=digest_id,
                 opened_at=now,
                 dropped=pending.dropped,
                 records=sorted(pending.records.values(), key=_age_key, reverse=True),
                 last_delivery=pending.last_delivery,
+                expired=pending.expired,
             )
             state.digests[timeline] = digest
         return OpenDigest(
-            digest.id, timeline, list(digest.records), digest.dropped, digest.opened_at
+            digest.id,
+            timeline,
+            list(digest.records),
+            digest.dropped,
+            digest.opened_at,
+            digest.expired,
         )
+
+    def expire(self, partition: int, timeline: str) -> None:
+        """Drop the timeline's records and open digest, keeping its schedule entry: what
+        Redis does when their TTL runs out (test aid; not part of ``DigestStore``)."""
+        state = self._partition(partition)
+        state.timelines.pop(timeline, None)
+        state.digests.pop(timeline, None)
 
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
         """Close that digest; False when the id is unknown or already closed."""

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from digest_stream.store.base import (
     DIGEST_ID_PATTERN,
+    MAX_SLICE,
     MAX_TTL,
     InvalidArgument,
     NewRecord,
@@ -77,6 +78,13 @@ def offset(value: object) -> int:
     """A Kafka offset."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OFFSET:
         raise InvalidArgument(f"offset must be an int in [0, 2**53], got {value!r}")
+    return value
+
+
+def limit(value: object) -> int:
+    """How many timelines one schedule or maintenance call may move."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SLICE:
+        raise InvalidArgument(f"limit must be an int in [1, {MAX_SLICE}], got {value!r}")
     return value
 
 

@@ -15,8 +15,8 @@ ROOT = REPO_ROOT
 
 def test_defaults_follow_the_contract() -> None:
     s = Settings()
-    assert (s.minimum_delay, s.increment_delay, s.maximum_delay, s.ttl) == (300, 30, 1800, 3600)
-    assert s.capacity is None
+    assert (s.minimum_delay, s.increment_delay, s.maximum_delay, s.ttl) == (300, 30, 1800, 604800)
+    assert s.capacity == 10_000  # bounded by default (docs/store.md)
     assert s.namespace == "d"
     topics = (s.events_topic, s.schedule_topic, s.output_topic, s.dlq_topic)
     assert topics == ("digests.events", "digests.schedule", "digests.output", "digests.dlq")
@@ -37,6 +37,10 @@ def test_env_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"minimum_delay": -1}, "DIGEST_STREAM_MINIMUM_DELAY"),
         ({"capacity": 0}, "DIGEST_STREAM_CAPACITY"),
         ({"on_state_loss": "ignore"}, "DIGEST_STREAM_ON_STATE_LOSS"),
+        # records must outlive maximum_delay + the time maintenance takes to re-announce
+        ({"ttl": 2000, "maintenance_timeout": 300, "maintenance_interval": 30}, "TTL"),
+        ({"ttl": 2131, "overrides": {"a:*": {"ttl": 2130}}}, "DIGEST_STREAM_OVERRIDES 'a:*'"),
+        ({"minimum_delay": 60, "maximum_delay": 50, "ttl": 500}, "DIGEST_STREAM_MINIMUM_DELAY"),
     ],
 )
 def test_invalid_settings_name_the_setting(overrides: dict[str, object], setting: str) -> None:
@@ -47,6 +51,14 @@ def test_invalid_settings_name_the_setting(overrides: dict[str, object], setting
     assert setting in lines[0]
     if "ttl" in overrides:
         assert "DIGEST_STREAM_MAXIMUM_DELAY" in lines[0]
+    if "maintenance_timeout" in overrides or "overrides" in overrides:
+        for name in ("TTL", "MAINTENANCE_TIMEOUT", "MAINTENANCE_INTERVAL"):
+            assert f"DIGEST_STREAM_{name}" in lines[0]
+
+
+def test_ttl_just_above_the_recovery_bound_is_accepted() -> None:
+    settings = Settings(ttl=2131, maintenance_timeout=300, maintenance_interval=30)
+    assert settings.ttl > settings.maximum_delay + 300 + 30
 
 
 def test_readme_settings_table_is_generated_from_the_model() -> None:

@@ -48,7 +48,7 @@ def test_precedence_flags_over_env_over_file_over_defaults(tmp_path: Path) -> No
     assert data["increment_delay"] == 22  # env beats file
     assert data["maximum_delay"] == 33  # flag beats env
     assert data["namespace"] == "fromfile"
-    assert data["ttl"] == 3600  # default
+    assert data["ttl"] == 7 * 24 * 3600  # default
     # DIGEST_STREAM_CONFIG names the file when --config is absent.
     assert _show([], {CONFIG_ENV: str(config)})["namespace"] == "fromfile"
 
@@ -107,7 +107,7 @@ def test_mask_url_keeps_everything_but_the_password() -> None:
         ("minimum_delay = \n", "config file"),
         ("capacity = 0\n", "DIGEST_STREAM_CAPACITY"),
         ('[overrides."mail"]\ncapacity = 3\n', "must be a timeline prefix ending in '*'"),
-        ('[overrides."m:*"]\nmaximum_delay = 9000\n', "must exceed maximum_delay"),
+        ('[overrides."m:*"]\nmaximum_delay = 700000\n', "must exceed maximum_delay"),
         ('[overrides."m:*"]\ncapacty = 3\n', "DIGEST_STREAM_OVERRIDES"),
     ],
 )

@@ -111,9 +111,10 @@ def test_every_key_but_the_fence_has_a_ttl(
 def test_partition_ttl_only_grows(
     make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
 ) -> None:
+    default = TimelinePolicy(ttl=3600)
     long_lived = TimelinePolicy(ttl=7200)
     store = make_redis_store(
-        resolver=lambda name: long_lived if name == "long" else TimelinePolicy()
+        default, resolver=lambda name: long_lived if name == "long" else default
     )
     store.add(0, records("long", 1), T0)
     store.schedule(0, T0)  # default ttl (3600) must not shorten what "long" needs
@@ -158,7 +159,7 @@ def test_lost_timeline_key_gives_an_empty_digest(
     store.add(0, records("t", 2), T0)
     client.delete(timeline_key(tag(namespace), "t"))  # the whole key evicted
     digest = store.open(0, "t", new_id(), T0)
-    assert (digest.records, digest.dropped) == ([], 0)
+    assert (digest.records, digest.dropped, digest.expired) == ([], 0, True)
     assert store.close(0, "t", digest.id, T0)
     assert store.inspect(0, "t").state == "absent"
 

@@ -282,6 +282,23 @@ def test_digest_is_newest_first(store: DigestStore, feed: Feed) -> None:
     assert (digest.dropped, digest.opened_at, digest.timeline) == (0, T0, "t")
 
 
+@pytest.mark.parametrize("capacity", [None, 25])
+def test_large_digest_and_trim_order_ties_by_id_bytes(
+    make_store: StoreFactory, feed: Feed, capacity: int | None
+) -> None:
+    # More records than the Lua side sorts itself (it hands them to a scratch sorted set):
+    # the order must stay timestamp, then id bytes, in the digest and in capacity trims.
+    store = make_store(TimelinePolicy(capacity=capacity))
+    names = [f"{chr(0x61 + i % 3)}{i:02d}" for i in range(40)] + ["é", "B", "z"]
+    timestamps = {name: T0 - (i % 4) for i, name in enumerate(names)}
+    result = store.add(P, [feed("t", name, timestamps[name]) for name in names], T0)
+    assert result.dropped == (0 if capacity is None else len(names) - capacity)
+    newest_first = sorted(names, key=lambda n: (timestamps[n], n.encode()), reverse=True)
+    digest = store.open(P, "t", new_id(), T0)
+    assert ids(digest.records) == newest_first[: capacity or len(names)]
+    assert store.open(P, "t", new_id(), T0) == digest  # the reopen sorts the same way
+
+
 def test_open_only_from_ready(store: DigestStore, feed: Feed) -> None:
     with pytest.raises(InvalidState):
         store.open(P, "absent", new_id(), T0)
@@ -406,6 +423,53 @@ def test_maintenance_leaves_recent_ready_alone(store: DigestStore, feed: Feed) -
     store.add(P, [feed("new", "1")], T0 + 100)
     assert store.maintenance(P, T0 + 50, T0 + 100) == [DueTimeline("old", T0)]
     assert store.inspect(P, "new").state == "ready"
+
+
+# ------------------------------------------------------------------------------ slices
+
+
+def test_schedule_moves_a_backlog_in_slices(store: DigestStore, feed: Feed) -> None:
+    names = [f"t{i}" for i in range(5)]
+    for i, name in enumerate(names):
+        store.add(P, [feed(name, "1")], T0)
+        digest = store.open(P, name, new_id(), T0)
+        assert store.close(P, name, digest.id, T0 - 300 + (4 - i))  # due T0 + 4 - i
+    first = store.schedule(P, T0 + 10, limit=2)
+    assert (first, first.more) == ([DueTimeline("t4", T0), DueTimeline("t3", T0 + 1)], True)
+    second = store.schedule(P, T0 + 10, limit=2)
+    assert ([d.timeline for d in second], second.more) == (["t2", "t1"], True)
+    last = store.schedule(P, T0 + 10, limit=2)
+    assert ([d.timeline for d in last], last.more) == (["t0"], False)
+    assert store.stats(P).ready == 5
+    empty = store.schedule(P, T0 + 10)
+    assert (empty, empty.more) == ([], False)
+
+
+def test_maintenance_moves_a_backlog_in_slices(store: DigestStore, feed: Feed) -> None:
+    for i in range(5):
+        store.add(P, [feed(f"t{i}", "1")], T0 + i)
+    first = store.maintenance(P, T0 + 3, T0 + 100, limit=2)
+    assert (first, first.more) == ([DueTimeline("t0", T0), DueTimeline("t1", T0 + 1)], True)
+    rest = store.maintenance(P, T0 + 3, T0 + 100, limit=2)
+    assert ([d.timeline for d in rest], rest.more) == (["t2"], False)  # t3, t4 are recent
+    assert (store.stats(P).waiting, store.stats(P).ready) == (3, 2)
+
+
+def test_default_slice_is_a_thousand(store: DigestStore) -> None:
+    store.add(P, [NewRecord(f"t{i:04d}", "1", T0, b"", i) for i in range(1_001)], T0)
+    first = store.maintenance(P, T0 + 1, T0 + 1)
+    assert (len(first), first.more) == (1_000, True)
+    assert first[0] == DueTimeline("t0000", T0)
+    second = store.maintenance(P, T0 + 1, T0 + 1)
+    assert (second, second.more) == ([DueTimeline("t1000", T0)], False)
+
+
+@pytest.mark.parametrize("limit", [0, -1, 100_001, True, 2.0])
+def test_slice_limit_is_checked(store: DigestStore, limit: object) -> None:
+    with pytest.raises(InvalidArgument):
+        store.schedule(P, T0, limit=limit)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        store.maintenance(P, T0, T0, limit=limit)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------ delete

@@ -15,6 +15,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from digest_stream.clock import ManualClock
 from digest_stream.store import (
     DigestStore,
+    DueBatch,
+    DueTimeline,
     MemoryStore,
     NewRecord,
     PartitionStats,
@@ -27,6 +29,12 @@ from digest_stream.store.keys import partition_tag
 from tests.support import new_id, unique
 
 T = TypeVar("T")
+
+
+def _sliced(batch: DueBatch) -> tuple[list[DueTimeline], bool]:
+    """A slice and its ``more`` flag (DueBatch equality alone compares only the list)."""
+    return list(batch), batch.more
+
 
 PARTITIONS = [0, 1]
 # "a" timelines have a small capacity so trimming happens often (and they stay inline),
@@ -139,16 +147,20 @@ class StoreComparison(RuleBasedStateMachine):
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
 
-    @rule(partition=partitions)
-    def schedule(self, partition: int) -> None:
+    @rule(partition=partitions, limit=st.sampled_from([1, 2, 1_000]))
+    def schedule(self, partition: int, limit: int) -> None:
         now = self.clock.now()
-        self.both(lambda store: store.schedule(partition, now))
+        self.both(lambda store: _sliced(store.schedule(partition, now, limit=limit)))
 
-    @rule(partition=partitions, lag=st.sampled_from([0.0, 1.0, 5.0, 20.0]))
-    def maintenance(self, partition: int, lag: float) -> None:
+    @rule(
+        partition=partitions,
+        lag=st.sampled_from([0.0, 1.0, 5.0, 20.0]),
+        limit=st.sampled_from([1, 2, 1_000]),
+    )
+    def maintenance(self, partition: int, lag: float, limit: int) -> None:
         now = self.clock.now()
         deadline = max(0.0, now - lag)
-        self.both(lambda store: store.maintenance(partition, deadline, now))
+        self.both(lambda store: _sliced(store.maintenance(partition, deadline, now, limit=limit)))
 
     @rule(partition=partitions, timeline=timelines)
     def open(self, partition: int, timeline: str) -> None:

@@ -97,3 +97,19 @@ def test_due_timelines_are_announced_as_scheduled() -> None:
     scheduler.tick({0})
     producer.flush()
     assert _reasons(producer) == [("t1", ScheduleReason.SCHEDULED)]
+
+
+def test_a_take_over_of_a_backlog_announces_each_ready_timeline_once_in_slices() -> None:
+    scheduler, store, producer, clock, _ = _setup()
+    names = [f"t{n}" for n in range(2500)]  # more than one store slice (1,000)
+    records = [
+        NewRecord(timeline=name, id="r", timestamp=clock.now(), payload=b"p", offset=n)
+        for n, name in enumerate(names)
+    ]
+    assert len(store.add(0, records, clock.now()).ready) == 2500
+    scheduler.take_over([0])
+    scheduler.tick({0})
+    producer.flush()
+    announced = _reasons(producer)
+    assert sorted(t for t, _ in announced) == sorted(names)
+    assert {r for _, r in announced} == {ScheduleReason.RECOVERED}

@@ -1,0 +1,166 @@
+"""Arguments to and replies from the Lua library, as redis-py hands them over.
+
+Replies arrive as RESP2 or RESP3 values with ``decode_responses`` off: bytes, ints,
+lists, None. These helpers turn them into Python values and map the library's typed
+error replies to the store's exceptions.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from redis.exceptions import ResponseError
+
+from digest_stream.store.base import (
+    AddResult,
+    DueBatch,
+    DueTimeline,
+    InvalidArgument,
+    InvalidState,
+    OpenDigest,
+    PartitionStats,
+    StoredRecord,
+    TimelineInfo,
+)
+
+#: A reply piece, before it is checked.
+Reply = object
+
+
+def text(value: Reply) -> str:
+    """A UTF-8 string reply."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"unexpected reply {value!r}")
+
+
+def raw_bytes(value: Reply) -> bytes:
+    """A bulk-string reply kept as bytes (payloads)."""
+    if isinstance(value, bytes):
+        return value
+    raise TypeError(f"unexpected reply {value!r}")
+
+
+def number(value: Reply) -> float:
+    """A float, sent by the library as a string for exactness."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return float(text(value))
+
+
+def optional_number(value: Reply) -> float | None:
+    """A float or nil."""
+    return None if value is None else number(value)
+
+
+def integer(value: Reply) -> int:
+    """An integer reply (or an integer sent as a string)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return int(text(value))
+
+
+def optional_integer(value: Reply) -> int | None:
+    """An integer or nil."""
+    return None if value is None else integer(value)
+
+
+def array(value: Reply) -> list[Reply]:
+    """An array reply."""
+    if isinstance(value, list):
+        return cast(list[Reply], value)
+    raise TypeError(f"unexpected reply {value!r}")
+
+
+def arg(value: float) -> str:
+    """A float argument that parses back to the same double."""
+    # repr() of a float is the shortest string that parses back to the same double.
+    return repr(float(value))
+
+
+def map_error(error: ResponseError) -> Exception:
+    """The store exception for a library error reply; other errors come back unchanged."""
+    message = str(error)
+    # Redis appends " script: <name>, on @user_function:<line>." to function errors.
+    clean = message.split(" script: ", 1)[0]
+    for marker, kind in (
+        ("invalid_argument: ", InvalidArgument),
+        ("invalid_state: ", InvalidState),
+    ):
+        if marker in clean:
+            return kind(clean.split(marker, 1)[1])
+    return error
+
+
+# Whole replies of the library's functions ------------------------------------------
+
+
+def add_result(reply: Reply) -> AddResult:
+    """``ds_add``: {ready[], added, skipped, dropped, fence_before|nil, fence_after|nil}."""
+    values = array(reply)
+    return AddResult(
+        ready=[text(name) for name in array(values[0])],
+        added=integer(values[1]),
+        skipped=integer(values[2]),
+        dropped=integer(values[3]),
+        fence_before=optional_integer(values[4]),
+        fence_after=optional_integer(values[5]),
+    )
+
+
+def due_batch(reply: Reply) -> DueBatch:
+    """``ds_schedule`` / ``ds_maintenance``: {{timeline, due, ...}, more}."""
+    values = array(reply)
+    flat = array(values[0])
+    return DueBatch(
+        (DueTimeline(text(flat[i]), number(flat[i + 1])) for i in range(0, len(flat), 2)),
+        more=integer(values[1]) == 1,
+    )
+
+
+def open_digest(timeline: str, reply: Reply) -> OpenDigest:
+    """``ds_open``: {id, opened_at, dropped, {id, timestamp, payload, ...}, expired}."""
+    values = array(reply)
+    flat = array(values[3])
+    records = [
+        StoredRecord(text(flat[i]), number(flat[i + 1]), raw_bytes(flat[i + 2]))
+        for i in range(0, len(flat), 3)
+    ]
+    return OpenDigest(
+        id=text(values[0]),
+        timeline=timeline,
+        records=records,
+        dropped=integer(values[2]),
+        opened_at=number(values[1]),
+        expired=integer(values[4]) == 1,
+    )
+
+
+def timeline_info(timeline: str, reply: Reply) -> TimelineInfo:
+    """``ds_inspect``: {state, due, last_delivery, pending, digest id, open records, dropped}."""
+    values = array(reply)
+    digest = values[4]
+    return TimelineInfo(
+        timeline=timeline,
+        state=text(values[0]),
+        due=optional_number(values[1]),
+        last_delivery=optional_number(values[2]),
+        pending=integer(values[3]),
+        open_digest=None if digest is None else text(digest),
+        open_records=integer(values[5]),
+        dropped=integer(values[6]),
+    )
+
+
+def partition_stats(partition: int, reply: Reply) -> PartitionStats:
+    """``ds_stats``: {waiting, ready, oldest_due|nil, fence|nil}."""
+    values = array(reply)
+    return PartitionStats(
+        partition=partition,
+        waiting=integer(values[0]),
+        ready=integer(values[1]),
+        oldest_due=optional_number(values[2]),
+        applied_offset=optional_integer(values[3]),
+    )
