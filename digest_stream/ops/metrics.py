@@ -37,6 +37,11 @@ class Metrics:
             "Dead letters too large for the DLQ topic, sent with coordinates but no value.",
             registry=r,
         )
+        self.timelines_expired = Counter(
+            "digest_timelines_expired",
+            "Timelines whose records expired (ttl, leak protection) before delivery.",
+            registry=r,
+        )
         self.replays = Counter(
             "digest_replays",
             "Seeks back to rebuild lost store state, by cause (fence_behind, state_loss).",

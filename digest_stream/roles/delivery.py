@@ -162,6 +162,14 @@ class Delivery:
                 # Already delivered and closed (a repeated or recovered entry): nothing to do.
                 self._metrics.stale_entries.inc()
                 continue
+            if digest.expired:
+                # Its earlier records outlived the ttl (leak protection): lost, loudly.
+                self._metrics.timelines_expired.inc()
+                log.error(
+                    "timeline %s: records expired (ttl) before delivery; an unknown number of "
+                    "them is lost",
+                    entry.timeline,
+                )
             carried: list[list[tuple[str, bytes]]] = []
             records = self._records(digest, carried)
             if not records:

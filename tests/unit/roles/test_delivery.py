@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis
 from confluent_kafka import KafkaError, KafkaException
 
@@ -176,3 +177,16 @@ def test_an_output_the_producer_refuses_fails_the_attempt_not_the_role() -> None
     info = store.inspect(0, "t1")
     assert info is not None
     assert info.open_digest is not None  # still open: nothing dropped
+
+
+def test_an_expired_timeline_is_counted_and_logged_per_timeline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryStore()
+    delivery, consumer, _, metrics = _rig(store)
+    _ready(store, "t1", 2)
+    store.expire(0, "t1")  # the ttl ran out while nobody delivered it
+    _entry(consumer, "t1", 0)
+    delivery.step()
+    assert metrics.value("digest_timelines_expired_total") == 1
+    assert "timeline t1: records expired" in caplog.text
