@@ -25,7 +25,9 @@ BOUND_SECONDS = 45.0
 def test_ready_timelines_whose_announcements_were_lost_are_delivered_after_a_restart(
     pipeline_factory: PipelineFactory, topic_factory: TopicFactory
 ) -> None:
-    pipe = pipeline_factory(partitions=2, maintenance_timeout=300.0, maintenance_interval=30.0)
+    pipe = pipeline_factory(
+        partitions=2, maintenance_timeout=300.0, maintenance_interval=30.0, ttl=3600.0
+    )
     lost = topic_factory(partitions=2)
     first = pipe.process(roles="ingest,scheduler", DIGEST_STREAM_SCHEDULE_TOPIC=lost)
     timelines = [f"burst-{n}" for n in range(TIMELINES)]
