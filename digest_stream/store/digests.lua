@@ -27,7 +27,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '8'
+local LIBRARY_VERSION = '9'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -242,15 +242,19 @@ local function optional_float(value)
 end
 
 -- The optional last field of both metas: "|1" when the timeline's earlier data expired
--- (its key vanished while it was still scheduled), absent otherwise.
-local function expired_suffix(meta)
+-- (its keys vanished while it was still scheduled); for a timeline also "|o" when its
+-- container was started while a digest was open (its records wait behind that digest,
+-- so finding no digest at the next open means the digest expired); absent otherwise.
+local function mark_suffix(meta)
     if meta.expired then
         return '|1'
+    elseif meta.behind_open then
+        return '|o'
     end
     return ''
 end
 
--- Timeline meta: "written|dropped|last_delivery[|1]" (last_delivery may be empty).
+-- Timeline meta: "written|dropped|last_delivery[|1|o]" (last_delivery may be empty).
 -- written counts the records the container should hold, so records that
 -- vanished (evicted, deleted by hand) are detected and reported as dropped.
 local function parse_timeline_meta(raw)
@@ -260,12 +264,13 @@ local function parse_timeline_meta(raw)
         dropped = tonumber(parts[2] or '') or 0,
         last_delivery = tonumber(parts[3] or ''),
         expired = parts[4] == '1',
+        behind_open = parts[4] == 'o',
     }
 end
 
 local function format_timeline_meta(meta)
     return format_integer(meta.written) .. '|' .. format_integer(meta.dropped) .. '|'
-        .. optional_float(meta.last_delivery) .. expired_suffix(meta)
+        .. optional_float(meta.last_delivery) .. mark_suffix(meta)
 end
 
 -- Digest meta: "id|opened_at|dropped|records|last_delivery[|1]".
@@ -287,7 +292,7 @@ end
 local function format_digest_meta(meta)
     return meta.id .. '|' .. format_float(meta.opened_at) .. '|' .. format_integer(meta.dropped)
         .. '|' .. format_integer(meta.records) .. '|' .. optional_float(meta.last_delivery)
-        .. expired_suffix(meta)
+        .. mark_suffix(meta)
 end
 
 -- Ordering -------------------------------------------------------------------
@@ -875,11 +880,14 @@ local function begin_timeline(tag, timeline)
     timeline.became_ready = false
     -- the one read of its container this batch: write_back writes from it
     timeline.head = read_head(timeline.key)
-    if timeline.head.kind == 'none' and (timeline.ready or timeline.due ~= nil)
-            and redis.call('EXISTS', digest_key(tag, timeline.timeline)) == 0 then
-        -- Scheduled, yet neither its records nor an open digest exist: they expired
-        -- (or were evicted). Marked, so the next digest reports it instead of hiding it.
-        timeline.head.meta = format_timeline_meta({written = 0, dropped = 0, expired = true})
+    if timeline.head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
+        -- Scheduled, yet no records: either they are in its open digest (these records
+        -- wait behind it), or they expired (or were evicted) with any digest. Marked either
+        -- way, so the next digest reports a loss instead of hiding it.
+        local open_digest = redis.call('EXISTS', digest_key(tag, timeline.timeline)) == 1
+        timeline.head.meta = format_timeline_meta({
+            written = 0, dropped = 0, expired = not open_digest, behind_open = open_digest,
+        })
     end
     if timeline.due ~= nil and not timeline.ready then
         timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
@@ -1085,7 +1093,8 @@ local function open(keys, args)
         dropped = meta.dropped + missing,
         records = #container.records,
         last_delivery = meta.last_delivery,
-        expired = expired or meta.expired,
+        -- records that waited behind a digest that is gone: it expired with its records
+        expired = expired or meta.expired or meta.behind_open,
     }
     if container.kind == 'hash' then
         call_chunked('HDEL', digest, container.damaged)
@@ -1124,6 +1133,7 @@ local function close(keys, args)
     end
     local timeline_meta = parse_timeline_meta(head.meta)
     timeline_meta.last_delivery = now
+    timeline_meta.behind_open = false -- that digest is closed: nothing waits behind it
     write_meta(source, head, format_timeline_meta(timeline_meta))
     redis.call('PEXPIRE', source, ttl_ms(ttl))
     redis.call('ZREM', ready_key(tag), timeline)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from importlib import resources
 
@@ -44,3 +45,30 @@ def library_versions(client: RedisClient) -> dict[str, str | None]:
                 raise
             found[routing.node_name(node)] = None
     return found
+
+
+def fingerprint(code: str) -> str:
+    """A short fingerprint of a library's code, for messages."""
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()[:16]
+
+
+#: Fingerprint of this code's library.
+FINGERPRINT = fingerprint(SOURCE)
+
+
+def code_in(reply: object) -> str | None:
+    """The code of library NAME in a ``FUNCTION LIST ... WITHCODE`` reply (RESP2
+    flat pairs or RESP3 maps), None when it is not loaded."""
+    for entry in reply if isinstance(reply, list) else []:
+        fields = entry
+        if isinstance(entry, list):
+            fields = dict(zip(entry[::2], entry[1::2], strict=True))
+        if not isinstance(fields, dict):
+            continue
+        values = {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in fields.items()}
+        name, code = values.get("library_name"), values.get("library_code")
+        if isinstance(name, bytes):
+            name = name.decode("utf-8")
+        if name == NAME and isinstance(code, (bytes, str)):
+            return code.decode("utf-8") if isinstance(code, bytes) else code
+    return None

@@ -46,6 +46,7 @@ class _Timeline:
     dropped: int = 0  # trimmed since the last digest was opened
     last_delivery: float | None = None
     expired: bool = False  # earlier records of this still scheduled timeline expired
+    behind_open: bool = False  # started while a digest was open: its records wait behind it
 
 
 @dataclass
@@ -121,9 +122,12 @@ class MemoryStore:
             added += 1
             name = record.timeline
             if name not in state.timelines:
-                # Scheduled with neither records nor a digest: its data expired.
+                # Scheduled without records: they are in its open digest, or expired.
                 scheduled = name in state.ready or name in state.waiting
-                state.timelines[name] = _Timeline(expired=scheduled and name not in state.digests)
+                state.timelines[name] = _Timeline(
+                    expired=scheduled and name not in state.digests,
+                    behind_open=scheduled and name in state.digests,
+                )
             timeline = state.timelines[name]
             if name not in touched:
                 touched.append(name)
@@ -221,7 +225,8 @@ class MemoryStore:
                 dropped=pending.dropped,
                 records=sorted(pending.records.values(), key=_age_key, reverse=True),
                 last_delivery=pending.last_delivery,
-                expired=pending.expired,
+                # records that waited behind a digest that is gone: it expired
+                expired=pending.expired or pending.behind_open,
             )
             state.digests[timeline] = digest
         return OpenDigest(
@@ -233,11 +238,13 @@ class MemoryStore:
             digest.expired,
         )
 
-    def expire(self, partition: int, timeline: str) -> None:
-        """Drop the timeline's records and open digest, keeping its schedule entry: what
-        Redis does when their TTL runs out (test aid; not part of ``DigestStore``)."""
+    def expire(self, partition: int, timeline: str, *, digest_only: bool = False) -> None:
+        """Drop the timeline's records and open digest (or only the digest), keeping its
+        schedule entry: what Redis does when their TTLs run out (test aid; not part of
+        ``DigestStore``)."""
         state = self._partition(partition)
-        state.timelines.pop(timeline, None)
+        if not digest_only:
+            state.timelines.pop(timeline, None)
         state.digests.pop(timeline, None)
 
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
@@ -261,6 +268,7 @@ class MemoryStore:
         if pending is None:
             pending = state.timelines[timeline] = _Timeline()
         pending.last_delivery = now
+        pending.behind_open = False
         state.ready.pop(timeline, None)
         state.waiting[timeline] = now + policy.minimum_delay
         return True

@@ -85,11 +85,16 @@ class RedisStore:
     # Library management -------------------------------------------------------
 
     def ensure_library(self) -> None:
-        """Load (when allowed) and verify the library on every primary."""
+        """Load (when allowed) and verify the library on every primary: its version, then
+        its code (any user granted FUNCTION LOAD can replace the server-wide library)."""
+        nodes = routing.primaries(self.client)
         if self._load_library:
-            for node in routing.primaries(self.client):
+            for node in nodes:
                 routing.on_node(self.client, node, "FUNCTION", "LOAD", "REPLACE", LIBRARY_SOURCE)
-        for where, found in library_versions(self.client).items():
+        versions = library_versions(self.client)
+        for node in nodes:
+            where = routing.node_name(node)
+            found = versions.get(where)
             if found is None:
                 raise LibraryVersionMismatch(
                     f"Redis Functions library {LIBRARY_NAME!r} is not loaded on {where}; "
@@ -101,6 +106,23 @@ class RedisStore:
                     f"Redis Functions library {LIBRARY_NAME!r} on {where} is version {found}, "
                     f"this code needs version {LIBRARY_VERSION} "
                     "(construct RedisStore with load_library=True to replace it)"
+                )
+            listed = routing.on_node(
+                self.client,
+                node,
+                "FUNCTION",
+                "LIST",
+                "LIBRARYNAME",
+                LIBRARY_NAME,
+                "WITHCODE",
+            )
+            code = library.code_in(listed)
+            if code != LIBRARY_SOURCE:
+                seen = "none" if code is None else library.fingerprint(code)
+                raise LibraryVersionMismatch(
+                    f"Redis Functions library {LIBRARY_NAME!r} on {where} says version {found} "
+                    f"but its code is not this version's (sha256 {seen}, expected "
+                    f"{library.FINGERPRINT}): replaced by someone; an administrator must reload it"
                 )
 
     # Calls --------------------------------------------------------------------

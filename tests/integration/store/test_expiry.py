@@ -24,14 +24,22 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
-def expire(store: DigestStore, client: RedisClient | None, namespace: str, timeline: str) -> None:
+def expire(
+    store: DigestStore,
+    client: RedisClient | None,
+    namespace: str,
+    timeline: str,
+    *,
+    digest_only: bool = False,
+) -> None:
     """What a TTL running out (or eviction) does: the timeline's data keys vanish."""
     if isinstance(store, MemoryStore):
-        store.expire(0, timeline)
+        store.expire(0, timeline, digest_only=digest_only)
         return
     assert client is not None
     tag = partition_tag(namespace, 0)
-    client.delete(timeline_key(tag, timeline))
+    if not digest_only:
+        client.delete(timeline_key(tag, timeline))
     client.delete(digest_key(tag, timeline))
 
 
@@ -87,6 +95,19 @@ def test_records_added_while_a_digest_is_open_are_not_expired(store: DigestStore
     store.schedule(0, T0 + 10_000)
     after = store.open(0, "t", new_id(), T0 + 10_000)
     assert ([r.id for r in after.records], after.expired) == (["r2"], False)
+
+
+def test_an_expired_open_digest_is_noticed_behind_newer_records(
+    store: DigestStore, raw_client: RedisClient | None, namespace: str
+) -> None:
+    store.add(0, [NewRecord("t", "r1", T0, b"1", 0)], T0)
+    lost = store.open(0, "t", new_id(), T0)
+    store.add(0, [NewRecord("t", "r2", T0 + 1, b"2", 1)], T0 + 1)  # waits behind the digest
+    expire(store, raw_client, namespace, "t", digest_only=True)  # the digest outlived its TTL
+    digest = store.open(0, "t", new_id(), T0 + 2)
+    assert digest.id != lost.id
+    assert ([r.id for r in digest.records], digest.expired) == (["r2"], True)
+    assert store.close(0, "t", digest.id, T0 + 2)
 
 
 def test_reopen_restarts_the_digest_ttl(

@@ -15,6 +15,7 @@ from digest_stream.store import (
     NewRecord,
     RedisStore,
     TimelinePolicy,
+    routing,
 )
 from digest_stream.store import redis as redis_module
 from digest_stream.store.keys import (
@@ -288,6 +289,22 @@ def test_version_mismatch_is_reported(
     monkeypatch.setattr(redis_module, "LIBRARY_VERSION", "0-other")
     with pytest.raises(LibraryVersionMismatch, match=r"is version .* needs version 0-other"):
         make_redis_store(load_library=False)
+
+
+def test_library_replaced_by_another_tenant_is_refused(
+    make_redis_store: Callable[..., RedisStore], client: RedisClient
+) -> None:
+    # Any user with FUNCTION LOAD can replace the server-wide library with one whose
+    # ds_version answers the expected number; only its code gives it away (issue 12, item 12).
+    tampered = redis_module.LIBRARY_SOURCE + "\n-- not the shipped code\n"
+    try:
+        for node in routing.primaries(client):
+            routing.on_node(client, node, "FUNCTION", "LOAD", "REPLACE", tampered)
+        with pytest.raises(LibraryVersionMismatch, match=r"says version .* code is not"):
+            make_redis_store(load_library=False)
+    finally:
+        make_redis_store()  # the shipped library again, for everybody
+    make_redis_store(load_library=False)
 
 
 def test_library_lost_by_the_server_is_loaded_again(redis_client: redis.Redis) -> None:

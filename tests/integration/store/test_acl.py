@@ -1,0 +1,163 @@
+"""The README's least-privilege ACL lines, run for real: the store works under them on a single
+Redis and on the cluster (every node), and they cover every command the library can call
+(issue 12, items 4 and 12)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import NoPermissionError
+
+from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
+from tests.support import REPO_ROOT
+from tests.support.store import RedisClient
+
+ROOT = REPO_ROOT
+T0 = 1_000_000.0
+#: Words in digests.lua's command strings that are options, not commands.
+OPTIONS = {"KEEPTTL", "LIMIT", "PX", "WITHSCORES"}
+
+
+def readme_acl_lines() -> dict[str, list[str]]:
+    """The README's ACL SETUSER lines: {"single": rules, "cluster": rules}."""
+    readme = (ROOT / "README.md").read_text("utf-8")
+    lines = re.findall(r"^\s*ACL SETUSER digest-stream (.+)$", readme, re.MULTILINE)
+    assert len(lines) == 2, lines
+    return {"single": lines[0].split(), "cluster": lines[1].split()}
+
+
+def granted(rules: list[str]) -> set[str]:
+    return {rule[1:].lower() for rule in rules if rule.startswith("+")}
+
+
+def library_commands() -> set[str]:
+    """Every command digests.lua can run: each quoted upper-case word, whether it is passed to
+    redis.call directly, through call_chunked or chosen by an expression."""
+    lua = resources.files("digest_stream.store").joinpath("digests.lua").read_text("utf-8")
+    return {word.lower() for word in re.findall(r"'([A-Z]+)'", lua)} - {o.lower() for o in OPTIONS}
+
+
+def test_the_lines_grant_every_command_of_the_library() -> None:
+    lines = readme_acl_lines()
+    for kind in ("single", "cluster"):
+        missing = library_commands() - granted(lines[kind])
+        assert not missing, f"README {kind} ACL line lacks {sorted(missing)}"
+        assert "function|load" not in granted(lines[kind])  # preloading is the recommendation
+        assert {"function|list", "fcall", "fcall_ro"} <= granted(lines[kind])
+    assert granted(lines["cluster"]) - granted(lines["single"]) == {
+        "cluster|slots",
+        "cluster|shards",
+        "command",
+    }
+
+
+def node_clients(client: RedisClient) -> list[redis.Redis]:
+    """An admin connection to every node the user must exist on."""
+    if isinstance(client, RedisCluster):
+        return [client.get_redis_connection(node) for node in client.get_nodes()]
+    return [client]
+
+
+@pytest.fixture
+def restricted(
+    redis_backend: str, client: RedisClient, namespace: str, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., RedisClient]]:
+    """Creates the README's user for this namespace on every node; yields a client factory."""
+    name, password = f"ds-acl-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    made: list[redis.Redis] = []
+    opened: list[RedisClient] = []
+
+    def make(*, extra: tuple[str, ...] = ()) -> RedisClient:
+        rules = readme_acl_lines()["cluster" if redis_backend == "cluster" else "single"]
+        rules = [r.replace("~{d:*", f"~{{{namespace}:*") for r in rules]
+        rules = [r.replace(">CHANGE-ME", f">{password}") for r in rules]
+        for node in node_clients(client):
+            node.execute_command("ACL", "SETUSER", name, "reset", *rules, *extra)
+            made.append(node)
+        user: RedisClient
+        if redis_backend == "cluster":
+            seeds: list[str] = request.getfixturevalue("redis_cluster_nodes")
+            host, port = seeds[0].rsplit(":", 1)
+            startup = [ClusterNode(host, int(port))]
+            user = RedisCluster(startup_nodes=startup, username=name, password=password)
+        else:
+            kwargs = client.get_connection_kwargs()
+            user = redis.Redis(
+                host=kwargs["host"], port=kwargs["port"], username=name, password=password
+            )
+        opened.append(user)
+        return user
+
+    yield make
+    for user in opened:
+        user.close()
+    for node in made:
+        node.execute_command("ACL", "DELUSER", name)
+
+
+def test_store_runs_under_the_readme_lines(
+    restricted: Callable[..., RedisClient],
+    make_redis_store: Callable[..., RedisStore],
+    namespace: str,
+) -> None:
+    make_redis_store()  # the administrator's load of the library
+    user = restricted()
+    with pytest.raises(NoPermissionError):  # FUNCTION LOAD is not granted
+        RedisStore(user, namespace=namespace, load_library=True)
+    capped = TimelinePolicy(
+        minimum_delay=1, increment_delay=0, maximum_delay=2, ttl=60, capacity=20
+    )
+    store = RedisStore(
+        user,
+        namespace=namespace,
+        policy=capped,
+        resolver=lambda name: (
+            TimelinePolicy(minimum_delay=1, increment_delay=0, maximum_delay=2, ttl=60, capacity=3)
+            if name.startswith("small")
+            else capped
+        ),
+        load_library=False,
+        inline_records=4,
+    )
+    # capacity trimming in both encodings: a hash (HDEL, sorted in the scratch zset) and
+    # an inline container; an expired timeline (EXISTS) on the way
+    big = [NewRecord("big", f"id-{i:03d}", T0 + i % 3, b"x" * 20, i) for i in range(45)]
+    small = [NewRecord("small", f"s{i}", T0 + i, b"y", 100 + i) for i in range(6)]
+    result = store.add(0, big + small, T0)
+    assert (result.added, result.dropped) == (51, 25 + 3)
+    digest = store.open(0, "big", uuid.uuid4().hex, T0)
+    assert (len(digest.records), digest.dropped) == (20, 25)
+    assert store.open(0, "big", uuid.uuid4().hex, T0) == digest  # reopen
+    store.add(0, [NewRecord("big", "later", T0 + 5, b"z", 200)], T0)
+    assert store.close(0, "big", digest.id, T0)
+    small_digest = store.open(0, "small", uuid.uuid4().hex, T0)
+    assert [r.id for r in small_digest.records] == ["s5", "s4", "s3"]
+    assert store.close(0, "small", small_digest.id, T0)
+    # schedule and maintenance in slices (ZCOUNT), inspect, stats
+    assert [d.timeline for d in store.schedule(0, T0 + 10, limit=1)] == ["big"]
+    back = store.maintenance(0, T0 + 20, T0 + 20, limit=1)
+    assert ([d.timeline for d in back], back.more) == (["big"], False)
+    assert store.inspect(0, "big").state == "waiting"
+    assert store.stats(0).waiting == 2
+    # delete, and the admin replay's fence reset
+    assert store.delete(0, "small")
+    store.set_applied_offset(0, 150)
+    assert store.applied_offset(0) == 150
+    store.set_applied_offset(0, None)
+    assert store.applied_offset(0) is None
+
+
+def test_self_loading_needs_function_load(
+    restricted: Callable[..., RedisClient], namespace: str
+) -> None:
+    user = restricted(extra=("+function|load",))
+    store = RedisStore(user, namespace=namespace, load_library=True)
+    store.add(0, [NewRecord("t", "r", T0, b"x", 0)], T0)
+    assert store.inspect(0, "t").state == "ready"
