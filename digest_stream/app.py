@@ -35,6 +35,8 @@ STOP_TIMEOUT = 60.0
 # Redis socket timeouts: long enough for a 10,000-record digest, short enough to notice an outage.
 REDIS_SOCKET_TIMEOUT = 10.0
 REDIS_CONNECT_TIMEOUT = 2.0
+# Past this (seconds) a disagreement between this host's clock and Redis's is worth a warning.
+CLOCK_SKEW_WARNING = 1.0
 # Consumer lag is refreshed this often by each role loop (cheap local calls, but not per batch).
 LAG_REFRESH = 1.0
 
@@ -80,6 +82,24 @@ def connect_store(settings: Settings) -> RedisStore:
     )
 
 
+def check_clock(store: RedisStore, clock: Clock, metrics: Metrics) -> float:
+    """Compare this host's clock with Redis's; warn when they disagree by over a second.
+
+    Due times are wall-clock and written by every host through Redis, so a host whose clock is
+    S seconds off shifts the cool-downs it computes by S. NTP keeps this in milliseconds.
+    """
+    skew = clock.now() - store.server_time()
+    metrics.clock_skew.set(skew)
+    if abs(skew) > CLOCK_SKEW_WARNING:
+        log.warning(
+            "this host's clock is %.1fs %s Redis's: cool-downs computed here shift by that much; "
+            "synchronise the clocks (NTP)",
+            abs(skew),
+            "ahead of" if skew > 0 else "behind",
+        )
+    return skew
+
+
 @dataclass
 class App:
     """One service process: any subset of the roles, each on its own thread and consumer."""
@@ -107,6 +127,8 @@ class App:
         """Connect, join the groups and start the role threads (and the metrics server)."""
         store = self.store if self.store is not None else connect_store(self.settings)
         self.store = store
+        if isinstance(store, RedisStore):
+            check_clock(store, self.clock, self.metrics)
         hooks = Hooks([*self.hooks, *load_hooks(self.settings.hooks, self.settings)])
         if "ingest" in self.roles:
             producer = Producer(producer_config(self.settings))

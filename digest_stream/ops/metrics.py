@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Store calls are sub-millisecond to tens of milliseconds on a healthy Redis.
 _STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -89,6 +89,11 @@ class Metrics:
             "digest_delivery_lateness_seconds",
             "Digest publish time minus the time its timeline became due.",
             buckets=_LATENESS_BUCKETS,
+            registry=r,
+        )
+        self.clock_skew = Gauge(
+            "digest_clock_skew_seconds",
+            "This host's clock minus Redis's (TIME), measured at start.",
             registry=r,
         )
         self.store_latency = Histogram(

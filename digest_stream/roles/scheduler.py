@@ -11,7 +11,8 @@ the repeats harmless.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 import redis
 from confluent_kafka import KafkaError, Message, Producer
@@ -101,21 +102,26 @@ class Scheduler:
         emitter: ScheduleEmitter,
         clock: Clock,
         metrics: Metrics,
+        *,
+        timer: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
         self._store = store
         self.emitter = emitter
-        self._clock = clock
+        self._clock = clock  # wall time: due times are shared with other hosts through Redis
+        # Intervals run on a monotonic timer: a wall-clock step backwards must not stop ticks
+        # for its size, nor a step forwards fire a burst of them.
+        self._timer = timer
         self._metrics = metrics
         self._next_tick = 0.0
-        self._next_maintenance = clock.now() + settings.maintenance_interval
+        self._next_maintenance = timer() + settings.maintenance_interval
         self._store_down = False
         # Partitions taken over whose READY timelines are announced again at the next tick.
         self._taken_over: set[int] = set()
 
     def due(self) -> bool:
         """Whether a tick is due now."""
-        return self._clock.now() >= self._next_tick
+        return self._timer() >= self._next_tick
 
     def take_over(self, partitions: Iterable[int]) -> None:
         """Newly owned partitions: announce all their READY timelines at the next tick (soon)."""
@@ -129,10 +135,11 @@ class Scheduler:
     def tick(self, partitions: Iterable[int]) -> int:
         """One schedule pass over the given partitions; returns entries emitted."""
         now = self._clock.now()
-        self._next_tick = now + self._settings.scheduler_interval
-        maintain = now >= self._next_maintenance
+        started = self._timer()
+        self._next_tick = started + self._settings.scheduler_interval
+        maintain = started >= self._next_maintenance
         if maintain:
-            self._next_maintenance = now + self._settings.maintenance_interval
+            self._next_maintenance = started + self._settings.maintenance_interval
         emitted = 0
         try:
             self.emitter.retry_refused()

@@ -345,6 +345,16 @@ class RedisStore:
         reply = self._fcall("ds_stats", keys.partition_keys(tag), [], read_only=True)
         return replies.partition_stats(partition, reply)
 
+    def server_time(self) -> float:
+        """Redis's own clock (TIME on the first primary), in seconds since the epoch."""
+        (node, *_) = routing.primaries(self.client)
+        reply: object = routing.on_node(self.client, node, "TIME")
+        # redis-py parses TIME into a (seconds, microseconds) tuple.
+        if not isinstance(reply, list | tuple) or len(reply) != 2:
+            raise TypeError(f"unexpected TIME reply {reply!r}")
+        seconds, micros = (int(part) for part in reply)
+        return seconds + micros / 1e6
+
     def applied_offset(self, partition: int) -> int | None:
         """The partition's fence: last applied offset, or None when absent."""
         tag = self._tag(partition)

@@ -113,3 +113,23 @@ def test_a_take_over_of_a_backlog_announces_each_ready_timeline_once_in_slices()
     announced = _reasons(producer)
     assert sorted(t for t, _ in announced) == sorted(names)
     assert {r for _, r in announced} == {ScheduleReason.RECOVERED}
+
+
+def test_a_wall_clock_step_backwards_does_not_stop_ticks() -> None:
+    settings = Settings(schedule_topic=TOPIC, scheduler_interval=0.25)
+    store = MemoryStore(policy=settings.policy())
+    clock = ManualClock(1_000_000.0)
+    elapsed = [0.0]
+    scheduler = Scheduler(
+        settings,
+        store,
+        ScheduleEmitter(FakeProducer().as_producer(), TOPIC, Metrics()),
+        clock,
+        Metrics(),
+        timer=lambda: elapsed[0],
+    )
+    scheduler.tick(set())
+    assert not scheduler.due()
+    clock.set(1_000_000.0 - 3600)  # NTP steps the wall clock back an hour
+    elapsed[0] += 0.25  # a quarter second really passed
+    assert scheduler.due()
