@@ -65,5 +65,5 @@ def dev_status() -> None:
     """Show which parts of the stack answer."""
     states = devstack.status()
     for name, ok in states.items():
-        click.echo(f"{name:16} {'up' if ok else 'down'}")
+        click.echo(f"{name:14} {'up' if ok else 'down'}")
     sys.exit(0 if states["kafka"] and states["redis"] else 1)

@@ -6,6 +6,7 @@ service; its stock AvroDeserializer, given only the registry URL, reads the dige
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 
@@ -16,7 +17,7 @@ from digest_stream.wire import codec, framing
 from digest_stream.wire.models import Event
 from tests.support import wait_until
 from tests.support.kafka import committed_offsets, end_offsets
-from tests.support.pipeline import Pipeline, PipelineFactory
+from tests.support.pipeline import Pipeline, PipelineFactory, ServiceProcess
 from tests.support.proxy import TcpProxy
 from tests.support.registry import (
     client,
@@ -50,13 +51,19 @@ def registry_pipeline(
         delete_subjects(schema_registry_url, [s.events_topic, s.schedule_topic, s.output_topic])
 
 
+def _logged(service: ServiceProcess, text: str) -> bool:
+    return text in service.log()
+
+
 def _dlq_reasons(pipe: Pipeline, count: int) -> dict[str, str]:
     dlq = pipe.dlq()
     dlq.wait_for(lambda: len(dlq.messages) >= count, 60, f"{count} dead letters")
     reasons = {}
     for message in dlq.messages:
         headers = dict(message.headers() or [])
-        reasons[(message.key() or b"").decode()] = (headers["dlq.reason"] or b"").decode()
+        reason = headers["dlq.reason"]
+        assert isinstance(reason, bytes)
+        reasons[(message.key() or b"").decode()] = reason.decode()
     dlq.close()
     return reasons
 
@@ -97,10 +104,8 @@ def test_registration_at_start_is_idempotent(
     registry = client(schema_registry_url)
     for _ in range(2):  # two starts (a restart, a second instance): one version each
         service = pipe.process()
-        wait_until(
-            lambda: f"{s.output_topic}-value" in registry.get_subjects(), 60, "registration"
-        )
-        wait_until(lambda: "assigned" in service.log(), 60, "the ingest to join its group")
+        wait_until(lambda: f"{s.output_topic}-value" in registry.get_subjects(), 60, "registration")
+        wait_until(functools.partial(_logged, service, "assigned"), 60, "the ingest to join")
         assert service.stop() == 0, service.log()[-2000:]
     assert registry.get_versions(f"{s.output_topic}-value") == [1]
     assert registry.get_versions(f"{s.schedule_topic}-value") == [1]

@@ -7,7 +7,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Message, Producer
@@ -31,9 +31,10 @@ def client(url: str) -> SchemaRegistryClient:
     return SchemaRegistryClient({"url": url})
 
 
-def stock_serializer(url: str, schema: dict[str, Any]) -> AvroSerializer:
+def stock_serializer(url: str, schema: Mapping[str, Any]) -> AvroSerializer:
     """confluent-kafka's AvroSerializer (auto-registers under `<topic>-value`)."""
-    return AvroSerializer(client(url), json.dumps(schema))
+    serializer: AvroSerializer = AvroSerializer(client(url), json.dumps(schema))
+    return serializer
 
 
 def send_stock_events(
