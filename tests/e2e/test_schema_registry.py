@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 from digest_stream.wire import codec, framing
 from digest_stream.wire.models import Event
 from tests.support import wait_until
-from tests.support.kafka import committed_offsets, end_offsets
+from tests.support.kafka import Collector, committed_offsets, end_offsets
 from tests.support.pipeline import Pipeline, PipelineFactory, ServiceProcess
 from tests.support.proxy import TcpProxy
 from tests.support.registry import (
@@ -51,6 +51,11 @@ def registry_pipeline(
         delete_subjects(schema_registry_url, [s.events_topic, s.schedule_topic, s.output_topic])
 
 
+def _delivered(url: str, out: Collector) -> set[str]:
+    """Record ids of every digest on the output topic, read by the stock AvroDeserializer."""
+    return {r["id"] for d in stock_decode(url, out.messages) for r in d["records"]}
+
+
 def _logged(service: ServiceProcess, text: str) -> bool:
     return text in service.log()
 
@@ -81,8 +86,7 @@ def test_stock_serializer_in_stock_deserializer_out_with_an_evolved_schema(
     )
     out = pipe.output()
     out.wait_for(
-        lambda: len({r["id"] for d in stock_decode(schema_registry_url, out.messages)
-                     for r in d["records"]}) >= len(sent),
+        lambda: len(_delivered(schema_registry_url, out)) >= len(sent),
         90, "every event in a digest read by the stock AvroDeserializer",
     )  # fmt: skip
     digests = stock_decode(schema_registry_url, out.messages)
@@ -135,8 +139,7 @@ def test_plain_avro_and_unknown_ids_are_dead_lettered_with_their_own_reasons(
     }
     out = pipe.output()
     out.wait_for(
-        lambda: {r["id"] for d in stock_decode(schema_registry_url, out.messages)
-                 for r in d["records"]} >= set(good),
+        lambda: _delivered(schema_registry_url, out) >= set(good),
         60, "the good events delivered around the bad ones",
     )  # fmt: skip
     assert service.stop() == 0
@@ -177,8 +180,7 @@ def test_registry_outage_pauses_ingest_and_loses_nothing(
         timelines = [f"down:{i}" for i in range(10)]
         sent = send_stock_events(s.kafka_bootstrap_servers, s.events_topic, v1, timelines, 3)
         out.wait_for(
-            lambda: {r["id"] for d in stock_decode(schema_registry_url, out.messages)
-                     for r in d["records"]} >= set(sent),
+            lambda: _delivered(schema_registry_url, out) >= set(sent),
             90, "the events before the outage",
         )  # fmt: skip
         ends = end_offsets(s, range(2))
@@ -203,8 +205,7 @@ def test_registry_outage_pauses_ingest_and_loses_nothing(
         proxy.unblock()
         every = set(sent) | set(during)
         out.wait_for(
-            lambda: {r["id"] for d in stock_decode(schema_registry_url, out.messages)
-                     for r in d["records"]} >= every,
+            lambda: _delivered(schema_registry_url, out) >= every,
             90, "every event after the outage",
         )  # fmt: skip
         assert "schema registry reachable again" in service.log()
