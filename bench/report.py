@@ -104,6 +104,12 @@ def table() -> str:
                 rows.append(
                     f"| {label[:2]} | {label[3:]}{rerun} | {_ratio(t[key])} | {target} | {ok} |"
                 )
+        for key, label in (
+            ("registry_vs_plain", "ingest schema registry mode (our schema) / plain"),
+            ("registry_v2_vs_plain", "ingest schema registry mode (evolved v2 schema) / plain"),
+        ):
+            if key in t:  # no target: the cost of the mode, measured (bench/registry_bench.py)
+                rows.append(f"| 1d | {label}{rerun} | {_ratio(t[key])} | | |")
     latency = _load("latency")
     if latency:
         for key, label in (

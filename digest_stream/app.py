@@ -24,6 +24,7 @@ from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
 from digest_stream.store.redis import RedisStore
+from digest_stream.wire import codec, registry
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,16 @@ def redis_client(settings: Settings) -> redis.Redis | RedisCluster:
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
     return redis.Redis.from_url(settings.redis_url, health_check_interval=30, **options)
+
+
+def schedule_frame(settings: Settings) -> Callable[[bytes], bytes]:
+    """How ScheduleEntries go on the wire: plain, or framed under their registered schema."""
+    return registry.output_frame(
+        settings.schema_registry_url,
+        settings.schema_registry_config,
+        settings.schedule_topic,
+        codec.SCHEDULE_ENTRY_SCHEMA,
+    )
 
 
 def connect_store(settings: Settings) -> RedisStore:
@@ -135,8 +146,9 @@ class App:
             scheduler = None
             if "scheduler" in self.roles:
                 emitter = ScheduleEmitter(
-                    producer, self.settings.schedule_topic, self.metrics, hooks=hooks
-                )
+                    producer, self.settings.schedule_topic, self.metrics, hooks=hooks,
+                    frame=schedule_frame(self.settings),
+                )  # fmt: skip
                 scheduler = Scheduler(self.settings, store, emitter, self.clock, self.metrics)
             self.ingest = Ingest(
                 self.settings, store, self.clock, self.metrics, producer, scheduler, hooks=hooks

@@ -51,6 +51,11 @@ class Metrics:
         self.redis_errors = Counter(
             "digest_redis_errors", "Store calls that failed on Redis connectivity.", registry=r
         )
+        self.schema_registry_errors = Counter(
+            "digest_schema_registry_errors",
+            "Writer-schema fetches that failed because the schema registry could not answer.",
+            registry=r,
+        )
         self.schedule_entries = Counter(
             "digest_schedule_entries",
             "Schedule entries emitted, by reason.",

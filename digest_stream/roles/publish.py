@@ -22,7 +22,7 @@ from digest_stream.roles.retry import backoff_delay
 from digest_stream.roles.runner import produce_waiting_for_room
 from digest_stream.settings import Settings
 from digest_stream.store.base import OpenDigest
-from digest_stream.wire import codec
+from digest_stream.wire import codec, registry
 from digest_stream.wire.models import Digest, ScheduleEntry
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,14 @@ class Publisher:
         self._metrics = metrics
         self._wait = wait  # the role's wait that keeps serving its group
         self._stopping = stopping
+        # Schema registry mode: the Digest schema is registered here, at start (a refusal
+        # stops the start); each part then gets its 5-byte prefix. Plain mode: unchanged.
+        self._frame = registry.output_frame(
+            settings.schema_registry_url,
+            settings.schema_registry_config,
+            settings.output_topic,
+            codec.DIGEST_SCHEMA,
+        )
 
     def publish(self, pending: list[Pending]) -> tuple[list[Pending], bool]:
         """Publish every part and wait for acks, retrying failures with capped backoff.
@@ -141,7 +149,7 @@ class Publisher:
                     self._producer,
                     self._settings.output_topic,
                     part.timeline.encode(),
-                    codec.encode_digest(part),
+                    self._frame(codec.encode_digest(part)),
                     headers=cast(_KafkaHeaders, item.headers) or None,
                     on_delivery=_collect(item.errors),
                 )

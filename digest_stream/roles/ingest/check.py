@@ -9,6 +9,7 @@ from digest_stream.store import validate
 from digest_stream.store.base import InvalidArgument, NewRecord
 from digest_stream.wire import codec, envelope
 from digest_stream.wire.models import validate_timeline
+from digest_stream.wire.registry import WriterSchemas
 
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 
@@ -36,6 +37,8 @@ class Rules:
     max_event_bytes: int
     max_event_age: float | None
     carry_headers: frozenset[str]
+    # Schema registry mode: the writer schemas the batch names, fetched before the check.
+    schemas: WriterSchemas | None = None
 
 
 def check(
@@ -62,7 +65,13 @@ def check(
             f"({rules.max_event_bytes})",
         )
     try:
-        event = codec.decode_event(value)
+        if rules.schemas is None:
+            event = codec.decode_event(value)
+        else:
+            event, plain = rules.schemas.decode(value, codec.decode_event)
+            # The store keeps our plain encoding whatever schema the producer wrote with,
+            # so delivery reads every record the same way.
+            value = plain if plain is not None else codec.encode_event(event)
     except codec.DecodeError as exc:
         return Rejected(exc.reason, exc.detail)
     try:

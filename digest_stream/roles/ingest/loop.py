@@ -24,12 +24,14 @@ from digest_stream.roles.ingest.applier import Applier
 from digest_stream.roles.ingest.check import Rejected, Rules, TooOld, check
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.outputs import Outputs
+from digest_stream.roles.ingest.schemas import SchemaFetcher
 from digest_stream.roles.ingest.worker import Batch, StoreWorker
 from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import RoleConsumer, partitions_of
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, NewRecord
+from digest_stream.wire import codec, registry
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +59,14 @@ class Ingest:
         self._clock = clock
         self._metrics = metrics
         self._scheduler = scheduler
+        schemas = registry.writer_schemas(
+            settings.schema_registry_url, settings.schema_registry_config, codec.EVENT_SCHEMA
+        )
         self._rules = Rules(
-            settings.max_event_bytes, settings.max_event_age, frozenset(settings.carry_headers)
+            settings.max_event_bytes,
+            settings.max_event_age,
+            frozenset(settings.carry_headers),
+            schemas,
         )
         # One emitter per process: the scheduler's, when this process schedules.
         emitter = (
@@ -80,6 +88,10 @@ class Ingest:
             self._outputs,
             self._is_stopping,
         )
+        self._schemas = None if schemas is None else SchemaFetcher(
+            schemas, self._kafka, metrics.schema_registry_errors, self._applier.seek,
+            self._is_stopping,
+        )  # fmt: skip
         self._worker = StoreWorker(self._applier.timed_add)
         self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)
         self._stopping: Callable[[], bool] = lambda: False
@@ -130,6 +142,8 @@ class Ingest:
         # its part of this batch stale. Handlers inside take never seek, and an assignment
         # there comes before the messages it returned.
         self._ledger.new_batch()
+        if messages and self._schemas is not None:
+            messages = self._with_schemas(self._schemas, messages)
         batches = self._prepare(messages) if messages else []
         applied = self._finish()
         if self._scheduler is not None and self._scheduler.due():
@@ -162,6 +176,18 @@ class Ingest:
             )
             for partition, batch in partitions_of(messages).items()
         ]
+
+    def _with_schemas(self, fetcher: SchemaFetcher, messages: list[Message]) -> list[Message]:
+        """Registry mode: fetch the batch's writer schemas first, waiting out an outage."""
+        if not fetcher.ready(messages):
+            return []  # stopping; rewound
+        # A rebalance during an outage wait: messages of partitions given away or moved are
+        # read again by their owner, so they are neither checked nor dead-lettered here.
+        ledger = self._ledger
+        return [
+            m for m in messages
+            if ledger.owns(m.partition() or 0) and ledger.moved_to(m.partition() or 0) is None
+        ]  # fmt: skip
 
     def _record(self, message: Message, now: float) -> NewRecord | None:
         outcome = check(
