@@ -99,7 +99,12 @@ def check_clock(store: RedisStore, clock: Clock, metrics: Metrics) -> float:
     Due times are wall-clock and written by every host through Redis, so a host whose clock is
     S seconds off shifts the cool-downs it computes by S. NTP keeps this in milliseconds.
     """
-    skew = clock.now() - store.server_time()
+    try:
+        skew = clock.now() - store.server_time()
+    except redis.RedisError as exc:
+        # An ACL without +time, say: the skew goes unmeasured, the service runs.
+        log.warning("cannot read Redis's clock (%s); clock skew not measured", exc)
+        return 0.0
     metrics.clock_skew.set(skew)
     if abs(skew) > CLOCK_SKEW_WARNING:
         log.warning(
