@@ -8,7 +8,6 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from importlib import resources
-from pathlib import Path
 
 import pytest
 import redis
