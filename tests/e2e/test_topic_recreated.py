@@ -83,6 +83,14 @@ def _delivered(pipe: Pipeline, proc: ServiceProcess, ids: list[str], what: str) 
         out.close()
 
 
+def _first_run(pipe: Pipeline) -> None:
+    """`digest-stream run` applies and delivers the first events, then stops gracefully."""
+    first_run = pipe.process()
+    first = send_events(pipe.settings, [f"before-{n}" for n in range(FIRST)])
+    _delivered(pipe, first_run, first, f"the first {FIRST} events")
+    assert first_run.stop() == 0
+
+
 def _topic_change_logged(proc: ServiceProcess) -> list[str]:
     return [
         line
@@ -119,10 +127,7 @@ def test_a_topic_recreated_while_the_service_is_down_is_delivered_after_the_rest
     pipeline_factory: PipelineFactory,
 ) -> None:
     pipe = pipeline_factory(partitions=PARTITIONS)
-    first_run = pipe.process()
-    first = send_events(pipe.settings, [f"before-{n}" for n in range(FIRST)])
-    _delivered(pipe, first_run, first, f"the first {FIRST} events")
-    assert first_run.stop() == 0
+    _first_run(pipe)
 
     _recreate_events_topic(pipe)
     after = send_events(pipe.settings, [f"after-{n}" for n in range(AFTER)])
@@ -139,10 +144,7 @@ def test_a_fence_from_before_topic_ids_is_caught_by_the_partition_end(
     # Upgraded from library 9 while the topic was recreated: the fences carry no topic id, so
     # only the partitions' ends can tell that their offsets were reset.
     pipe = pipeline_factory(partitions=PARTITIONS)
-    first_run = pipe.process()
-    first = send_events(pipe.settings, [f"before-{n}" for n in range(FIRST)])
-    _delivered(pipe, first_run, first, f"the first {FIRST} events")
-    assert first_run.stop() == 0
+    _first_run(pipe)
     client = redis.Redis.from_url(pipe.settings.redis_url)
     try:
         for partition in range(PARTITIONS):
