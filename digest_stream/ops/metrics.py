@@ -44,7 +44,8 @@ class Metrics:
         )
         self.replays = Counter(
             "digest_replays",
-            "Seeks back to rebuild lost store state, by cause (fence_behind, state_loss).",
+            "Seeks back to rebuild lost store state, by cause (fence_behind, state_loss, "
+            "topic_changed, offset_reset).",
             ["cause"],
             registry=r,
         )

@@ -17,6 +17,7 @@ from digest_stream.store.base import (
     AddResult,
     DigestTarget,
     DueBatch,
+    Fence,
     InvalidArgument,
     InvalidState,
     LibraryVersionMismatch,
@@ -33,7 +34,6 @@ from digest_stream.store.replies import (
     arg,
     integer,
     map_error,
-    optional_integer,
 )
 from digest_stream.store.routing import Call
 
@@ -164,11 +164,13 @@ class RedisStore:
         *,
         expected_fence: int | None = None,
         through_offset: int | None = None,
+        topic_id: str | None = None,
     ) -> AddResult:
         """Store a batch of records of one partition, fenced by offset (one FCALL)."""
         tag = self._tag(partition)
         now = validate.time_value(now, "now")
         expected, through = validate.fence_arguments(expected_fence, through_offset)
+        topic = validate.topic_id(topic_id)
         validate.records(records, through)
         index: dict[str, str] = {}
         policy_args: list[str | bytes] = []
@@ -213,6 +215,7 @@ class RedisStore:
                 str(self.inline_records),
                 "" if expected is None else str(expected),
                 "" if through is None else str(through),
+                topic or "",
                 str(len(index)),
                 *policy_args,
                 *record_args,
@@ -357,12 +360,19 @@ class RedisStore:
 
     def applied_offset(self, partition: int) -> int | None:
         """The partition's fence: last applied offset, or None when absent."""
+        return self.fence(partition).offset
+
+    def fence(self, partition: int) -> Fence:
+        """The partition's fence with the topic id it belongs to."""
         tag = self._tag(partition)
         reply = self._fcall("ds_fence_get", [keys.fence_key(tag)], [], read_only=True)
-        return optional_integer(reply)
+        return replies.fence(reply)
 
-    def set_applied_offset(self, partition: int, offset: int | None) -> None:
-        """Reset the fence (admin replay drills); None removes it."""
+    def set_applied_offset(
+        self, partition: int, offset: int | None, *, topic_id: str | None = None
+    ) -> None:
+        """Write exactly this fence (a new topic, admin replays); both None remove it."""
         tag = self._tag(partition)
         value = "" if offset is None else str(validate.offset(offset))
-        self._fcall("ds_fence_set", [keys.fence_key(tag)], [value])
+        topic = validate.topic_id(topic_id) or ""
+        self._fcall("ds_fence_set", [keys.fence_key(tag)], [value, topic])
