@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import redis
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -21,15 +20,14 @@ from digest_stream.clock import Clock
 from digest_stream.kafka import admin_config
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest import fence
 from digest_stream.roles.ingest.applier import Applier
 from digest_stream.roles.ingest.check import Rejected, Rules, TooOld, check
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.outputs import Outputs
 from digest_stream.roles.ingest.schemas import SchemaFetcher
+from digest_stream.roles.ingest.starts import Starts
 from digest_stream.roles.ingest.topic import BrokerTopic, TopicProbe
 from digest_stream.roles.ingest.worker import Batch, StoreWorker
-from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import RoleConsumer, partitions_of
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
@@ -101,6 +99,9 @@ class Ingest:
             schemas, self._kafka, metrics.schema_registry_errors, self._applier.seek,
             self._is_stopping,
         )  # fmt: skip
+        self._starts = Starts(
+            store, settings.on_state_loss, self._kafka, self._ledger, self._applier, self._topics
+        )
         self._worker = StoreWorker(self._applier.timed_add)
         self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)
         self._stopping: Callable[[], bool] = lambda: False
@@ -220,10 +221,10 @@ class Ingest:
             target = self._ledger.moved_to(batch.partition)
             if target is None:
                 went_back = self._ledger.taken(batch.partition, batch.first, batch.last)
-                if went_back and not self._went_back(batch):
+                if went_back and not self._starts.went_back(batch):
                     continue  # dropped: the decision moved the read position
                 batch.expected = self._ledger.expected(batch.partition)
-                batch.topic = self._topics.topic_id
+                batch.topic = self._starts.topic_id
                 self._ledger.stored_under(batch.partition, batch.topic)
                 kept.append(batch)
             elif 0 <= batch.first < target:
@@ -231,37 +232,6 @@ class Ingest:
                 # batch is dropped, so read it again from its start.
                 self._applier.seek(batch.partition, batch.first)
         self._worker.submit(kept)
-
-    def _went_back(self, batch: Batch) -> bool:
-        """The consumer reset its position by itself: is this still the topic of the fence?
-
-        librdkafka resets a position past the partition's end (the topic was recreated, the
-        log truncated) to auto.offset.reset, silently. Ask the broker for the topic id (a new
-        one: the fence left is the old topic's; the store compares it too) and the partition's
-        end (a fence past it is an offset reset). False when the batch is dropped (the
-        decision seeks).
-        """
-        partition = batch.partition
-        log.warning(
-            "partition %d: the consumer went back to offset %d by itself (offset reset); "
-            "checking the topic",
-            partition,
-            batch.first,
-        )
-        end = self._topics.refresh([partition]).get(partition)
-        decision = fence.foreign(
-            partition,
-            self._settings.on_state_loss,
-            fence=self._ledger.expected(partition),
-            fence_topic=self._ledger.topic(partition),
-            topic_id=self._topics.topic_id,
-            end=end,
-            resume_at=None,
-        )
-        if decision is None:
-            return True
-        self._applier.act(partition, decision)
-        return decision.apply_now
 
     def _finish(self, *, in_handler: bool = False, sync: bool = False) -> int:
         """Wait for the batch in flight, book its results and commit; returns records added.
@@ -311,44 +281,11 @@ class Ingest:
             # An assignment that lands while close() leaves the group: nothing will be read,
             # and the committed-offset lookup would only time out against a closing consumer.
             return []
-        starts = []
-        # One bounded round trip for the topic id and every partition's end (topic.py).
-        ends = self._topics.refresh([tp.partition for tp in partitions])
-        for tp in self._kafka.committed(partitions, COMMITTED_TIMEOUT):
-            decision = self._starting(tp.partition, tp.offset, ends.get(tp.partition))
-            offset = self._act_at_start(tp.partition, decision)
-            starts.append(TopicPartition(tp.topic, tp.partition, offset))
+        starts = self._starts.assigned(partitions)
         if self._scheduler is not None:
             self._scheduler.take_over(tp.partition for tp in starts)
         log.info("assigned %s", ", ".join(f"{tp.partition}@{tp.offset}" for tp in starts))
         return starts
-
-    def _starting(self, partition: int, committed: int, end: int | None) -> fence.Decision:
-        try:
-            found = self._store.fence(partition)
-        except redis.RedisError as exc:  # the first add checks the fence instead
-            if not unavailable(exc):
-                raise
-            log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)
-            return fence.start_without_store(committed)
-        return fence.start(
-            partition,
-            committed,
-            found.offset,
-            self._settings.on_state_loss,
-            fence_topic=found.topic_id,
-            topic_id=self._topics.topic_id,
-            end=end,
-        )
-
-    def _act_at_start(self, partition: int, decision: fence.Decision) -> int:
-        """Own the partition as decided; returns where to start reading it."""
-        assert decision.offset is not None  # a start always names where to read
-        self._ledger.assign(partition, decision.offset, decision.expected)
-        self._applier.note(decision)
-        if decision.reset:
-            self._applier.reset_fence(partition, decision.expected, retry=False)
-        return decision.offset
 
     def on_revoke(self, partitions: list[int]) -> None:
         """Revocation handler: book the batch in flight, commit these partitions, let go."""
