@@ -343,8 +343,8 @@ BUCKETS = (
     ("waiting for the batch in flight (store worker)", ("result (",)),
     ("redis-py: packing the call", ("pack_command", "RespSerializer.pack", "pack_commands")),
     ("redis: ds_add call (Lua + round trip)", ("recv_into", "_fcall", "read_response")),
-    ("decode: codec.decode_event", ("decode_event",)),
-    ("record checks and NewRecord (Ingest._record)", ("_record",)),
+    ("decode: the event's id and timestamp", ("decode_event",)),
+    ("record checks and NewRecord (check)", ("ingest/check.py",)),
     ("store.add: validation and arguments", ("(digest_stream/store/",)),
     ("kafka: take a batch (poll, consume)", ("take_batch", "consume")),
     ("booking: schedule entries, metrics, commit", ("_finish", "_commit")),
@@ -388,9 +388,9 @@ def sample(env: Stack, client: redis.Redis, topic: str, count: int) -> dict[str,
     worker: dict[str, int] = {}
     for line in lines:
         stack_text, _, number = line.rpartition(" ")
-        if "_store_all (" in stack_text:
+        if "ingest/worker.py" in stack_text:
             # The store worker thread (the ingest's store calls overlap the next batch).
-            part = stack_text.split("_store_all (", 1)[1]
+            part = stack_text.split("ingest/worker.py", 1)[1]
             name = next(
                 (label for label, marks in BUCKETS[1:] if any(m in part for m in marks)),
                 WORKER_REST,

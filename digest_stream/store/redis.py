@@ -36,6 +36,7 @@ from digest_stream.store.replies import (
     map_error,
 )
 from digest_stream.store.routing import Call
+from digest_stream.store.validate import MAX_OFFSET
 
 LIBRARY_NAME = library.NAME
 LIBRARY_SOURCE = library.SOURCE
@@ -50,6 +51,11 @@ RedisClient = routing.RedisClient
 DEFAULT_INLINE_RECORDS = 16
 #: Same bound as INLINE_MAX_RECORDS in digests.lua.
 MAX_INLINE_RECORDS = 128
+
+
+def _short_ascii(value: object) -> bool:
+    """A name validate.name accepts without encoding it (the common timeline and record id)."""
+    return type(value) is str and value.isascii() and 0 < len(value) <= validate.MAX_NAME_BYTES
 
 
 class RedisStore:
@@ -171,7 +177,6 @@ class RedisStore:
         now = validate.time_value(now, "now")
         expected, through = validate.fence_arguments(expected_fence, through_offset)
         topic = validate.topic_id(topic_id)
-        validate.records(records, through)
         index: dict[str, str] = {}
         policy_args: list[str | bytes] = []
         record_args: list[str | bytes] = []
@@ -179,7 +184,28 @@ class RedisStore:
         # object (the default), so each object is checked and formatted once per call, not
         # once per timeline. The dict holds the object, so its id cannot be reused meanwhile.
         formatted: dict[int, tuple[object, list[str]]] = {}
+        # A batch's records mostly share a few timestamps (milliseconds): format each once.
+        stamps: dict[float, str] = {}
+        last = MAX_OFFSET if through is None else through
+        checked = False  # validate.records ran over the whole batch
         for record in records:
+            # The common record passes these inline checks; on the first that does not, the
+            # whole batch is judged (and refused with its precise error) by validate.records.
+            if not checked and not (
+                type(record) is NewRecord
+                and type(record.payload) is bytes
+                and type(record.offset) is int
+                and 0 <= record.offset <= last
+                and _short_ascii(record.timeline)
+                and _short_ascii(record.id)
+            ):
+                validate.records(records, through)
+                checked = True
+            timestamp = record.timestamp
+            stamp = stamps.get(timestamp) if type(timestamp) is float else None
+            if stamp is None:
+                timestamp = validate.time_value(timestamp, "record timestamp")
+                stamp = stamps[timestamp] = arg(timestamp)
             position = index.get(record.timeline)
             if position is None:
                 position = index[record.timeline] = str(len(index) + 1)
@@ -199,13 +225,7 @@ class RedisStore:
                     )
                 policy_args.append(record.timeline)
                 policy_args += cached[1]
-            record_args += (
-                position,
-                record.id,
-                arg(record.timestamp),
-                str(record.offset),
-                record.payload,
-            )
+            record_args += (position, record.id, stamp, str(record.offset), record.payload)
         reply = self._fcall(
             "ds_add",
             [keys.fence_key(tag), keys.waiting_key(tag), keys.ready_key(tag)],

@@ -21,7 +21,7 @@ from digest_stream.kafka import admin_config
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest.applier import Applier
-from digest_stream.roles.ingest.check import Rejected, Rules, TooOld, check
+from digest_stream.roles.ingest.check import Rejected, Rules, check
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.outputs import Outputs
 from digest_stream.roles.ingest.schemas import SchemaFetcher
@@ -176,16 +176,25 @@ class Ingest:
     def _prepare(self, messages: list[Message]) -> list[Batch]:
         """Check messages, by partition (bad ones are dead-lettered here)."""
         now = self._clock.now()
-        return [
-            Batch(
-                partition,
-                [r for r in (self._record(m, now) for m in batch) if r is not None],
-                batch[0].offset() or 0,
-                batch[-1].offset() or 0,
-                now,
-            )
-            for partition, batch in partitions_of(messages).items()
-        ]
+        rules = self._rules
+        carry = bool(rules.carry_headers)  # headers are read only when some are carried
+        batches = []
+        for partition, batch in partitions_of(messages).items():
+            records: list[NewRecord] = []
+            for message in batch:
+                outcome = check(
+                    message.key(), message.value(), message.headers() if carry else None,
+                    message.offset() or 0, now, rules,
+                )  # fmt: skip
+                if type(outcome) is NewRecord:  # the hot path: one type test per message
+                    records.append(outcome)
+                elif isinstance(outcome, Rejected):
+                    self._outputs.reject(message, outcome)
+                else:
+                    self._outputs.too_old()
+            batches.append(Batch(partition, records, batch[0].offset() or 0,
+                                 batch[-1].offset() or 0, now))  # fmt: skip
+        return batches
 
     def _with_schemas(self, fetcher: SchemaFetcher, messages: list[Message]) -> list[Message]:
         """Registry mode: fetch the batch's writer schemas first, waiting out an outage."""
@@ -198,19 +207,6 @@ class Ingest:
             m for m in messages
             if ledger.owns(m.partition() or 0) and ledger.moved_to(m.partition() or 0) is None
         ]  # fmt: skip
-
-    def _record(self, message: Message, now: float) -> NewRecord | None:
-        outcome = check(
-            message.key(), message.value(), message.headers(), message.offset() or 0, now,
-            self._rules,
-        )  # fmt: skip
-        if isinstance(outcome, Rejected):
-            self._outputs.reject(message, outcome)
-            return None
-        if isinstance(outcome, TooOld):
-            self._outputs.too_old()
-            return None
-        return outcome
 
     def _submit(self, batches: list[Batch]) -> None:
         """Start the store calls of a batch on the worker (fenced by what is booked now)."""
