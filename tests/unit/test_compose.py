@@ -96,3 +96,41 @@ def test_compose_offers_a_schema_registry_the_service_can_point_at() -> None:
     url = "http://schema-registry:8080/apis/ccompat/v7"
     assert f"# DIGEST_STREAM_SCHEMA_REGISTRY_URL: {url}" in text
     assert Settings(schema_registry_url=url).schema_registry_url == url
+
+
+def test_compose_runs_prometheus_on_the_rules_and_scraping_the_service() -> None:
+    data = _compose()
+    prometheus = data["services"]["prometheus"]
+    mounted = {c["target"]: data["configs"][c["source"]]["file"] for c in prometheus["configs"]}
+    config_path = next(t for t in mounted if t.endswith("prometheus.yml"))
+    assert f"--config.file={config_path}" in prometheus["command"]
+    config = yaml.safe_load((ROOT / mounted[config_path]).read_text())
+    # Rule files resolve relative to the config file, inside the container as in the checkout.
+    for rule_file in config["rule_files"]:
+        target = f"{config_path.rsplit('/', 1)[0]}/{rule_file}"
+        assert mounted[target] == "./deploy/prometheus/rules.yml"
+    (job,) = config["scrape_configs"]
+    assert job["job_name"] == "digest-stream"  # the job the rules' DigestStreamDown selects
+    port = data["services"]["digest-stream"]["environment"]["DIGEST_STREAM_METRICS_PORT"]
+    assert job["static_configs"] == [{"targets": [f"digest-stream:{port}"]}]
+    assert "healthcheck" in prometheus
+
+
+def test_compose_runs_grafana_with_the_datasource_and_the_dashboard_provisioned() -> None:
+    data = _compose()
+    grafana = data["services"]["grafana"]
+    mounted = {c["target"]: data["configs"][c["source"]]["file"] for c in grafana["configs"]}
+    for path in mounted.values():
+        assert (ROOT / path).is_file(), path
+    sources = [t for t in mounted if t.startswith("/etc/grafana/provisioning/datasources/")]
+    providers = [t for t in mounted if t.startswith("/etc/grafana/provisioning/dashboards/")]
+    assert len(sources) == 1
+    assert len(providers) == 1
+    (source,) = yaml.safe_load((ROOT / mounted[sources[0]]).read_text())["datasources"]
+    assert source["url"] == "http://prometheus:9090"
+    assert "9090:9090" in data["services"]["prometheus"]["ports"]
+    (provider,) = yaml.safe_load((ROOT / mounted[providers[0]]).read_text())["providers"]
+    dashboard = f"{provider['options']['path']}/digest-stream.json"
+    assert mounted[dashboard] == "./deploy/grafana/dashboards/digest-stream.json"
+    assert grafana["depends_on"]["prometheus"]["condition"] == "service_healthy"
+    assert "healthcheck" in grafana
