@@ -168,7 +168,7 @@ class App:
             )
             d = self.delivery
             self._spawn("delivery", d.start, d.step, d.close, d.lag)
-        self.metrics.registry.register(PartitionGauges(self))
+        self.metrics.registry.register(PartitionGauges(self, self.health.ready))
         if self.settings.metrics_port is not None:
             self.server = OpsServer(
                 self.settings.metrics_host,

@@ -44,6 +44,8 @@ OVERDUE = "digest_partition_oldest_overdue_seconds"
 LAG = "digest_consumer_lag"
 OWNED = "digest_owned_partitions"
 LOOP_AGE = "digest_role_loop_age_seconds"
+READY_G = "digest_ready"
+LIBRARY_OK = "digest_library_ok"
 
 
 @dataclass
@@ -224,6 +226,7 @@ class Health:
             else:
                 details["library_versions"] = versions
                 wrong = {n: v or "absent" for n, v in versions.items() if v != LIBRARY_VERSION}
+                details["library_ok"] = not wrong
                 if wrong:
                     problems.append(
                         f"Functions library version mismatch (need {LIBRARY_VERSION}): {wrong}"
@@ -244,8 +247,13 @@ class Health:
 class PartitionGauges(Collector):
     """Per-owned-partition gauges, computed when scraped: one read-only FCALL per partition."""
 
-    def __init__(self, app: HealthView) -> None:
+    def __init__(
+        self,
+        app: HealthView,
+        ready: Callable[[], tuple[bool, dict[str, Any]]] | None = None,
+    ) -> None:
         self._app = app
+        self._ready = ready  # Health.ready (cached): readiness and the library check as gauges
 
     def describe(self) -> list[GaugeMetricFamily]:
         # Declaring the families lets the registry refuse duplicates without calling collect().
@@ -265,9 +273,13 @@ class PartitionGauges(Collector):
         yield GaugeMetricFamily(OWNED, "Input partitions this instance owns.")
         yield GaugeMetricFamily(LOOP_AGE, "Seconds since each role loop last came round.",
                                 labels=["role"])  # fmt: skip
+        yield GaugeMetricFamily(READY_G, "1 when /readyz says ready, else 0.")
+        yield GaugeMetricFamily(
+            LIBRARY_OK, "1 when every primary runs this code's Functions library, 0 when not."
+        )
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        waiting, ready, overdue, lag, owned_g, loop_age = self._families()
+        waiting, ready, overdue, lag, owned_g, loop_age, ready_g, library_ok = self._families()
         app = self._app
         now = app.clock.now()
         owned = app.owned_partitions or frozenset()
@@ -288,4 +300,9 @@ class PartitionGauges(Collector):
                 overdue.add_metric(label, late)
         for role, age in sorted(app.heartbeats.ages().items()):
             loop_age.add_metric([role], age)
-        yield from (waiting, ready, overdue, lag, owned_g, loop_age)
+        if self._ready is not None:
+            is_ready, details = self._ready()
+            ready_g.add_metric([], 1 if is_ready else 0)
+            if "library_ok" in details:  # absent when Redis could not be asked
+                library_ok.add_metric([], 1 if details["library_ok"] else 0)
+        yield from (waiting, ready, overdue, lag, owned_g, loop_age, ready_g, library_ok)

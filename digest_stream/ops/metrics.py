@@ -4,11 +4,32 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from digest_stream.wire.codec import DECODE_REASONS
+
 # Store calls are sub-millisecond to tens of milliseconds on a healthy Redis.
 _STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 # Delivery lateness is dominated by the scheduler interval (0.25 s by default).
 _LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0)
 _SIZE_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 1000, 10_000)
+
+
+#: Known label values. Each starts at 0, so its series exists before the first event and
+#: Prometheus' increase()/rate() count that first event (a series born at 1 shows no increase).
+DROP_REASONS = ("capacity", "max_age", "missing_payload")
+REPLAY_CAUSES = ("fence_behind", "state_loss", "topic_changed", "offset_reset")
+DEAD_LETTER_REASONS = (
+    "missing-key",
+    "invalid-key",
+    "missing-value",
+    "oversize",
+    "invalid-id",
+    "publish-failed",
+    *DECODE_REASONS,
+)
+SCHEDULE_REASONS = ("IMMEDIATE", "SCHEDULED", "RECOVERED")
+PRODUCING_ROLES = ("scheduler", "delivery")
+CONSUMING_ROLES = ("ingest", "delivery")
+REBALANCE_KINDS = ("assigned", "revoked", "lost")
 
 
 class Metrics:
@@ -93,8 +114,15 @@ class Metrics:
         )
         self.delivery_lateness = Histogram(
             "digest_delivery_lateness_seconds",
-            "Digest publish time minus the time its timeline became due.",
+            "Digest publish time minus the time its timeline became due, by schedule reason.",
+            ["reason"],
             buckets=_LATENESS_BUCKETS,
+            registry=r,
+        )
+        self.rebalances = Counter(
+            "digest_rebalances",
+            "Partitions assigned, revoked or lost, by role and kind.",
+            ["role", "kind"],
             registry=r,
         )
         self.clock_skew = Gauge(
@@ -109,6 +137,22 @@ class Metrics:
             buckets=_STORE_BUCKETS,
             registry=r,
         )
+        self._declare_known_labels()
+
+    def _declare_known_labels(self) -> None:
+        for reason in DROP_REASONS:
+            self.events_dropped.labels(reason=reason)
+        for cause in REPLAY_CAUSES:
+            self.replays.labels(cause=cause)
+        for reason in DEAD_LETTER_REASONS:
+            self.dead_letters.labels(reason=reason)
+        for reason in SCHEDULE_REASONS:
+            self.schedule_entries.labels(reason=reason)
+        for role in PRODUCING_ROLES:
+            self.producer_queue_full.labels(role=role)
+        for role in CONSUMING_ROLES:
+            for kind in REBALANCE_KINDS:
+                self.rebalances.labels(role=role, kind=kind)
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of a sample (0 when absent): for tests and the liveness check."""

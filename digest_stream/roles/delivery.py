@@ -63,6 +63,7 @@ class Delivery:
             settings.schedule_topic,
             "delivery",
             consumer=consumer,
+            rebalances=metrics.rebalances,
         )
         self._assigned: set[int] = set()
         self._positions: dict[int, int] = {}  # next offset to commit, by assigned partition
@@ -261,7 +262,8 @@ class Delivery:
             self._metrics.digests_published.inc()
             self._metrics.digest_parts.inc(len(item.parts))
             self._metrics.records_per_digest.observe(len(item.digest.records))
-            self._metrics.delivery_lateness.observe(max(0.0, now - item.entry.scheduled_at / 1000))
+            late = max(0.0, now - item.entry.scheduled_at / 1000)
+            self._metrics.delivery_lateness.labels(reason=item.entry.reason.value).observe(late)
             if self._hooks and item.whole is not None:  # with hooks, every digest is built
                 self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
 

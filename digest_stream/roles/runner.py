@@ -39,8 +39,10 @@ class RoleConsumer:
         role: str,
         *,
         consumer: Consumer | None = None,
+        rebalances: Counter | None = None,
     ) -> None:
         self.settings = settings
+        self._rebalances = rebalances
         self.topic = topic
         self.role = role
         # Injectable: broker-free unit tests hand in a fake that records seeks and commits.
@@ -67,6 +69,7 @@ class RoleConsumer:
         def assigned(consumer: object, partitions: list[TopicPartition]) -> None:
             if not partitions:
                 return
+            self._count("assigned", partitions)
             starts = on_assign(partitions) if on_assign is not None else partitions
             self._consumer.incremental_assign(starts)
             if self._paused:
@@ -74,12 +77,18 @@ class RoleConsumer:
                 self._consumer.pause(starts)
 
         def revoked(consumer: object, partitions: list[TopicPartition]) -> None:
+            self._count("revoked", partitions)
             on_revoke(sorted(tp.partition for tp in partitions))
 
         def lost(consumer: object, partitions: list[TopicPartition]) -> None:
+            self._count("lost", partitions)
             on_lost(sorted(tp.partition for tp in partitions))
 
         self._consumer.subscribe([self.topic], on_assign=assigned, on_revoke=revoked, on_lost=lost)
+
+    def _count(self, kind: str, partitions: list[TopicPartition]) -> None:
+        if self._rebalances is not None and partitions:
+            self._rebalances.labels(role=self.role, kind=kind).inc(len(partitions))
 
     def take(self, max_messages: int, timeout: float) -> list[Message]:
         """A batch of data messages (see kafka.take_batch); consumer errors are logged."""

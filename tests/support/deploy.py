@@ -135,7 +135,8 @@ def exported_families() -> dict[str, set[str]]:
         else:
             families[family.name] = {family.name}
     gauges = (health.WAITING, health.READY, health.OVERDUE, health.LAG, health.OWNED)
-    families.update({name: {name} for name in (*gauges, health.LOOP_AGE)})
+    families.update({name: {name} for name in (*gauges, health.LOOP_AGE, health.READY_G)})
+    families[health.LIBRARY_OK] = {health.LIBRARY_OK}
     return families
 
 

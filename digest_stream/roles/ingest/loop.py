@@ -78,7 +78,12 @@ class Ingest:
         )
         self._outputs = Outputs(producer, emitter, settings.dlq_topic, metrics, hooks)
         self._kafka = RoleConsumer(
-            settings, settings.group_id, settings.events_topic, "ingest", consumer=consumer
+            settings,
+            settings.group_id,
+            settings.events_topic,
+            "ingest",
+            consumer=consumer,
+            rebalances=metrics.rebalances,
         )
         self._ledger = Ledger()
         # Which incarnation of the events topic the offsets belong to (see topic.py).

@@ -255,3 +255,13 @@ def test_a_stale_topic_id_is_refreshed_instead_of_losing_state() -> None:
     rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 5)
     assert rig.store.fence(0) == Fence(4, NEW)
     assert rig.metrics.value("digest_replays_total", cause="topic_changed") == 0
+
+
+def test_rebalances_are_counted_by_kind() -> None:
+    rig = Rig()
+    rig.consumer.assign([0, 1])
+    rig.consumer.revoke([1])
+    rig.consumer.lose([0])
+    for kind in ("assigned", "revoked", "lost"):
+        expected = 2 if kind == "assigned" else 1
+        assert rig.metrics.value("digest_rebalances_total", role="ingest", kind=kind) == expected
