@@ -50,7 +50,7 @@ def _old_bytes() -> bytes:
     buffer = io.BytesIO()
     fastavro.schemaless_writer(
         buffer,
-        fastavro.parse_schema(codec.DIGEST_SCHEMA_V1),
+        fastavro.parse_schema(dict(codec.DIGEST_SCHEMA_V1)),
         {
             "id": "d0", "timeline": "t", "start": 5, "end": 7, "dropped": 1, "opened_at": 8,
             "part": 1, "parts": 1,
