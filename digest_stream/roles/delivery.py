@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.compose import compose
 from digest_stream.roles.dlq import DeadLetters
 from digest_stream.roles.publish import Pending, Publisher, sized_parts
 from digest_stream.roles.retry import unavailable
@@ -25,7 +26,7 @@ from digest_stream.roles.runner import RoleConsumer, highest_offsets
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, DigestTarget, InvalidState, OpenDigest
 from digest_stream.wire import codec, envelope
-from digest_stream.wire.models import Digest, Record, ScheduleEntry
+from digest_stream.wire.models import Record, ScheduleEntry
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class Delivery:
         self._metrics = metrics
         self._producer = producer
         self._hooks = hooks
+        self._policy = settings.resolver()  # collapse_by and the next delivery time
         self._dlq = DeadLetters(producer, settings.dlq_topic, metrics, hooks=hooks)
         self._kafka = RoleConsumer(
             settings,
@@ -176,12 +178,13 @@ class Delivery:
                 self._empty(entry, digest)
                 empty.append((entry, digest))
                 continue
-            whole = Digest.build(
-                id=digest.id,
-                timeline=digest.timeline,
-                records=records,
-                opened_at=int(digest.opened_at * 1000),
-                dropped=digest.dropped + (len(digest.records) - len(records)),
+            whole = compose(
+                entry,
+                digest,
+                records,
+                digest.dropped + (len(digest.records) - len(records)),
+                self._policy(entry.timeline),
+                now,
             )
             headers = envelope.digest_headers(carried) if carried else []
             parts, headers = sized_parts(whole, headers, self._settings.max_message_bytes)
