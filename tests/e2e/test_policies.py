@@ -166,13 +166,13 @@ def test_a_recovered_digest_says_so_and_explains_its_next_delivery(
         }
     )
     skipper.subscribe([pipe.settings.schedule_topic])
-    taken: list[object] = []
+    taken: list[int] = []
 
     def take_first() -> bool:
         for message in skipper.consume(10, timeout=0.2):
             if message.error() is None and not taken:
-                taken.append(message)
-                skipper.commit(message, asynchronous=False)
+                taken.append(message.offset() or 0)
+                skipper.commit(message=message, asynchronous=False)
         return bool(taken)
 
     wait_until(take_first, 30, "the IMMEDIATE schedule entry")
