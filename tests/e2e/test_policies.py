@@ -8,8 +8,11 @@ import time
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+from click.testing import CliRunner
 from confluent_kafka import Consumer
 
+from digest_stream.cli import main
+from digest_stream.settings import Settings
 from digest_stream.store.calendar import next_fire
 from digest_stream.wire.models import Digest, DigestReason
 from tests.support import wait_until
@@ -218,4 +221,53 @@ def test_every_part_of_a_split_digest_carries_reason_total_and_next_delivery(
     }
     assert _near(parts[0].next_delivery_at, parts[0].opened_at / 1000 + 3.0)
     assert sum(p.dropped for p in parts) == 50
+    out.close()
+
+
+def _flags(pipe_settings: Settings) -> list[str]:
+    return [
+        "--kafka-bootstrap-servers", pipe_settings.kafka_bootstrap_servers,
+        "--redis-url", pipe_settings.redis_url,
+        "--namespace", pipe_settings.namespace,
+        "--events-topic", pipe_settings.events_topic,
+        "--minimum-delay", "60", "--maximum-delay", "60", "--flush-at", "50",
+    ]  # fmt: skip
+
+
+def test_the_cli_flushes_cancels_after_asking_and_inspect_explains(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    pipe = pipeline_factory(partitions=2, minimum_delay=60.0, maximum_delay=60.0, flush_at=50)
+    pipe.app()
+    out = pipe.output()
+    flags = _flags(pipe.settings)
+    runner = CliRunner()
+    with pipe.producer() as producer:
+        producer.send("cli", "first", b"{}")
+        producer.flush()
+        out.wait_for(lambda: len(out.digests) == 1, 30, "the immediate first digest")
+        producer.send("cli", "a", b"{}", timestamp_ms=T)
+        producer.send("cli", "b", b"{}", timestamp_ms=T + 1)
+        producer.flush()
+
+    def inspected() -> str:
+        result = runner.invoke(main, ["inspect", "cli", *flags])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    wait_until(lambda: "pending        2 records" in inspected(), 20, "two pending records")
+    shown = inspected()
+    assert "cool-down 60s +30s per event, at most 60s; flush at 50 records" in shown
+    assert "(COOLDOWN)" in shown
+    # Without --yes it asks; "n" sends nothing.
+    refused = runner.invoke(main, ["cancel", "cli", "--record", "a", *flags], input="n\n")
+    assert refused.exit_code == 1
+    assert "Cancel the pending records of record a of timeline cli?" in refused.output
+    done = runner.invoke(main, ["cancel", "cli", "--record", "a", "--yes", *flags])
+    assert done.exit_code == 0, done.output
+    flushed = runner.invoke(main, ["flush", "cli", *flags])
+    assert flushed.exit_code == 0, flushed.output
+    out.wait_for(lambda: len(out.digests) == 2, 20, "the flushed digest")
+    digest = out.digests[1]
+    assert ([r.id for r in digest.records], digest.reason) == (["b"], DigestReason.FLUSHED)
     out.close()
