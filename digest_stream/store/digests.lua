@@ -969,7 +969,11 @@ local function apply_flush_at(timeline, now, written)
     if due < timeline.due then
         timeline.due = due
         timeline.due_changed = true
-        timeline.mark = CAUSES.flush_at
+        -- increments keep pushing a full timeline's due time out and flush_at pulls it back:
+        -- the cause is rewritten only when it changes
+        if parse_timeline_meta(timeline.head.meta).cause ~= CAUSES.flush_at then
+            timeline.mark = CAUSES.flush_at
+        end
     end
 end
 
