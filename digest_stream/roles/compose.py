@@ -11,23 +11,26 @@ def collapse(records: list[Record], attribute: str) -> list[Record]:
     """Records (newest first) sharing a value of ``attribute`` become one: the newest of them,
     with ``count`` (occurrences) and ``first_seen`` (the oldest one's time). Records without
     the attribute stay as they are; the order stays newest first."""
-    position: dict[str, int] = {}
+    # One pass gathers each value's newest record, count and oldest time; each collapsed
+    # record is then copied once (not once per occurrence).
+    groups: dict[str, list[int]] = {}  # value -> [index in out, count, oldest time]
     out: list[Record] = []
     for record in records:
         value = record.attributes.get(attribute)
-        at = None if value is None else position.get(value)
-        if at is None:
+        oldest = record.timestamp if record.first_seen is None else record.first_seen
+        group = None if value is None else groups.get(value)
+        if group is None:
             if value is not None:
-                position[value] = len(out)
+                groups[value] = [len(out), record.count, oldest]
             out.append(record)
-            continue
+        else:
+            group[1] += record.count
+            group[2] = min(group[2], oldest)
+    for at, count, oldest in groups.values():
         kept = out[at]
-        oldest = min(
-            kept.timestamp if kept.first_seen is None else kept.first_seen,
-            record.timestamp if record.first_seen is None else record.first_seen,
-        )
-        # model_copy: both records are valid, and the merged fields are in range.
-        out[at] = kept.model_copy(update={"count": kept.count + record.count, "first_seen": oldest})
+        if count != kept.count:
+            # model_copy: both fields are in range by construction.
+            out[at] = kept.model_copy(update={"count": count, "first_seen": oldest})
     return out
 
 
