@@ -12,10 +12,12 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer
 
 from digest_stream.cli import main
+from digest_stream.client import EventProducer
 from digest_stream.settings import Settings
 from digest_stream.store.calendar import next_fire
 from digest_stream.wire.models import Digest, DigestReason
 from tests.support import wait_until
+from tests.support.kafka import Collector
 from tests.support.pipeline import PipelineFactory
 
 T = 1_700_000_000_000  # event times (ms), increasing per record
@@ -23,6 +25,16 @@ T = 1_700_000_000_000  # event times (ms), increasing per record
 
 def _mine(digests: list[Digest], timeline: str) -> list[Digest]:
     return [d for d in digests if d.timeline == timeline]
+
+
+def _first_digest(producer: EventProducer, out: Collector, timeline: str) -> Digest:
+    """Send the timeline's first event and wait for its immediate digest (the cool-down
+    starts): the events sent next accumulate."""
+    before = len(out.digests)
+    producer.send(timeline, "first", b"{}")
+    producer.flush()
+    out.wait_for(lambda: len(out.digests) == before + 1, 30, f"{timeline}'s immediate digest")
+    return out.digests[-1]
 
 
 def _near(at_ms: int | None, expected_s: float, slack_s: float = 3.0) -> bool:
@@ -36,10 +48,7 @@ def test_flush_at_delivers_before_the_cool_down_ends(pipeline_factory: PipelineF
     pipe.app()
     out = pipe.output()
     with pipe.producer() as producer:
-        producer.send("fa", "first", b"{}")
-        producer.flush()
-        out.wait_for(lambda: len(out.digests) == 1, 30, "the immediate first digest")
-        first = out.digests[0]
+        first = _first_digest(producer, out, "fa")
         assert (first.reason, first.total) == (DigestReason.IMMEDIATE, 1)
         # Earliest next: the flush_at floor (1 s), not the 30 s cool-down.
         assert _near(first.next_delivery_at, first.opened_at / 1000 + 1.0)
@@ -87,9 +96,7 @@ def test_collapse_by_counts_repeated_records(pipeline_factory: PipelineFactory) 
     pipe.app()
     out = pipe.output()
     with pipe.producer() as producer:
-        producer.send("col", "first", b"{}")
-        producer.flush()
-        out.wait_for(lambda: len(out.digests) == 1, 30, "the immediate first digest")
+        _first_digest(producer, out, "col")
         for i, fingerprint in enumerate(["A", "B", "A", "A", "B"]):
             producer.send("col", f"e{i}", b"{}", timestamp_ms=T + i,
                           attributes={"fingerprint": fingerprint})  # fmt: skip
@@ -112,9 +119,7 @@ def test_flush_and_cancel_apply_in_order_with_the_timelines_events(
     app = pipe.app()
     out = pipe.output()
     with pipe.producer() as producer:
-        producer.send("ctl", "first", b"{}")
-        producer.flush()
-        out.wait_for(lambda: len(out.digests) == 1, 30, "the immediate first digest")
+        _first_digest(producer, out, "ctl")
         for i, record in enumerate(["a", "b", "c"]):
             producer.send("ctl", record, b"{}", timestamp_ms=T + i)
         producer.cancel("ctl", "b")  # after a, b, c: b goes
@@ -199,9 +204,7 @@ def test_every_part_of_a_split_digest_carries_reason_total_and_next_delivery(
     pipe.app()
     out = pipe.output()
     with pipe.producer() as producer:
-        producer.send("big", "first", b"{}")
-        producer.flush()
-        out.wait_for(lambda: len(out.digests) == 1, 30, "the immediate first digest")
+        _first_digest(producer, out, "big")
         for i in range(300):
             producer.send("big", f"r{i:03d}", b"x" * 500, timestamp_ms=T + i)
         producer.flush()
@@ -243,9 +246,7 @@ def test_the_cli_flushes_cancels_after_asking_and_inspect_explains(
     flags = _flags(pipe.settings)
     runner = CliRunner()
     with pipe.producer() as producer:
-        producer.send("cli", "first", b"{}")
-        producer.flush()
-        out.wait_for(lambda: len(out.digests) == 1, 30, "the immediate first digest")
+        _first_digest(producer, out, "cli")
         producer.send("cli", "a", b"{}", timestamp_ms=T)
         producer.send("cli", "b", b"{}", timestamp_ms=T + 1)
         producer.flush()
