@@ -23,7 +23,7 @@ lint: venv
 	$(BIN)/mypy
 
 stack-up: venv
-	$(BIN)/digest-stream dev up --cluster
+	$(BIN)/digest-stream dev up --cluster --registry
 
 stack-down: venv
 	$(BIN)/digest-stream dev down

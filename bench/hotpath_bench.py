@@ -3,11 +3,11 @@
     python -m bench.hotpath_bench [--json]
 
 Scenario 6 showed that an ingest step is mostly the `ds_add` call (Redis running Lua) and
-partly Python: decoding and checking each message (`Ingest._record`) and building the
+partly Python: decoding and checking each message (`Ingest._prepare`) and building the
 arguments of the call (`RedisStore.add` up to the FCALL). This bench times that Python part
 alone, on 1,000 messages spread over 1,000 timelines (the shape of a batch of scenario 1): the
 store's FCALL is replaced by a stub returning a well-formed reply, and messages are stand-ins
-with the three accessors `_record` uses. Measures optimisations before and after in one sitting:
+with the accessors `_prepare` uses. Measures optimisations before and after in one sitting:
 
     git archive <old-commit> digest_stream | tar -x -C /tmp/ds-before
     python -m bench.hotpath_bench --against /tmp/ds-before
@@ -42,7 +42,7 @@ REPS = 50
 
 
 class FakeMessage:
-    """What `Ingest._record` reads from a confluent-kafka Message."""
+    """What `Ingest._prepare` reads from a confluent-kafka Message."""
 
     def __init__(self, key: bytes, value: bytes, offset: int) -> None:
         self._key, self._value, self._offset = key, value, offset
@@ -154,10 +154,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def build() -> None:
         records.clear()
-        for message in messages:
-            record = ingest._record(message, now)  # type: ignore[arg-type]
-            if record is not None:
-                records.append(record)
+        for batch in ingest._prepare(messages):  # type: ignore[arg-type]
+            records.extend(batch.records)
 
     def add() -> None:
         store.add(0, records, now, expected_fence=None, through_offset=BATCH - 1)

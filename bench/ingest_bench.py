@@ -17,6 +17,7 @@ Runners:
   (the seed-style layout of bench/store_bench.py), committing offsets after each batch.
 - ingest: the service's own Ingest role (no scheduler), committed into Redis and Kafka.
 - quix: Quix Streams collecting per key in a tumbling window (bench/peer_quix.py, own venv).
+- ingest_sr, ingest_sr_v2: the Ingest role in schema registry mode (bench/registry_bench.py).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import fastavro
 import redis
 from confluent_kafka import Consumer, Message, Producer
 
+from bench import registry_bench
 from bench.common import (
     Stack,
     create_topics,
@@ -186,11 +188,12 @@ def run_ingest(
     batch: int,
     client: redis.Redis,
     profile: cProfile.Profile | None = None,
+    **extra: Any,
 ) -> float:
     """The service's Ingest role, one process, committed into Redis and Kafka."""
     schedule_topic = unique("sched")
     create_topics(env.bootstrap, [schedule_topic])
-    settings = _settings(env, topic, schedule_topic=schedule_topic, batch_size=batch)
+    settings = _settings(env, topic, schedule_topic=schedule_topic, batch_size=batch, **extra)
     store = RedisStore(client, namespace=settings.namespace, policy=settings.policy())
     producer = Producer(producer_config(settings))
     ingest = Ingest(settings, store, SystemClock(), Metrics(), producer, None)
@@ -257,10 +260,24 @@ def throughput(env: Stack, client: redis.Redis, count: int, reps: int) -> dict[s
     topic = _fill(env, count, PAYLOAD)
     rates: dict[str, list[float]] = {"raw": [], "seed": [], "ingest": [], "quix": []}
     use_peer = peer_available()
+    # 1d: schema registry mode on the same events, when the stack runs a registry.
+    url = registry_bench.registry_url()
+    framed: dict[str, str] = {}
+    subjects: list[str] = []
+    if url:
+        pairs = encode_events(count, TIMELINES, PAYLOAD)
+        for name, evolved in (("ingest_sr", False), ("ingest_sr_v2", True)):
+            framed[name], made = registry_bench.fill_framed(env, url, pairs, evolved)
+            subjects += made
+            rates[name] = []
     try:
         for rep in range(reps):
             rates["raw"].append(run_raw(env, topic, count, 1000))
             rates["ingest"].append(run_ingest(env, topic, count, 1000, client))
+            for name, framed_topic in framed.items():
+                rates[name].append(
+                    run_ingest(env, framed_topic, count, 1000, client, schema_registry_url=url)
+                )
             rates["seed"].append(run_seed(env, topic, count, 1000, client))
             if use_peer:
                 rates["quix"].append(run_quix(env, topic, count))
@@ -270,7 +287,9 @@ def throughput(env: Stack, client: redis.Redis, count: int, reps: int) -> dict[s
                 flush=True,
             )
     finally:
-        delete_topics(env.bootstrap, [topic])
+        delete_topics(env.bootstrap, [topic, *framed.values()])
+        if url:
+            registry_bench.delete_subjects(url, subjects)
     result: dict[str, Any] = {
         "events": count,
         "timelines": TIMELINES,
@@ -280,6 +299,11 @@ def throughput(env: Stack, client: redis.Redis, count: int, reps: int) -> dict[s
         "ingest_vs_raw": ratio(rates["ingest"], rates["raw"]),
         "ingest_vs_seed": ratio(rates["ingest"], rates["seed"]),
     }
+    if framed:
+        result["registry_vs_plain"] = ratio(rates["ingest_sr"], rates["ingest"])
+        result["registry_v2_vs_plain"] = ratio(rates["ingest_sr_v2"], rates["ingest"])
+    else:
+        result["registry_missing"] = "no schema registry: `digest-stream dev up --registry`"
     if use_peer:
         result["ingest_vs_quix"] = ratio(rates["ingest"], rates["quix"])
     else:
@@ -319,8 +343,8 @@ BUCKETS = (
     ("waiting for the batch in flight (store worker)", ("result (",)),
     ("redis-py: packing the call", ("pack_command", "RespSerializer.pack", "pack_commands")),
     ("redis: ds_add call (Lua + round trip)", ("recv_into", "_fcall", "read_response")),
-    ("decode: codec.decode_event", ("decode_event",)),
-    ("record checks and NewRecord (Ingest._record)", ("_record",)),
+    ("decode: the event's id and timestamp", ("decode_event",)),
+    ("record checks and NewRecord (check)", ("ingest/check.py",)),
     ("store.add: validation and arguments", ("(digest_stream/store/",)),
     ("kafka: take a batch (poll, consume)", ("take_batch", "consume")),
     ("booking: schedule entries, metrics, commit", ("_finish", "_commit")),
@@ -364,9 +388,9 @@ def sample(env: Stack, client: redis.Redis, topic: str, count: int) -> dict[str,
     worker: dict[str, int] = {}
     for line in lines:
         stack_text, _, number = line.rpartition(" ")
-        if "_store_all (" in stack_text:
+        if "ingest/worker.py" in stack_text:
             # The store worker thread (the ingest's store calls overlap the next batch).
-            part = stack_text.split("_store_all (", 1)[1]
+            part = stack_text.split("ingest/worker.py", 1)[1]
             name = next(
                 (label for label, marks in BUCKETS[1:] if any(m in part for m in marks)),
                 WORKER_REST,
@@ -460,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     path = write_result(name, result, args.only is not None)
     if "throughput" in result:
         t = result["throughput"]
-        for key in ("ingest_vs_raw", "ingest_vs_seed", "ingest_vs_quix"):
+        for key in ("ingest_vs_raw", "ingest_vs_seed", "ingest_vs_quix", "registry_vs_plain",
+                    "registry_v2_vs_plain"):  # fmt: skip
             if key in t:
                 r = t[key]
                 print(f"{key}: {r['median']} [{r['min']}..{r['max']}]")

@@ -104,11 +104,18 @@ def table() -> str:
                 rows.append(
                     f"| {label[:2]} | {label[3:]}{rerun} | {_ratio(t[key])} | {target} | {ok} |"
                 )
+        for key, label in (
+            ("registry_vs_plain", "ingest schema registry mode (our schema) / plain"),
+            ("registry_v2_vs_plain", "ingest schema registry mode (evolved v2 schema) / plain"),
+        ):
+            if key in t:  # no target: the cost of the mode, measured (bench/registry_bench.py)
+                rows.append(f"| 1d | {label}{rerun} | {_ratio(t[key])} | | |")
     latency = _load("latency")
     if latency:
         for key, label in (
             ("immediate", "2"),
             ("immediate_batch_timeout_5ms", "2"),
+            ("immediate_10k", "2"),
             ("scheduled", "3"),
         ):
             if key in latency:
@@ -193,7 +200,48 @@ def table() -> str:
                     + "; ".join(f"{name} {share:.0%}" for name, share in shares)
                     + " | | |"
                 )
+    rows += _catchup_rows(runs)
     return _head(runs) + "\n".join(rows) + "\n"
+
+
+def _catchup_rows(runs: Runs) -> list[str]:
+    """Scenarios 7 and 8 (bench/catchup_bench.py): catch-up from cold, delivery, processes."""
+    data = _load("catchup")
+    if not data:
+        return []
+    rows = []
+    if "catchup" in data:
+        block = data["catchup"]
+        rerun = runs.mark("catchup", data, "catchup")
+        for shape, row in block["shapes"].items():
+            least = block["targets"][shape]
+            ok = "yes" if row["steady_vs_raw"]["median"] >= least else "**no**"
+            rows.append(
+                f"| 7 | catch-up from cold, {shape} event(s)/timeline, {block['events']:,} events: "
+                f"events/s steady {_rate(row['steady'])}, from cold {_rate(row['from_cold'])}, "
+                f"raw {_rate(row['raw'])}{rerun} | catch-up / raw "
+                f"{_ratio(row['steady_vs_raw'])} | >= {least} | {ok} |"
+            )
+    if "processes" in data:
+        block = data["processes"]
+        rerun = runs.mark("catchup", data, "processes")
+        rows.append(
+            f"| 7 | catch-up, 20 events/timeline, 1 vs 2 processes: events/s "
+            f"{_rate(block['one'])} vs {_rate(block['two'])}{rerun} | "
+            f"2 / 1 {_ratio(block['two_vs_one'])} | | |"
+        )
+    if "delivery" in data:
+        block = data["delivery"]
+        rerun = runs.mark("catchup", data, "delivery")
+        ok = "yes" if block["steady"]["median"] >= block["target_digests_per_s"] else "**no**"
+        rows.append(
+            f"| 8 | delivery, {block['digests']:,} new timelines (a digest each): digests/s "
+            f"{_rate(block['steady'])} (from cold {_rate(block['from_cold'])}) vs bare "
+            f"idempotent produce {_rate(block['bare_produce'])} msgs/s{rerun} | "
+            f"delivery / bare {_ratio(block['steady_vs_bare'])} | "
+            f">= {block['target_digests_per_s']:,} digests/s | {ok} |"
+        )
+    return rows
 
 
 def _head(runs: Runs) -> str:

@@ -1,9 +1,9 @@
-"""The benchmark suite: `make bench` (everything) and `make bench-quick` (scenarios 1, 2, 4).
+"""The benchmark suite: `make bench` (everything) and `make bench-quick` (scenarios 1, 2, 4, 7, 8).
 
     python -m bench.run [--quick]
 
-Full: writes bench/results/{ingest,latency,memory,tick}.json and regenerates the table between
-the markers in docs/benchmarks.md. Quick: fewer events, repetitions and seconds (under three
+Full: writes bench/results/{ingest,latency,memory,tick,catchup}.json and regenerates the table
+between the markers in docs/benchmarks.md. Quick: fewer events, repetitions and seconds (under three
 minutes), writes bench/results/*_quick.json, leaves the docs alone, and prints the headline
 ratios on its last lines.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from bench import ingest_bench, latency_bench, report, tick_bench
+from bench import catchup_bench, ingest_bench, latency_bench, report, tick_bench
 from bench.common import RESULTS_DIR, machine, stack, write_result
 from bench.store_bench import memory
 
@@ -75,8 +75,10 @@ def headline(quick: bool) -> list[str]:
     immediate = load(f"latency{suffix}")["immediate"]
     lines.append(
         f"{'immediate latency p50 / p99 (ms)':<34} {immediate['p50_ms']:>7} / {immediate['p99_ms']}"
-        f"  target p99 < 100  ({immediate['delivered']} of {immediate['probes']} delivered)"
+        f"  target p99 < {immediate['target_p99_ms']}"
+        f"  ({immediate['delivered']} of {immediate['probes']} delivered)"
     )
+    lines += catchup_bench.headline(load(f"catchup{suffix}"))
     for shape, row in load(f"memory{suffix}")["per_timeline"].items():
         lines.append(
             f"{f'memory/record vs seed, {shape}/timeline':<34} {row['ratio']:>7} "
@@ -94,10 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         ingest_bench.main([*quick, "--only", "throughput"])
         latency_bench.main([*quick, "--only", "immediate"])
+        catchup_bench.main([*quick, "--only", "catchup,delivery"])
     else:
         ingest_bench.main([])
         latency_bench.main([])
         tick_bench.main([])
+        catchup_bench.main([])
     run_memory(args.quick)
     if not args.quick:
         path = report.write()

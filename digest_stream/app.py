@@ -24,6 +24,7 @@ from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
 from digest_stream.store.redis import RedisStore
+from digest_stream.wire import codec, registry
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,16 @@ def redis_client(settings: Settings) -> redis.Redis | RedisCluster:
     return redis.Redis.from_url(settings.redis_url, health_check_interval=30, **options)
 
 
+def schedule_frame(settings: Settings) -> Callable[[bytes], bytes]:
+    """How ScheduleEntries go on the wire: plain, or framed under their registered schema."""
+    return registry.output_frame(
+        settings.schema_registry_url,
+        settings.schema_registry_config,
+        settings.schedule_topic,
+        codec.SCHEDULE_ENTRY_SCHEMA,
+    )
+
+
 def connect_store(settings: Settings) -> RedisStore:
     """The Redis store of the settings, with its Functions library loaded and checked."""
     return RedisStore(
@@ -88,7 +99,12 @@ def check_clock(store: RedisStore, clock: Clock, metrics: Metrics) -> float:
     Due times are wall-clock and written by every host through Redis, so a host whose clock is
     S seconds off shifts the cool-downs it computes by S. NTP keeps this in milliseconds.
     """
-    skew = clock.now() - store.server_time()
+    try:
+        skew = clock.now() - store.server_time()
+    except redis.RedisError as exc:
+        # An ACL without +time, say: the skew goes unmeasured, the service runs.
+        log.warning("cannot read Redis's clock (%s); clock skew not measured", exc)
+        return 0.0
     metrics.clock_skew.set(skew)
     if abs(skew) > CLOCK_SKEW_WARNING:
         log.warning(
@@ -135,8 +151,9 @@ class App:
             scheduler = None
             if "scheduler" in self.roles:
                 emitter = ScheduleEmitter(
-                    producer, self.settings.schedule_topic, self.metrics, hooks=hooks
-                )
+                    producer, self.settings.schedule_topic, self.metrics, hooks=hooks,
+                    frame=schedule_frame(self.settings),
+                )  # fmt: skip
                 scheduler = Scheduler(self.settings, store, emitter, self.clock, self.metrics)
             self.ingest = Ingest(
                 self.settings, store, self.clock, self.metrics, producer, scheduler, hooks=hooks

@@ -90,6 +90,17 @@ class Settings(BaseSettings):
     redis_cluster: bool = Field(
         False, description="Treat redis_url as a seed node of a Redis Cluster."
     )
+    schema_registry_url: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="Schema Registry URL (Confluent API; for Apicurio: .../apis/ccompat/v7); "
+        "set: events and digests in the Confluent wire format; unset: plain Avro.",
+    )
+    schema_registry_config: dict[str, str | int | float] = Field(
+        default_factory=dict,
+        description="Extra Schema Registry client properties, as JSON (e.g. "
+        '`{"basic.auth.user.info": "user:secret"}`, `ssl.ca.location`).',
+    )
     namespace: str = Field(
         "d", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description="Redis key namespace."
     )

@@ -185,6 +185,34 @@ def namespace(request: pytest.FixtureRequest) -> Iterator[str]:
             client.close()
 
 
+# ---------------------------------------------------------------------------- schema registry
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url() -> Iterator[str]:
+    """URL of a real Schema Registry's Confluent-compatible API (the stack's Apicurio)."""
+    from digest_stream.dev.stack import REGISTRY_ENV
+
+    env = os.environ.get(REGISTRY_ENV)
+    if env:
+        yield env
+        return
+    if _docker_reachable():
+        from testcontainers.core.container import DockerContainer
+        from testcontainers.core.waiting_utils import wait_for_logs
+
+        image = "apicurio/apicurio-registry-mem:2.6.13.Final"
+        with DockerContainer(image).with_exposed_ports(8080) as container:
+            wait_for_logs(container, "Listening on", timeout=120)
+            host, port = container.get_container_host_ip(), container.get_exposed_port(8080)
+            yield f"http://{host}:{port}/apis/ccompat/v7"
+        return
+    if os.environ.get("CI"):
+        # CI starts the registry (`make test` -> `dev up --registry`): its absence is a failure.
+        pytest.fail(f"no Schema Registry: {REGISTRY_ENV} is unset in CI; {HOW_TO}")
+    pytest.skip(f"no Schema Registry: {REGISTRY_ENV} is unset (`digest-stream dev up --registry`)")
+
+
 # ---------------------------------------------------------------------------- pipeline
 
 

@@ -13,8 +13,11 @@ def _send(timeline: str, flags: dict[str, Any], record: str | None, flush: bool)
     from digest_stream.client import EventProducer
 
     settings = load_settings(flags)
+    # Control messages are never registry-framed (the ingest tells them apart by their first
+    # byte before any schema lookup), so no registry client is needed here.
+    overrides: dict[str, Any] = dict(settings.kafka_config)
     with EventProducer(
-        settings.kafka_bootstrap_servers, topic=settings.events_topic, **settings.kafka_config
+        settings.kafka_bootstrap_servers, topic=settings.events_topic, **overrides
     ) as producer:
         if flush:
             producer.flush(timeline)

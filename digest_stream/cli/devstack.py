@@ -15,7 +15,7 @@ T = TypeVar("T")
 
 @click.group()
 def dev() -> None:
-    """A local Kafka + Redis stack on loopback, without Docker."""
+    """A local Kafka + Redis (+ Schema Registry) stack on loopback, without Docker."""
 
 
 def _run_stack(action: str, fn: Callable[[], T]) -> T:
@@ -29,10 +29,19 @@ def _run_stack(action: str, fn: Callable[[], T]) -> T:
 @dev.command("up")
 @click.option("--cluster/--no-cluster", default=False, help="Also start a 3-master Redis Cluster.")
 @click.option("--kafka/--no-kafka", default=True, help="Start the Kafka broker.")
-def dev_up(cluster: bool, kafka: bool) -> None:
+@click.option(
+    "--registry/--no-registry",
+    default=False,
+    help="Also start a Schema Registry (Apicurio, Confluent-compatible API).",
+)
+def dev_up(cluster: bool, kafka: bool, registry: bool) -> None:
     """Start Kafka (KRaft) and Redis on 127.0.0.1; reuse what already runs."""
-    endpoints = _run_stack("up", lambda: devstack.up(cluster=cluster, kafka=kafka))
-    for line in endpoints.exports(cluster or devstack.cluster_running()):
+    endpoints = _run_stack(
+        "up", lambda: devstack.up(cluster=cluster, kafka=kafka, registry=registry)
+    )
+    for line in endpoints.exports(
+        cluster or devstack.cluster_running(), registry or devstack.registry_running()
+    ):
         click.echo(line)
 
 
@@ -45,7 +54,9 @@ def dev_down() -> None:
 @dev.command("env")
 def dev_env() -> None:
     """Print shell exports for the running stack (eval "$(digest-stream dev env)")."""
-    for line in devstack.Endpoints().exports(devstack.cluster_running()):
+    for line in devstack.Endpoints().exports(
+        devstack.cluster_running(), devstack.registry_running()
+    ):
         click.echo(line)
 
 

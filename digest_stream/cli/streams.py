@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +16,18 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from digest_stream.cli.common import load_settings, settings_options, stop_flag
+
+
+@contextlib.contextmanager
+def _registry_errors_as_one_line(command: str) -> Iterator[None]:
+    """A schema registry that refuses our schema or cannot answer: one line and exit 1."""
+    from digest_stream.wire.registry import RegistryUnavailable, SchemaRefused
+
+    try:
+        yield
+    except (SchemaRefused, RegistryUnavailable) as exc:
+        click.echo(f"digest-stream {command}: {exc}", err=True)
+        sys.exit(1)
 
 
 @click.group()
@@ -68,9 +82,15 @@ def produce(
     started = time.monotonic()
     sent = 0
     filler = b"x" * max(0, payload_size - 40)
-    with EventProducer(
-        settings.kafka_bootstrap_servers, topic=settings.events_topic, **settings.kafka_config
-    ) as producer:
+    with _registry_errors_as_one_line("produce"):
+        producer = EventProducer(
+            settings.kafka_bootstrap_servers,
+            topic=settings.events_topic,
+            schema_registry_url=settings.schema_registry_url,
+            schema_registry_config=settings.schema_registry_config,
+            **settings.kafka_config,
+        )
+    with producer:
         while not stop.is_set() and (count == 0 or sent < count):
             timeline = f"{prefix}:{sent % timelines}"
             body = f'{{"n":{sent},"at":{time.time():.3f}}}'.encode() + filler
@@ -98,7 +118,7 @@ def tail(
     group: str | None, from_beginning: bool, duration: float, max_digests: int, **flags: Any
 ) -> None:
     """Print digests as they arrive: timeline, records, dropped, latency."""
-    from digest_stream.client import DigestReader
+    from digest_stream.client import DigestReader, RegistryUnavailable
 
     settings = load_settings(flags)
     stop = stop_flag()
@@ -114,10 +134,17 @@ def tail(
         settings.kafka_bootstrap_servers,
         group or f"digest-stream-tail-{uuid.uuid4().hex[:8]}",
         topic=settings.output_topic,
+        schema_registry_url=settings.schema_registry_url,
+        schema_registry_config=settings.schema_registry_config,
         **overrides,
     ) as reader:
         while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-            digest = reader.poll(0.5)
+            try:
+                digest = reader.poll(0.5)
+            except RegistryUnavailable as exc:
+                click.echo(f"digest-stream tail: {exc}; retrying", err=True)
+                stop.wait(1.0)
+                continue
             if digest is None:
                 continue
             # Latency: from the newest record's event time to now (what a user waits).

@@ -16,6 +16,7 @@ from digest_stream.client.producer import (
     EventProducer,
 )
 from digest_stream.client.reader import DigestReader, UndecodableDigest
+from digest_stream.wire.registry import RegistryUnavailable, SchemaRefused
 
 __all__ = [
     "EVENTS_TOPIC",
@@ -25,5 +26,7 @@ __all__ = [
     "DeliveryFailure",
     "DigestReader",
     "EventProducer",
+    "RegistryUnavailable",
+    "SchemaRefused",
     "UndecodableDigest",
 ]

@@ -13,8 +13,9 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from digest_stream.client.defaults import EVENTS_TOPIC, PRODUCER_DEFAULTS
 from digest_stream.wire import control
-from digest_stream.wire.codec import encode_event
+from digest_stream.wire.codec import EVENT_SCHEMA, encode_event
 from digest_stream.wire.models import Event, validate_timeline
+from digest_stream.wire.registry import output_frame
 
 log = logging.getLogger("digest_stream.client")
 
@@ -67,6 +68,9 @@ class EventProducer:
     The Kafka key is the timeline in UTF-8, which is what places all events of a timeline on
     one partition (and so with one service instance). `librdkafka_overrides` are librdkafka
     properties, dotted names included: `EventProducer(servers, **{"linger.ms": 20})`.
+    With `schema_registry_url` (and optional client properties `schema_registry_config`), the
+    Event schema is registered under `<topic>-value` at construction and events go out in the
+    Confluent wire format, as the service expects in schema registry mode.
     Idempotent by default. Not thread-safe; use one per thread.
     """
 
@@ -74,8 +78,14 @@ class EventProducer:
         self,
         bootstrap_servers: str,
         topic: str = EVENTS_TOPIC,
+        *,
+        schema_registry_url: str | None = None,
+        schema_registry_config: Mapping[str, Any] | None = None,
         **librdkafka_overrides: Any,
     ) -> None:
+        self._frame = output_frame(
+            schema_registry_url, schema_registry_config or {}, topic, EVENT_SCHEMA
+        )
         config = {**PRODUCER_DEFAULTS, **librdkafka_overrides}
         config["bootstrap.servers"] = bootstrap_servers
         self.topic = topic
@@ -104,7 +114,7 @@ class EventProducer:
             payload=payload,
             attributes=dict(attributes or {}),
         )
-        self._produce(producer, timeline, key, encode_event(event), event.id)
+        self._produce(producer, timeline, key, self._frame(encode_event(event)), event.id)
         return event
 
     def _produce(

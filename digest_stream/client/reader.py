@@ -5,15 +5,16 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any, Self
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from digest_stream.client.defaults import CONSUMER_DEFAULTS, OUTPUT_TOPIC
-from digest_stream.wire.codec import DecodeError, decode_digest
+from digest_stream.wire.codec import DIGEST_SCHEMA, DecodeError, decode_digest
 from digest_stream.wire.models import Digest
+from digest_stream.wire.registry import RegistryUnavailable, writer_schemas
 
 log = logging.getLogger("digest_stream.client")
 
@@ -68,6 +69,10 @@ class DigestReader:
     committed yet, so downstream that must never see a repeat still dedupes by `Digest.id`.
 
     `librdkafka_overrides` are librdkafka consumer properties (dotted names, via `**{...}`).
+    With `schema_registry_url` (and optional client properties `schema_registry_config`),
+    digests are read in the Confluent wire format: each writer schema is fetched by id once
+    and resolved to this version's Digest schema. A registry that cannot answer raises
+    `RegistryUnavailable` from `poll`, and the message is read again by the next `poll`.
     Not thread-safe: poll and close from one thread.
     """
 
@@ -77,9 +82,15 @@ class DigestReader:
         group_id: str,
         topic: str = OUTPUT_TOPIC,
         dedupe_capacity: int = 100_000,
+        *,
+        schema_registry_url: str | None = None,
+        schema_registry_config: Mapping[str, Any] | None = None,
         **librdkafka_overrides: Any,
     ) -> None:
         self._recent = _RecentKeys(dedupe_capacity)
+        self._schemas = writer_schemas(
+            schema_registry_url, schema_registry_config or {}, DIGEST_SCHEMA
+        )
         config = {**CONSUMER_DEFAULTS, **librdkafka_overrides}
         config["bootstrap.servers"] = bootstrap_servers
         config["group.id"] = group_id
@@ -169,8 +180,12 @@ class DigestReader:
             raise RuntimeError("DigestReader is closed")
 
     def _decode(self, message: Message) -> Digest:
+        value = message.value() or b""
         try:
-            return decode_digest(message.value() or b"")
+            if self._schemas is None:
+                return decode_digest(value)
+            self._fetch_schema(message, value)
+            return self._schemas.decode(value, decode_digest)[0]
         except DecodeError as error:
             # Pending like a good message: if the caller goes on, its offset gets committed.
             self._pending = message
@@ -180,6 +195,19 @@ class DigestReader:
                 _int(message.partition()),
                 _int(message.offset()),
             ) from error
+
+    def _fetch_schema(self, message: Message, value: bytes) -> None:
+        assert self._schemas is not None
+        try:
+            self._schemas.fetch(self._schemas.missing([value]))
+        except RegistryUnavailable:
+            # Not processed: the next poll reads this message again.
+            self._consumer.seek(
+                TopicPartition(
+                    message.topic() or self.topic, _int(message.partition()), _int(message.offset())
+                )
+            )
+            raise
 
     def _release_pending(self) -> None:
         if self._pending is not None:

@@ -1,9 +1,10 @@
-"""A real local stack without Docker: Apache Kafka (KRaft) from Maven Central, Redis from apt.
+"""A real local stack without Docker: Apache Kafka (KRaft) from Maven Central, Redis from apt,
+and (with --registry) Apicurio Registry from Maven Central as the Schema Registry.
 
 `digest-stream dev up|down|env|status` is the one entry point. Everything it starts is
 recorded in pid files under the stack directory, so `down` stops exactly those processes.
 The parts live next to this module: `kafka` (the broker), `redis` (single node and cluster),
-`process` (pid files, waits, ports).
+`registry` (the schema registry), `process` (pid files, waits, ports).
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ from digest_stream.dev.redis import (
     redis_ping,
     redis_up,
 )
+from digest_stream.dev.registry import (
+    REGISTRY_URL,
+    registry_down,
+    registry_running,
+    registry_up,
+)
 
 # The chaos harness builds its own broker from these (names it had before the split).
 _LOG4J2_XML = LOG4J2_XML
@@ -45,8 +52,9 @@ class Endpoints:
     kafka: str = f"{HOST}:{KAFKA_PORT}"
     redis_url: str = f"redis://{HOST}:{REDIS_PORT}/0"
     cluster_nodes: tuple[str, ...] = CLUSTER_NODES
+    registry_url: str = REGISTRY_URL
 
-    def exports(self, cluster: bool) -> list[str]:
+    def exports(self, cluster: bool, registry: bool = False) -> list[str]:
         """Shell export lines for the settings (and the test harness)."""
         lines = [
             f"export DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS={self.kafka}",
@@ -54,10 +62,19 @@ class Endpoints:
         ]
         if cluster:
             lines.append(f"export DIGEST_STREAM_REDIS_CLUSTER_NODES={','.join(self.cluster_nodes)}")
+        if registry:
+            # Not DIGEST_STREAM_SCHEMA_REGISTRY_URL: that would switch every command of the
+            # shell (and every test) to schema registry mode. Opt in with
+            # DIGEST_STREAM_SCHEMA_REGISTRY_URL=$DIGEST_STREAM_DEV_SCHEMA_REGISTRY_URL.
+            lines.append(f"export {REGISTRY_ENV}={self.registry_url}")
         return lines
 
 
-def up(cluster: bool = False, kafka: bool = True) -> Endpoints:
+#: The local registry's URL, for the test harness and for opting in by hand.
+REGISTRY_ENV = "DIGEST_STREAM_DEV_SCHEMA_REGISTRY_URL"
+
+
+def up(cluster: bool = False, kafka: bool = True, registry: bool = False) -> Endpoints:
     """Bring the stack up (idempotent) and return its endpoints."""
     started = time.monotonic()
     redis_up()
@@ -65,12 +82,15 @@ def up(cluster: bool = False, kafka: bool = True) -> Endpoints:
         cluster_up()
     if kafka:
         kafka_up()
+    if registry:
+        registry_up()
     say(f"stack up in {time.monotonic() - started:.1f}s")
     return Endpoints()
 
 
 def down() -> None:
     """Stop exactly what `up` started."""
+    registry_down()
     kafka_down()
     redis_down()
     say("stack down")
@@ -82,6 +102,7 @@ def status() -> dict[str, bool]:
         "kafka": kafka_answers(),
         "redis": redis_ping(REDIS_PORT),
         "redis-cluster": cluster_running(),
+        "schema-registry": registry_running(),
     }
 
 
@@ -89,12 +110,14 @@ __all__ = [
     "CONTROLLER_PORT",
     "KAFKA_PORT",
     "KAFKA_VERSION",
+    "REGISTRY_ENV",
     "Endpoints",
     "StackError",
     "alive",
     "cluster_running",
     "down",
     "kafka_libs",
+    "registry_running",
     "require",
     "status",
     "up",

@@ -18,6 +18,10 @@ SECRET_KAFKA_KEY = re.compile(
     r"password|secret|token|credential|jaas|oauthbearer\.config|\.key\.pem$|^ssl\.key$", re.I
 )
 
+#: Schema Registry client properties whose values are secrets (basic.auth.user.info is
+#: "user:password"; bearer tokens and client secrets).
+SECRET_REGISTRY_KEY = re.compile(r"password|secret|token|credential|user\.info", re.I)
+
 
 def mask_url(url: str) -> str:
     """The URL with its password (if any) replaced by ***; the user name stays visible."""
@@ -45,18 +49,29 @@ def masked_settings(settings: Settings) -> dict[str, Any]:
     data = settings.model_dump(mode="json")
     data["redis_url"] = mask_url(settings.redis_url)
     data["kafka_config"] = mask_kafka_config(settings.kafka_config)
+    if settings.schema_registry_url:
+        data["schema_registry_url"] = mask_url(settings.schema_registry_url)
+    data["schema_registry_config"] = {
+        k: MASK if SECRET_REGISTRY_KEY.search(k) else v
+        for k, v in settings.schema_registry_config.items()
+    }
     return data
 
 
 def secret_values(settings: Settings) -> list[str]:
     """The literal secrets in these settings, so the log formatter can scrub them anywhere."""
     found = [v for k, v in settings.kafka_config.items() if SECRET_KAFKA_KEY.search(k) and v]
-    try:
-        password = urlsplit(settings.redis_url).password
-    except ValueError:
-        password = None
-    if password:
-        found.append(password)
+    for key, value in settings.schema_registry_config.items():
+        if SECRET_REGISTRY_KEY.search(key) and isinstance(value, str) and value:
+            # "user:password": the password alone is what must never show.
+            found.append(value.partition(":")[2] or value if key.endswith("user.info") else value)
+    for url in (settings.redis_url, settings.schema_registry_url or ""):
+        try:
+            password = urlsplit(url).password
+        except ValueError:
+            password = None
+        if password:
+            found.append(password)
     # Very short values would mask unrelated text; they are still masked in `config show`.
     return [v for v in found if len(v) >= 4]
 

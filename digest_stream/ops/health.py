@@ -151,7 +151,10 @@ class Health:
         """(alive, details): role loops not stuck."""
         app = self._app
         limit = app.settings.stall_timeout
-        errors = app.metrics.value("digest_redis_errors_total")
+        # A schema registry outage is waited out the same way (issue 14): it counts as one.
+        errors = app.metrics.value("digest_redis_errors_total") + app.metrics.value(
+            "digest_schema_registry_errors_total"
+        )
         now = time.monotonic()
         with self._lock:
             if errors != self._redis_errors:

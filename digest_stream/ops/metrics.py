@@ -44,12 +44,18 @@ class Metrics:
         )
         self.replays = Counter(
             "digest_replays",
-            "Seeks back to rebuild lost store state, by cause (fence_behind, state_loss).",
+            "Seeks back to rebuild lost store state, by cause (fence_behind, state_loss, "
+            "topic_changed, offset_reset).",
             ["cause"],
             registry=r,
         )
         self.redis_errors = Counter(
             "digest_redis_errors", "Store calls that failed on Redis connectivity.", registry=r
+        )
+        self.schema_registry_errors = Counter(
+            "digest_schema_registry_errors",
+            "Writer-schema fetches that failed because the schema registry could not answer.",
+            registry=r,
         )
         self.schedule_entries = Counter(
             "digest_schedule_entries",

@@ -18,15 +18,23 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.compose import compose
+from digest_stream.roles.compose import compose, next_delivery_at, reason
 from digest_stream.roles.dlq import DeadLetters
-from digest_stream.roles.publish import Pending, Publisher, sized_parts
+from digest_stream.roles.publish import Pending, Publisher, encoded_parts, part_budget
 from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import RoleConsumer, highest_offsets
 from digest_stream.settings import Settings
-from digest_stream.store.base import DigestStore, DigestTarget, InvalidState, OpenDigest
+from digest_stream.store.base import (
+    DigestStore,
+    DigestTarget,
+    InvalidState,
+    OpenDigest,
+    TimelinePolicy,
+)
 from digest_stream.wire import codec, envelope
-from digest_stream.wire.models import Record, ScheduleEntry
+from digest_stream.wire.digest_bytes import whole_digest
+from digest_stream.wire.event_head import decode_event_head
+from digest_stream.wire.models import INT_MAX, Record, ScheduleEntry
 
 log = logging.getLogger(__name__)
 
@@ -172,24 +180,79 @@ class Delivery:
                     "them is lost",
                     entry.timeline,
                 )
-            carried: list[list[tuple[str, bytes]]] = []
-            records = self._records(digest, carried)
-            if not records:
+            policy = self._policy(entry.timeline)
+            # Collapsing needs the records' attributes: only the model path has them.
+            fast = not self._hooks and policy.collapse_by is None
+            item = self._fast(message, entry, digest, policy, now) if fast else None
+            if item is None:
+                item = self._built(message, entry, digest, policy, now)
+            if item is None:
                 self._empty(entry, digest)
                 empty.append((entry, digest))
                 continue
-            whole = compose(
-                entry,
-                digest,
-                records,
-                digest.dropped + (len(digest.records) - len(records)),
-                self._policy(entry.timeline),
-                now,
-            )
-            headers = envelope.digest_headers(carried) if carried else []
-            parts, headers = sized_parts(whole, headers, self._settings.max_message_bytes)
-            pending.append(Pending(message, entry, digest, parts, whole, headers=headers))
+            pending.append(item)
         return pending, empty
+
+    def _fast(
+        self,
+        message: Message,
+        entry: ScheduleEntry,
+        digest: OpenDigest,
+        policy: TimelinePolicy,
+        now: float,
+    ) -> Pending | None:
+        """The common digest: its stored event bytes become its records as they are (no
+        models); None when it has no readable record or needs splitting (then _built)."""
+        events: list[bytes] = []
+        timestamps: list[int] = []
+        carried: list[list[tuple[str, bytes]]] = []
+        for stored in digest.records:
+            try:
+                headers, event = envelope.unwrap(stored.payload)
+                timestamps.append(decode_event_head(event).timestamp)  # and checks the bytes
+            except ValueError:
+                return None  # _built logs it and counts it lost
+            events.append(event)
+            if headers:
+                carried.append(headers)
+        if not events or digest.dropped > INT_MAX:
+            return None  # nothing to publish, or a count the model path refuses loudly
+        headers = envelope.digest_headers(carried) if carried else []
+        value = whole_digest(
+            digest.id,
+            digest.timeline,
+            events,
+            timestamps,
+            digest.dropped,
+            int(digest.opened_at * 1000),
+            reason=reason(entry, digest),
+            total=len(digest.records) + digest.dropped,
+            next_delivery_at=next_delivery_at(policy, now),
+        )
+        budget = part_budget(digest.timeline, headers, self._settings.max_message_bytes)
+        if len(value) > budget:
+            return None  # split into parts by the model path
+        return Pending(message, entry, digest, [value], None, headers=headers)
+
+    def _built(
+        self,
+        message: Message,
+        entry: ScheduleEntry,
+        digest: OpenDigest,
+        policy: TimelinePolicy,
+        now: float,
+    ) -> Pending | None:
+        """A digest through the models (hooks, collapse_by, unreadable records, splitting);
+        None if empty."""
+        carried: list[list[tuple[str, bytes]]] = []
+        records = self._records(digest, carried)
+        if not records:
+            return None
+        dropped = digest.dropped + (len(digest.records) - len(records))
+        whole = compose(entry, digest, records, dropped, policy, now)
+        headers = envelope.digest_headers(carried) if carried else []
+        parts, headers = encoded_parts(whole, headers, self._settings.max_message_bytes)
+        return Pending(message, entry, digest, parts, whole, headers=headers)
 
     def _records(self, digest: OpenDigest, carried: list[list[tuple[str, bytes]]]) -> list[Record]:
         records = []
@@ -223,7 +286,7 @@ class Delivery:
             self._metrics.digest_parts.inc(len(item.parts))
             self._metrics.records_per_digest.observe(len(item.digest.records))
             self._metrics.delivery_lateness.observe(max(0.0, now - item.entry.scheduled_at / 1000))
-            if self._hooks:
+            if self._hooks and item.whole is not None:  # with hooks, every digest is built
                 self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
 
     def _close(self, digests: list[tuple[ScheduleEntry, OpenDigest]]) -> None:

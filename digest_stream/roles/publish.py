@@ -22,7 +22,7 @@ from digest_stream.roles.retry import backoff_delay
 from digest_stream.roles.runner import produce_waiting_for_room
 from digest_stream.settings import Settings
 from digest_stream.store.base import OpenDigest
-from digest_stream.wire import codec
+from digest_stream.wire import codec, registry
 from digest_stream.wire.models import Digest, ScheduleEntry
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,8 @@ class Pending:
     message: Message
     entry: ScheduleEntry
     digest: OpenDigest
-    parts: list[Digest]
-    whole: Digest  # the digest before splitting (what hooks see)
+    parts: list[bytes]  # each part's encoded message value, in part order
+    whole: Digest | None  # the digest before splitting, when built (what hooks see)
     errors: list[str] = field(default_factory=list)
     headers: list[tuple[str, bytes]] = field(default_factory=list)  # carried event headers
 
@@ -74,6 +74,21 @@ def sized_parts(
     return codec.split_digest(whole, budget), headers
 
 
+def encoded_parts(
+    whole: Digest, headers: list[tuple[str, bytes]], max_bytes: int
+) -> tuple[list[bytes], list[tuple[str, bytes]]]:
+    """sized_parts, each part encoded as the message value it travels as."""
+    parts, headers = sized_parts(whole, headers, max_bytes)
+    return [codec.encode_digest(part) for part in parts], headers
+
+
+def part_budget(timeline: str, headers: list[tuple[str, bytes]], max_bytes: int) -> int:
+    """Bytes one part's value may take next to its key and headers (as sized_parts budgets);
+    below MIN_PART_BUDGET with headers, sized_parts decides what to do."""
+    budget = max_bytes - len(timeline.encode()) - headers_size(headers)
+    return budget if not headers or budget >= MIN_PART_BUDGET else -1
+
+
 class Publisher:
     """Produces digests' parts and waits for acknowledgements, retrying with backoff."""
 
@@ -92,6 +107,14 @@ class Publisher:
         self._metrics = metrics
         self._wait = wait  # the role's wait that keeps serving its group
         self._stopping = stopping
+        # Schema registry mode: the Digest schema is registered here, at start (a refusal
+        # stops the start); each part then gets its 5-byte prefix. Plain mode: unchanged.
+        self._frame = registry.output_frame(
+            settings.schema_registry_url,
+            settings.schema_registry_config,
+            settings.output_topic,
+            codec.DIGEST_SCHEMA,
+        )
 
     def publish(self, pending: list[Pending]) -> tuple[list[Pending], bool]:
         """Publish every part and wait for acks, retrying failures with capped backoff.
@@ -135,20 +158,23 @@ class Publisher:
 
     def _produce(self, item: Pending) -> None:
         item.errors.clear()
-        for part in item.parts:
+        key = item.digest.timeline.encode()
+        for number, part in enumerate(item.parts, 1):
             try:
                 waited = produce_waiting_for_room(
                     self._producer,
                     self._settings.output_topic,
-                    part.timeline.encode(),
-                    codec.encode_digest(part),
+                    key,
+                    self._frame(part),
                     headers=cast(_KafkaHeaders, item.headers) or None,
                     on_delivery=_collect(item.errors),
                 )
             except KafkaException as exc:
                 # Refused before it left (e.g. too large): this digest's attempt fails.
-                item.errors.append(f"part {part.part}/{part.parts}: {exc}")
-                log.error("digest %s of %s: %s", item.digest.id, part.timeline, item.errors[-1])
+                item.errors.append(f"part {number}/{len(item.parts)}: {exc}")
+                log.error(
+                    "digest %s of %s: %s", item.digest.id, item.digest.timeline, item.errors[-1]
+                )
                 return
             if waited:
                 self._metrics.producer_queue_full.labels(role="delivery").inc()

@@ -34,9 +34,17 @@ class ScheduleEmitter:
     """Publishes ScheduleEntries (keyed by timeline) to the schedule topic, never dropping one."""
 
     def __init__(
-        self, producer: Producer, topic: str, metrics: Metrics, *, hooks: Hooks = NO_HOOKS
+        self,
+        producer: Producer,
+        topic: str,
+        metrics: Metrics,
+        *,
+        hooks: Hooks = NO_HOOKS,
+        frame: Callable[[bytes], bytes] | None = None,
     ) -> None:
         self._producer = producer
+        # Schema registry mode: the registered schema's prefix (wire.registry.output_frame).
+        self._frame = frame
         self._topic = topic
         self._metrics = metrics
         self._hooks = hooks
@@ -57,7 +65,8 @@ class ScheduleEmitter:
                 scheduled_at=int(at * 1000),
                 reason=reason,
             )
-            self._produce(timeline.encode(), codec.encode_schedule_entry(entry))
+            value = codec.encode_schedule_entry(entry)
+            self._produce(timeline.encode(), self._frame(value) if self._frame else value)
             count += 1
             if announced is not None:
                 announced.append(timeline)

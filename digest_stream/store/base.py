@@ -144,7 +144,18 @@ class AddResult:
     dropped: int  # records trimmed by capacity in this call
     fence_before: int | None  # applied offset found before the call; None = no fence
     fence_after: int | None  # applied offset after the call
+    #: The topic id the fence found belongs to (None: not recorded). When it is not the
+    #: caller's ``topic_id``, nothing was applied: the offsets are another topic's.
+    fence_topic: str | None = None
     cancelled: int = 0  # pending records removed by cancel controls in this call
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A partition's fence: the last applied offset and the topic incarnation it belongs to."""
+
+    offset: int | None  # None: nothing applied (absent, or reset for a new topic)
+    topic_id: str | None = None  # None: not recorded (written before topic ids, or unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +263,7 @@ class DigestStore(Protocol):
         *,
         expected_fence: int | None = None,
         through_offset: int | None = None,
+        topic_id: str | None = None,
     ) -> AddResult:
         """Store a batch of records of one partition, fenced by offset.
 
@@ -260,6 +272,9 @@ class DigestStore(Protocol):
         fence found (``added == skipped == dropped == 0``) so the caller can replay.
         ``through_offset`` is the batch's last Kafka offset (>= every record's offset): the
         fence advances to it even for records that were never handed to the store.
+        ``topic_id`` is the id of the topic the records were read from, written with the
+        fence: a fence of another topic applies nothing and is reported (``fence_topic``);
+        a fence without one takes it. None: not known, nothing is checked.
         """
         ...
 
@@ -312,6 +327,12 @@ class DigestStore(Protocol):
         """The partition's fence: last applied offset, or None when absent."""
         ...
 
-    def set_applied_offset(self, partition: int, offset: int | None) -> None:
-        """Reset the fence (admin replay drills); None removes it."""
+    def fence(self, partition: int) -> Fence:
+        """The partition's fence with the topic id it belongs to."""
+        ...
+
+    def set_applied_offset(
+        self, partition: int, offset: int | None, *, topic_id: str | None = None
+    ) -> None:
+        """Write exactly this fence (a new topic, admin replays); both None remove it."""
         ...

@@ -11,7 +11,10 @@
 -- Layout per partition tag T:
 --   T:w        zset    timeline -> due time             (WAITING)
 --   T:r        zset    timeline -> time it became READY (READY)
---   T:o        string  applied Kafka offset             (the fence)
+--   T:o        string  the fence: "<offset>|<topic id>", the last applied Kafka
+--                      offset and the id of the topic incarnation it belongs to;
+--                      either part may be empty ("19": written before topic ids,
+--                      "|<id>": reset for a new topic, nothing applied yet)
 --   T:t:<tl>   record container: the timeline's pending records and its meta
 --   T:d:<tl>   record container: the open digest's records and its meta
 --   T:s        zset    scratch: exists only inside one call (sort_records)
@@ -27,13 +30,15 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '10'
+local LIBRARY_VERSION = '11'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
 local MAX_NAME_BYTES = 1024
 -- Kafka offsets travel as Lua numbers (doubles): integers are exact up to 2^53.
 local MAX_OFFSET = 9007199254740992
+-- A Kafka topic id is a UUID, base64 (22 characters); room for other spellings.
+local MAX_TOPIC_ID_BYTES = 64
 -- Redis caps the number of Lua stack slots unpack() may use; chunk below it.
 -- Even, so no chunk splits a field/value or score/member pair (HSET, ZADD).
 local UNPACK_CHUNK = 1000
@@ -134,6 +139,20 @@ end
 local function parse_name(value, name)
     if type(value) ~= 'string' or #value == 0 or #value > MAX_NAME_BYTES then
         invalid_argument(name .. ' must be 1..' .. MAX_NAME_BYTES .. ' bytes')
+    end
+    return value
+end
+
+-- A topic id ("" = not known): base64 or hex characters only, so it never holds the '|'
+-- that separates it from the offset in the fence.
+local function parse_topic_id(value)
+    if value == '' then
+        return nil
+    end
+    if type(value) ~= 'string' or #value > MAX_TOPIC_ID_BYTES
+            or string.find(value, '[^%w%+/=_%-]') then
+        invalid_argument('topic id must be 1..' .. MAX_TOPIC_ID_BYTES
+            .. ' base64 or hex characters, got ' .. tostring(value))
     end
     return value
 end
@@ -417,16 +436,39 @@ local function refresh_partition_ttl(tag, ttl)
     extend_ttl(ready_key(tag), ms)
 end
 
+-- The fence: last applied offset (or nil) and the topic id it belongs to (or nil).
 local function read_fence(tag)
     local raw = redis.call('GET', fence_key(tag))
     if raw == false then
-        return nil
+        return nil, nil
     end
-    local fence = tonumber(raw)
+    local offset_part, topic = string.match(raw, '^([^|]*)|(.*)$')
+    if offset_part == nil then
+        offset_part = raw -- written before the fence knew its topic
+    end
+    if topic == '' then
+        topic = nil
+    end
+    if offset_part == '' then
+        return nil, topic
+    end
+    local fence = tonumber(offset_part)
     if fence == nil then
         invalid_state('fence value is not a number: ' .. raw)
     end
-    return fence
+    return fence, topic
+end
+
+local function write_fence(tag, offset, topic)
+    if offset == nil and topic == nil then
+        redis.call('DEL', fence_key(tag))
+        return
+    end
+    local value = offset ~= nil and format_integer(offset) or ''
+    if topic ~= nil then
+        value = value .. '|' .. topic
+    end
+    redis.call('SET', fence_key(tag), value)
 end
 
 -- Moves the first `limit` members of `source` scored in [-inf, bound] (by score, then
@@ -809,7 +851,7 @@ end
 local function parse_timelines(args, tag, policy_count)
     local timelines, seen, last = {}, {}, nil
     for i = 1, policy_count do
-        local base = 7 + (i - 1) * POLICY_WIDTH
+        local base = 8 + (i - 1) * POLICY_WIDTH
         local policy
         if last ~= nil and same_policy_fields(args, base, last.base) then
             policy = reuse_policy(last, parse_name(args[base], 'timeline'))
@@ -887,8 +929,9 @@ local function parse_add(keys, args)
     if args[5] ~= '' then
         call.through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
     end
-    local policy_count = parse_integer(args[6], 'timeline count', 0, #args)
-    local records_base = 7 + policy_count * POLICY_WIDTH
+    call.topic = parse_topic_id(args[6])
+    local policy_count = parse_integer(args[7], 'timeline count', 0, #args)
+    local records_base = 8 + policy_count * POLICY_WIDTH
     if records_base - 1 > #args or (#args - records_base + 1) % RECORD_WIDTH ~= 0 then
         invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per timeline and '
             .. RECORD_WIDTH .. ' per record')
@@ -1035,30 +1078,39 @@ local function write_back(tag, touched, call)
     return dropped, partition_ttl
 end
 
--- Step 4: the fence only moves forward. Returns the fence after the call.
-local function advance_fence(tag, fence_before, fence)
-    if fence > -1 and (fence_before == nil or fence > fence_before) then
-        redis.call('SET', fence_key(tag), format_integer(fence))
-        return fence
+-- Step 4: the fence only moves forward, and takes the caller's topic id when it had none
+-- (a fence written before topic ids, or reset). Returns the fence after the call.
+local function advance_fence(tag, fence_before, topic_before, fence, topic)
+    local moved = fence > -1 and (fence_before == nil or fence > fence_before)
+    local adopted = topic ~= nil and topic_before == nil and fence_before ~= nil
+    if moved or adopted then
+        write_fence(tag, moved and fence or fence_before, topic or topic_before)
     end
-    return fence_before
+    return moved and fence or fence_before
 end
 
 -- KEYS: fence, waiting, ready.
 -- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
---       T, T x policy (POLICY_WIDTH), N x record (RECORD_WIDTH).
+--       topic_id|"", T, T x policy (POLICY_WIDTH), N x record (RECORD_WIDTH).
 -- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
 -- Redis lost writes: nothing is applied and the caller replays from the fence found.
 -- through_offset: the batch's last offset; the fence advances to it even for input
 -- the caller never handed over (dead letters).
--- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil}.
+-- topic_id: the id of the topic the records were read from; a fence of another topic
+-- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
+-- is applied and the caller decides (on_state_loss). "" = not known: no check.
+-- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil,
+-- topic id of the fence found|nil}.
 local function add(keys, args)
     local call = parse_add(keys, args)
     local tag = call.tag
-    local fence_before = read_fence(tag)
+    local fence_before, topic_before = read_fence(tag)
+    if call.topic ~= nil and topic_before ~= nil and topic_before ~= call.topic then
+        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before}
+    end
     if call.expected_fence ~= nil
             and (fence_before == nil or fence_before < call.expected_fence) then
-        return {{}, 0, 0, 0, fence_before or false, fence_before or false}
+        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before or false}
     end
     local fence = fence_before or -1
     local ready, touched = {}, {}
@@ -1078,10 +1130,11 @@ local function add(keys, args)
         end
     end
     local dropped, partition_ttl = write_back(tag, touched, call)
-    local fence_after = advance_fence(tag, fence_before,
-        math.max(fence, call.through_offset or -1))
+    local fence_after = advance_fence(tag, fence_before, topic_before,
+        math.max(fence, call.through_offset or -1), call.topic)
     refresh_partition_ttl(tag, partition_ttl)
-    return {ready, added, skipped, dropped, fence_before or false, fence_after or false}
+    return {ready, added, skipped, dropped, fence_before or false, fence_after or false,
+        topic_before or false}
 end
 
 -- KEYS: waiting, ready, fence. ARGV: now, partition_ttl, limit.
@@ -1350,10 +1403,13 @@ local function flush_timeline(tag, timeline, now)
 end
 
 -- KEYS: fence, timeline, digest, waiting, ready.
--- ARGV: now, offset, expected_fence|"", through_offset|"", operation, timeline, record id|"".
--- operation: flush | cancel (the record id) | cancel_all. Fenced like one record of ds_add:
--- skipped at or below the fence, and the fence moves to the offset (or through_offset).
--- Returns {became ready 1|0, cancelled, applied 1|0, fence_before|nil, fence_after|nil}.
+-- ARGV: now, offset, expected_fence|"", through_offset|"", operation, timeline, record id|"",
+-- topic_id|"".
+-- operation: flush | cancel (the record id) | cancel_all. Fenced like one record of ds_add
+-- (topic id included): skipped at or below the fence, and the fence moves to the offset (or
+-- through_offset).
+-- Returns {became ready 1|0, cancelled, applied 1|0, fence_before|nil, fence_after|nil,
+-- fence_topic|nil}.
 local function control(keys, args)
     local tag = tag_of(keys[1])
     local timeline = parse_name(args[6], 'timeline')
@@ -1378,9 +1434,11 @@ local function control(keys, args)
     elseif operation ~= 'flush' and operation ~= 'cancel_all' then
         invalid_argument('unknown control operation: ' .. tostring(operation))
     end
-    local fence_before = read_fence(tag)
-    if expected ~= nil and (fence_before == nil or fence_before < expected) then
-        return {0, 0, 0, fence_before or false, fence_before or false}
+    local topic = parse_topic_id(args[8] or '')
+    local fence_before, topic_before = read_fence(tag)
+    if (topic ~= nil and topic_before ~= nil and topic_before ~= topic)
+            or (expected ~= nil and (fence_before == nil or fence_before < expected)) then
+        return {0, 0, 0, fence_before or false, fence_before or false, topic_before or false}
     end
     local became_ready, cancelled, applied = 0, 0, 0
     if fence_before == nil or offset > fence_before then
@@ -1391,28 +1449,30 @@ local function control(keys, args)
             cancelled = cancel_records(timeline_key(tag, timeline), id)
         end
     end
-    local fence_after = advance_fence(tag, fence_before,
-        math.max(applied == 1 and offset or -1, through or -1))
-    return {became_ready, cancelled, applied, fence_before or false, fence_after or false}
+    local fence_after = advance_fence(tag, fence_before, topic_before,
+        math.max(applied == 1 and offset or -1, through or -1), topic)
+    return {became_ready, cancelled, applied, fence_before or false, fence_after or false,
+        topic_before or false}
 end
 
--- KEYS: fence. Returns the applied offset or nil.
+-- KEYS: fence. Returns {applied offset|nil, topic id|nil}.
 local function fence_get(keys, _)
     local tag = tag_of(keys[1])
     expect_key(keys, 1, fence_key(tag))
-    return read_fence(tag) or false
+    local fence, topic = read_fence(tag)
+    return {fence or false, topic or false}
 end
 
--- KEYS: fence. ARGV: offset ("" removes the fence). The fence never expires.
+-- KEYS: fence. ARGV: offset|"", topic_id|"" (both "": the fence is removed). Writes
+-- exactly that fence (a reset for a new topic, an admin replay). The fence never expires.
 local function fence_set(keys, args)
     local tag = tag_of(keys[1])
     expect_key(keys, 1, fence_key(tag))
-    if args[1] == '' then
-        redis.call('DEL', fence_key(tag))
-        return 1
+    local offset
+    if args[1] ~= '' then
+        offset = parse_integer(args[1], 'offset', 0, MAX_OFFSET)
     end
-    local offset = parse_integer(args[1], 'offset', 0, MAX_OFFSET)
-    redis.call('SET', fence_key(tag), format_integer(offset))
+    write_fence(tag, offset, parse_topic_id(args[2] or ''))
     return 1
 end
 

@@ -22,6 +22,7 @@ from digest_stream.store.base import (
     DigestTarget,
     DueBatch,
     DueTimeline,
+    Fence,
     InvalidState,
     NewRecord,
     OpenDigest,
@@ -68,6 +69,7 @@ class _Digest:
 @dataclass
 class _Partition:
     fence: int | None = None
+    fence_topic: str | None = None
     waiting: dict[str, float] = field(default_factory=dict)
     ready: dict[str, float] = field(default_factory=dict)
     timelines: dict[str, _Timeline] = field(default_factory=dict)
@@ -104,18 +106,23 @@ class MemoryStore:
         *,
         expected_fence: int | None = None,
         through_offset: int | None = None,
+        topic_id: str | None = None,
     ) -> AddResult:
         """Store a batch of records of one partition, fenced by offset."""
         state = self._partition(partition)
         now = validate.time_value(now, "now")
         expected, through = validate.fence_arguments(expected_fence, through_offset)
+        topic = validate.topic_id(topic_id)
         validate.records(records, through)
         policies = {record.timeline: self._policy(record.timeline) for record in records}
 
-        fence_before = state.fence
+        fence_before, topic_before = state.fence, state.fence_topic
+        if topic is not None and topic_before is not None and topic_before != topic:
+            # Another topic's offsets: they fence nothing here; the caller decides.
+            return AddResult([], 0, 0, 0, fence_before, fence_before, topic_before)
         if expected is not None and (fence_before is None or fence_before < expected):
             # The store lost writes the caller made: apply nothing, let it replay.
-            return AddResult([], 0, 0, 0, fence_before, fence_before)
+            return AddResult([], 0, 0, 0, fence_before, fence_before, topic_before)
         fence = -1 if fence_before is None else fence_before
         ready: list[str] = []
         touched: list[str] = []
@@ -174,9 +181,14 @@ class MemoryStore:
 
         if through is not None:
             fence = max(fence, through)
-        if fence > -1 and (fence_before is None or fence > fence_before):
+        moved = fence > -1 and (fence_before is None or fence > fence_before)
+        if moved:
             state.fence = fence
-        return AddResult(ready, added, skipped, dropped, fence_before, state.fence, cancelled)
+        if (moved or fence_before is not None) and topic_before is None and topic is not None:
+            state.fence_topic = topic  # a fence without a topic takes the caller's
+        return AddResult(
+            ready, added, skipped, dropped, fence_before, state.fence, topic_before, cancelled
+        )
 
     def _finish(
         self,
@@ -411,7 +423,15 @@ class MemoryStore:
         """The partition's fence: last applied offset, or None when absent."""
         return self._partition(partition).fence
 
-    def set_applied_offset(self, partition: int, offset: int | None) -> None:
-        """Reset the fence (admin replay drills); None removes it."""
+    def fence(self, partition: int) -> Fence:
+        """The partition's fence with the topic id it belongs to."""
         state = self._partition(partition)
-        state.fence = None if offset is None else validate.offset(offset)
+        return Fence(state.fence, state.fence_topic)
+
+    def set_applied_offset(
+        self, partition: int, offset: int | None, *, topic_id: str | None = None
+    ) -> None:
+        """Write exactly this fence (a new topic, admin replays); both None remove it."""
+        state = self._partition(partition)
+        fence = None if offset is None else validate.offset(offset)
+        state.fence, state.fence_topic = fence, validate.topic_id(topic_id)

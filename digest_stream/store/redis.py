@@ -17,6 +17,7 @@ from digest_stream.store.base import (
     AddResult,
     DigestTarget,
     DueBatch,
+    Fence,
     InvalidArgument,
     InvalidState,
     LibraryVersionMismatch,
@@ -33,9 +34,9 @@ from digest_stream.store.replies import (
     arg,
     integer,
     map_error,
-    optional_integer,
 )
 from digest_stream.store.routing import Call
+from digest_stream.store.validate import MAX_OFFSET
 
 LIBRARY_NAME = library.NAME
 LIBRARY_SOURCE = library.SOURCE
@@ -50,6 +51,11 @@ RedisClient = routing.RedisClient
 DEFAULT_INLINE_RECORDS = 16
 #: Same bound as INLINE_MAX_RECORDS in digests.lua.
 MAX_INLINE_RECORDS = 128
+
+
+def _short_ascii(value: object) -> bool:
+    """A name validate.name accepts without encoding it (the common timeline and record id)."""
+    return type(value) is str and value.isascii() and 0 < len(value) <= validate.MAX_NAME_BYTES
 
 
 class RedisStore:
@@ -164,15 +170,15 @@ class RedisStore:
         *,
         expected_fence: int | None = None,
         through_offset: int | None = None,
+        topic_id: str | None = None,
     ) -> AddResult:
         """Store a batch of records of one partition, fenced by offset (one FCALL; a batch
         with control operations: one per run of records and one per control, in order)."""
         tag = self._tag(partition)
         now = validate.time_value(now, "now")
         expected, through = validate.fence_arguments(expected_fence, through_offset)
-        if validate.records(records, through):
-            return self._add_with_controls(tag, records, now, expected, through)
-        return self._add_call(tag, records, now, expected, through)
+        topic = validate.topic_id(topic_id)
+        return self._add_call(tag, records, now, expected, through, topic)
 
     def _add_call(
         self,
@@ -181,8 +187,9 @@ class RedisStore:
         now: float,
         expected: int | None,
         through: int | None,
+        topic: str | None,
     ) -> AddResult:
-        """One ds_add of checked records (no controls among them)."""
+        """One ds_add; a batch holding controls goes to _add_with_controls instead."""
         index: dict[str, str] = {}
         policy_args: list[str | bytes] = []
         record_args: list[str | bytes] = []
@@ -190,7 +197,30 @@ class RedisStore:
         # object (the default), so each object is checked and formatted once per call, not
         # once per timeline. The dict holds the object, so its id cannot be reused meanwhile.
         formatted: dict[int, tuple[object, list[str]]] = {}
+        # A batch's records mostly share a few timestamps (milliseconds): format each once.
+        stamps: dict[float, str] = {}
+        last = MAX_OFFSET if through is None else through
+        checked = False  # validate.records ran over the whole batch
         for record in records:
+            # The common record passes these inline checks; on the first that does not, the
+            # whole batch is judged (and refused with its precise error) by validate.records.
+            if not checked and not (
+                type(record) is NewRecord
+                and type(record.payload) is bytes
+                and type(record.offset) is int
+                and 0 <= record.offset <= last
+                and _short_ascii(record.timeline)
+                and _short_ascii(record.id)
+                and record.control is None
+            ):
+                if validate.records(records, through):  # the batch holds control operations
+                    return self._add_with_controls(tag, records, now, expected, through, topic)
+                checked = True
+            timestamp = record.timestamp
+            stamp = stamps.get(timestamp) if type(timestamp) is float else None
+            if stamp is None:
+                timestamp = validate.time_value(timestamp, "record timestamp")
+                stamp = stamps[timestamp] = arg(timestamp)
             position = index.get(record.timeline)
             if position is None:
                 position = index[record.timeline] = str(len(index) + 1)
@@ -212,13 +242,7 @@ class RedisStore:
                     )
                 policy_args.append(record.timeline)
                 policy_args += cached[1]
-            record_args += (
-                position,
-                record.id,
-                arg(record.timestamp),
-                str(record.offset),
-                record.payload,
-            )
+            record_args += (position, record.id, stamp, str(record.offset), record.payload)
         reply = self._fcall(
             "ds_add",
             [keys.fence_key(tag), keys.waiting_key(tag), keys.ready_key(tag)],
@@ -228,6 +252,7 @@ class RedisStore:
                 str(self.inline_records),
                 "" if expected is None else str(expected),
                 "" if through is None else str(through),
+                topic or "",
                 str(len(index)),
                 *policy_args,
                 *record_args,
@@ -242,6 +267,7 @@ class RedisStore:
         now: float,
         expected: int | None,
         through: int | None,
+        topic: str | None,
     ) -> AddResult:
         """A batch with controls: each run of records (one ds_add) and each control (one
         ds_control) in offset order, each fenced, so a crash between two calls replays
@@ -259,29 +285,35 @@ class RedisStore:
         added = skipped = dropped = cancelled = 0
         fence_before: int | None = None
         fence_after: int | None = None
+        fence_topic: str | None = None
         for position, item in enumerate(calls):
             last = position == len(calls) - 1
             # The caller's expectation guards the first call; each later one expects what
             # the previous left (Redis losing writes in between is noticed the same way).
             guard = expected if position == 0 else fence_after
+            upto = through if last else None
             if isinstance(item, list):
-                result = self._add_call(tag, item, now, guard, through if last else None)
+                result = self._add_call(tag, item, now, guard, upto, topic)
             else:
-                result = self._control_call(tag, item, now, guard, through if last else None)
+                result = self._control_call(tag, item, now, guard, upto, topic)
+            if topic is not None and result.fence_topic not in (None, topic):
+                return result  # another topic's fence: nothing applied (see fence.py)
             if guard is not None and (result.fence_before is None or result.fence_before < guard):
                 # The fence is behind (on a later call: Redis lost writes in between): report
                 # the fence found, as a plain add does, so the caller replays from it.
                 found = result.fence_before
-                return AddResult([], 0, 0, 0, found, found)
+                return AddResult([], 0, 0, 0, found, found, result.fence_topic)
             if position == 0:
-                fence_before = result.fence_before
+                fence_before, fence_topic = result.fence_before, result.fence_topic
             fence_after = result.fence_after
             ready += [name for name in result.ready if name not in ready]
             added += result.added
             skipped += result.skipped
             dropped += result.dropped
             cancelled += result.cancelled
-        return AddResult(ready, added, skipped, dropped, fence_before, fence_after, cancelled)
+        return AddResult(
+            ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled
+        )
 
     def _control_call(
         self,
@@ -290,6 +322,7 @@ class RedisStore:
         now: float,
         expected: int | None,
         through: int | None,
+        topic: str | None,
     ) -> AddResult:
         """One ds_control: a flush or cancel of the record's timeline, fenced by its offset."""
         reply = self._fcall(
@@ -309,6 +342,7 @@ class RedisStore:
                 record.control or "",
                 record.timeline,
                 record.id,
+                topic or "",
             ],
         )
         return replies.control_result(record.timeline, reply)
@@ -452,12 +486,19 @@ class RedisStore:
 
     def applied_offset(self, partition: int) -> int | None:
         """The partition's fence: last applied offset, or None when absent."""
+        return self.fence(partition).offset
+
+    def fence(self, partition: int) -> Fence:
+        """The partition's fence with the topic id it belongs to."""
         tag = self._tag(partition)
         reply = self._fcall("ds_fence_get", [keys.fence_key(tag)], [], read_only=True)
-        return optional_integer(reply)
+        return replies.fence(reply)
 
-    def set_applied_offset(self, partition: int, offset: int | None) -> None:
-        """Reset the fence (admin replay drills); None removes it."""
+    def set_applied_offset(
+        self, partition: int, offset: int | None, *, topic_id: str | None = None
+    ) -> None:
+        """Write exactly this fence (a new topic, admin replays); both None remove it."""
         tag = self._tag(partition)
         value = "" if offset is None else str(validate.offset(offset))
-        self._fcall("ds_fence_set", [keys.fence_key(tag)], [value])
+        topic = validate.topic_id(topic_id) or ""
+        self._fcall("ds_fence_set", [keys.fence_key(tag)], [value, topic])

@@ -15,6 +15,7 @@ from digest_stream.store.base import (
     AddResult,
     DueBatch,
     DueTimeline,
+    Fence,
     InvalidArgument,
     InvalidState,
     OpenDigest,
@@ -54,6 +55,11 @@ def text(value: Reply) -> str:
     if isinstance(value, str):
         return value
     raise TypeError(f"unexpected reply {value!r}")
+
+
+def optional_text(value: Reply) -> str | None:
+    """A UTF-8 string or nil."""
+    return None if value is None else text(value)
 
 
 def raw_bytes(value: Reply) -> bytes:
@@ -118,7 +124,8 @@ def map_error(error: ResponseError) -> Exception:
 
 
 def add_result(reply: Reply) -> AddResult:
-    """``ds_add``: {ready[], added, skipped, dropped, fence_before|nil, fence_after|nil}."""
+    """``ds_add``: {ready[], added, skipped, dropped, fence_before|nil, fence_after|nil,
+    fence_topic|nil}."""
     values = array(reply)
     return AddResult(
         ready=[text(name) for name in array(values[0])],
@@ -127,11 +134,13 @@ def add_result(reply: Reply) -> AddResult:
         dropped=integer(values[3]),
         fence_before=optional_integer(values[4]),
         fence_after=optional_integer(values[5]),
+        fence_topic=optional_text(values[6]),
     )
 
 
 def control_result(timeline: str, reply: Reply) -> AddResult:
-    """``ds_control``: {became ready, cancelled, applied, fence_before|nil, fence_after|nil}."""
+    """``ds_control``: {became ready, cancelled, applied, fence_before|nil, fence_after|nil,
+    fence_topic|nil}."""
     values = array(reply)
     return AddResult(
         ready=[timeline] if integer(values[0]) == 1 else [],
@@ -140,8 +149,15 @@ def control_result(timeline: str, reply: Reply) -> AddResult:
         dropped=0,
         fence_before=optional_integer(values[3]),
         fence_after=optional_integer(values[4]),
+        fence_topic=optional_text(values[5]),
         cancelled=integer(values[1]),
     )
+
+
+def fence(reply: Reply) -> Fence:
+    """``ds_fence_get``: {offset|nil, topic id|nil}."""
+    values = array(reply)
+    return Fence(optional_integer(values[0]), optional_text(values[1]))
 
 
 def due_batch(reply: Reply) -> DueBatch:

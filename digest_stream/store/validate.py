@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from digest_stream.store.base import (
@@ -134,6 +135,20 @@ def records(values: Sequence[NewRecord], through: int | None = None) -> bool:
                 raise InvalidArgument(f"control must be one of {CONTROLS}, got {record.control!r}")
             controls = True
     return controls
+
+
+#: A Kafka topic id is a UUID in base64 (22 characters); the library accepts these
+#: characters only, so an id never holds the "|" that separates it from the offset.
+_TOPIC_ID = re.compile(r"^[A-Za-z0-9+/=_-]{1,64}$")
+
+
+def topic_id(value: object) -> str | None:
+    """A topic id, or None when not known."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _TOPIC_ID.match(value):
+        raise InvalidArgument(f"topic id must be 1..64 base64 characters, got {value!r}")
+    return value
 
 
 def fence_arguments(

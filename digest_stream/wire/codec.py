@@ -20,6 +20,7 @@ from fastavro import _read_py
 from fastavro.read import SchemaResolutionError
 from pydantic import BaseModel, ValidationError
 
+from digest_stream.wire import framing
 from digest_stream.wire.models import Digest, Event, Record, ScheduleEntry
 from digest_stream.wire.split import encoded_digest_size, split_digest
 
@@ -30,6 +31,8 @@ DecodeReason = Literal[
     "schema-mismatch",
     "invalid-writer-schema",
     "invalid-value",
+    "not-registry-framed",
+    "unknown-schema-id",
 ]
 """Why a value could not be decoded (DecodeError.reason; also the DLQ reason header)."""
 
@@ -49,7 +52,11 @@ class DecodeError(ValueError):
       with a valid encoding, so a full read is the only honest check;
     - "schema-mismatch": the given writer schema cannot be resolved against ours;
     - "invalid-writer-schema": the given writer schema is not a valid Avro schema;
-    - "invalid-value": valid Avro whose content breaks the model's rules (an empty id, ...).
+    - "invalid-value": valid Avro whose content breaks the model's rules (an empty id, ...);
+    - "not-registry-framed": schema registry mode, but the value lacks the Confluent framing
+      (plain Avro, say);
+    - "unknown-schema-id": schema registry mode, and the registry does not know the value's
+      schema id.
     """
 
     def __init__(self, reason: DecodeReason, detail: str) -> None:
@@ -293,7 +300,16 @@ def decode_record(data: bytes, writer_schema: WriterSchema | None = None) -> Rec
 
 
 def decode_schedule_entry(data: bytes, writer_schema: WriterSchema | None = None) -> ScheduleEntry:
-    """Decode a ScheduleEntry; writer_schema is the schema it was written with, when not current."""
+    """Decode a ScheduleEntry, plain or in the Confluent framing (schema registry mode).
+
+    The schedule topic is internal: this service is its only writer, with this schema, so a
+    framed entry's body is read with it and its schema id is not looked up.
+    """
+    if framing.is_framed(data):
+        try:
+            data = framing.split(data)[1]
+        except framing.FramingError as exc:
+            raise DecodeError(exc.reason, exc.detail) from exc
     return _validate(ScheduleEntry, _decode_avro(data, _SCHEDULE_ENTRY, writer_schema))
 
 

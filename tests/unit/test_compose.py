@@ -85,3 +85,14 @@ def test_compose_sample_producer_is_an_opt_in_profile() -> None:
         env = services[name]["environment"]
         assert env["DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS"] == "kafka:19092"
         Settings.model_validate({k[len(ENV_PREFIX) :].lower(): v for k, v in env.items()})
+
+
+def test_compose_offers_a_schema_registry_the_service_can_point_at() -> None:
+    services = _compose()["services"]
+    registry = services["schema-registry"]
+    assert registry["image"].startswith("apicurio/apicurio-registry-mem:2.6.")
+    assert registry["ports"] == ["127.0.0.1:8081:8080"]  # loopback only on the host
+    text = (ROOT / "docker-compose.yml").read_text()
+    url = "http://schema-registry:8080/apis/ccompat/v7"
+    assert f"# DIGEST_STREAM_SCHEMA_REGISTRY_URL: {url}" in text
+    assert Settings(schema_registry_url=url).schema_registry_url == url

@@ -2,7 +2,8 @@
 
 The store worker makes one attempt per batch; this piece, on the role thread, finishes what
 the attempt left: it retries through a Redis outage (serving the group), acts on a fence found
-behind (seek and replay, or accept a state loss), books what was applied and counts it.
+behind (seek and replay, or accept a state loss) or found to be another topic's (replace it,
+as ``on_state_loss`` says), books what was applied and counts it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest import fence
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.outputs import Outputs
+from digest_stream.roles.ingest.topic import TopicProbe
 from digest_stream.roles.ingest.worker import Batch
 from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import RoleConsumer
@@ -36,8 +38,10 @@ class Applier:
         ledger: Ledger,
         outputs: Outputs,
         stopping: Callable[[], bool],
+        topics: TopicProbe,
     ) -> None:
         self._store = store
+        self._topics = topics
         self._policy = policy
         self._metrics = metrics
         self._kafka = kafka
@@ -54,13 +58,19 @@ class Applier:
                 batch.now,
                 expected_fence=batch.expected,
                 through_offset=batch.last,
+                topic_id=batch.topic,
             )
 
     @staticmethod
     def bookable(batch: Batch) -> bool:
         """The call succeeded and needs no rewind: booking it neither polls nor seeks."""
-        return batch.result is not None and (
-            batch.expected is None or not fence.is_behind(batch.expected, batch.result.fence_before)
+        return (
+            batch.result is not None
+            and not _other_topic(batch, batch.result)
+            and (
+                batch.expected is None
+                or not fence.is_behind(batch.expected, batch.result.fence_before)
+            )
         )
 
     def apply(self, batch: Batch) -> int | None:
@@ -74,6 +84,10 @@ class Applier:
                 log.warning("Redis call failed (%s); retrying", batch.error)
             # Stored here, with the retries that keep serving the group while Redis is down.
             result = self._add_retrying(batch)
+            if result is None:
+                return None
+        if _other_topic(batch, result):
+            result = self._topic_changed(batch, result)
             if result is None:
                 return None
         if batch.expected is not None:
@@ -94,6 +108,32 @@ class Applier:
         )
         self._outputs.applied(batch.partition, batch.records, result, batch.now)
         return result.added
+
+    def _topic_changed(self, batch: Batch, result: AddResult) -> AddResult | None:
+        """The store's fence names another topic id: ask the broker, act, store the batch again.
+
+        Either this process's id was stale (another owner already moved the fence to the
+        topic's current id: store again under it) or the fence is the old topic's: a state
+        loss for this topic, as ``on_state_loss`` says. None when the batch was not applied.
+        """
+        self._topics.refresh(())
+        current = self._topics.topic_id
+        decision = fence.foreign(
+            batch.partition,
+            self._policy,
+            fence=result.fence_before,
+            fence_topic=result.fence_topic,
+            topic_id=current,
+            end=None,
+            resume_at=None,
+        )
+        if decision is not None:
+            self.act(batch.partition, decision)
+            if not decision.apply_now:
+                return None
+            batch.expected = None
+        batch.topic = current
+        return self._add_retrying(batch)
 
     def _add_retrying(self, batch: Batch) -> AddResult | None:
         """The store call, retried while Redis is unreachable; None if we had to give up."""
@@ -121,11 +161,48 @@ class Applier:
     def act(self, partition: int, decision: fence.Decision) -> None:
         """Carry out a fence decision about a running partition: note it, seek if it says so."""
         self.note(decision)
+        if decision.reset:
+            self.reset_fence(partition, decision.expected, retry=True)
         if decision.offset is not None:
             self.seek(partition, decision.offset)
         self._ledger.expect(partition, decision.expected)
+
+    def reset_fence(self, partition: int, offset: int | None, *, retry: bool) -> None:
+        """Replace a fence of another topic incarnation by one of the current topic.
+
+        ``retry``: wait out a Redis outage (serving the group); a rebalance handler may not
+        poll, so there one attempt is made, and a fence left in place is reported again by
+        the partition's first add.
+        """
+        topic = self._topics.topic_id
+
+        def reset() -> None:
+            self._store.set_applied_offset(partition, offset, topic_id=topic)
+
+        try:
+            if not retry:
+                reset()
+                return
+            self._kafka.while_redis_down(
+                reset,
+                give_up=lambda: self._stopping() or not self._ledger.owns(partition),
+                errors=self._metrics.redis_errors,
+            )
+        except redis.RedisError as exc:
+            if not unavailable(exc):
+                raise
+            log.error("partition %d: the fence could not be reset (%s)", partition, exc)
 
     def seek(self, partition: int, offset: int) -> None:
         """Move a partition's read position; the ledger forgets what it had not committed."""
         self._kafka.seek(partition, offset)
         self._ledger.moved(partition, offset)
+
+
+def _other_topic(batch: Batch, result: AddResult) -> bool:
+    """The store refused the batch: its fence records another topic id than the batch's."""
+    return (
+        result.fence_topic is not None
+        and batch.topic is not None
+        and result.fence_topic != batch.topic
+    )

@@ -1,9 +1,13 @@
 """The fence policy, pure: where a partition starts, and what a fence found behind means.
 
-The store keeps, per input partition, the last offset it applied (the fence). This process
-remembers the fence it left (``expected``). Comparing the two tells whether Redis lost writes:
-a fence behind is replayed from Kafka; a fence gone entirely is a state loss, handled as the
-``on_state_loss`` setting says. Nothing here talks to Kafka or Redis: the loop acts on the
+The store keeps, per input partition, the last offset it applied (the fence) and the id of the
+topic incarnation those offsets belong to. This process remembers the fence it left
+(``expected``). Comparing the two tells whether Redis lost writes: a fence behind is replayed
+from Kafka; a fence gone entirely is a state loss, handled as the ``on_state_loss`` setting
+says. A fence of another topic incarnation (the topic was deleted and created again, renamed in
+the settings, or is another cluster's: its topic id differs), or one beyond the partition's end
+(its offsets were reset), fences nothing: it is a state loss for this topic, handled the same
+way, never a reason to skip. Nothing here talks to Kafka or Redis: the loop acts on the
 decisions, so every branch has a unit test.
 """
 
@@ -16,7 +20,7 @@ from typing import Literal
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID
 
 StateLoss = Literal["replay", "continue"]
-Cause = Literal["fence_behind", "state_loss"]
+Cause = Literal["fence_behind", "state_loss", "topic_changed", "offset_reset"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,9 @@ class Decision:
     #: What to log, and how loudly.
     message: str = ""
     level: int = logging.INFO
+    #: The store's fence belongs to another topic incarnation: replace it by ``expected``
+    #: (with the current topic id) before reading on.
+    reset: bool = False
 
     @property
     def apply_now(self) -> bool:
@@ -64,12 +71,98 @@ def state_lost(
     )
 
 
-def start(partition: int, committed: int, fence: int | None, policy: StateLoss) -> Decision:
+def foreign(
+    partition: int,
+    policy: StateLoss,
+    *,
+    fence: int | None,
+    fence_topic: str | None,
+    topic_id: str | None,
+    end: int | None,
+    resume_at: int | None,
+) -> Decision | None:
+    """The fence belongs to another incarnation of the topic: None when it does not.
+
+    ``topic_id`` is the topic's id now (None: the broker cannot tell), ``end`` the partition's
+    end offset (high watermark; None: unknown). A fence at or past the end names offsets the
+    partition never held: they were reset (a topic recreated where ids are unknown, a cluster
+    with fresh offsets, a truncated log). ``resume_at`` is where ``continue`` reads on (None:
+    the batch in hand; negative: where auto.offset.reset says).
+    """
+    if fence_topic is not None and topic_id is not None and fence_topic != topic_id:
+        cause: Cause = "topic_changed"
+        what = (
+            f"topic id changed {fence_topic} -> {topic_id} (the topic was deleted and created "
+            "again, renamed, or is another cluster's); the fence "
+            f"{'none' if fence is None else fence} was the old topic's"
+        )
+    elif fence is not None and end is not None and fence >= end:
+        cause = "offset_reset"
+        what = (
+            f"the fence {fence} is at or past the end of the partition ({end}): its offsets "
+            "were reset (a recreated topic, another cluster, a truncated log)"
+        )
+    else:
+        return None
+    message = f"partition {partition}: {what}; nothing is skipped as already applied; "
+    if policy == "replay":
+        return Decision(
+            OFFSET_BEGINNING,
+            None,
+            cause,
+            message + "on_state_loss=replay: reading it from the earliest retained offset",
+            logging.ERROR,
+            reset=True,
+        )
+    if resume_at is None:
+        where = "from this batch on"
+    elif resume_at < 0:
+        where = "from where auto.offset.reset says"
+    else:
+        where = f"from the committed offset {resume_at} on (records before it are NOT read)"
+    return Decision(
+        resume_at,
+        None,
+        cause,
+        message + f"on_state_loss=continue: reading it {where}",
+        logging.ERROR,
+        reset=True,
+    )
+
+
+def start(
+    partition: int,
+    committed: int,
+    fence: int | None,
+    policy: StateLoss,
+    *,
+    fence_topic: str | None = None,
+    topic_id: str | None = None,
+    end: int | None = None,
+) -> Decision:
     """Where a newly assigned partition starts, from the group's commit and the store's fence.
 
-    ``committed`` is the next offset to read as committed by the group (negative: none).
+    ``committed`` is the next offset to read as committed by the group (negative: none);
+    ``fence_topic`` the topic id the fence records, ``topic_id`` the topic's id now and ``end``
+    the partition's end offset (None: not known, not checked).
     """
     has_commit = committed >= 0
+    changed = foreign(
+        partition,
+        policy,
+        fence=fence,
+        fence_topic=fence_topic,
+        topic_id=topic_id,
+        end=end,
+        resume_at=committed if has_commit else OFFSET_INVALID,
+    )
+    if changed is not None:
+        return changed
+    if fence is None and fence_topic is not None:
+        # Reset for a new topic, nothing applied yet: read it as that decision said.
+        if policy == "replay" or not has_commit:
+            return Decision(OFFSET_BEGINNING, None)
+        return Decision(committed, None)
     if fence is None:
         if not has_commit:
             return Decision(OFFSET_INVALID, None)  # a new partition: auto.offset.reset decides

@@ -15,6 +15,8 @@ class _Partition:
     expected: int | None = None  # the fence this process left in the store
     position: int | None = None  # next offset to commit (applied through position - 1)
     uncommitted: bool = False
+    read: int | None = None  # the last offset taken since the read position was last set
+    topic: str | None = None  # the topic id its last batch was stored under
 
 
 class Ledger:
@@ -74,6 +76,32 @@ class Ledger:
         if part is not None:
             part.position = None
             part.uncommitted = False
+            part.read = None
+
+    def taken(self, partition: int, first: int, last: int) -> bool:
+        """Offsets ``first..last`` were taken; True when the consumer went back by itself.
+
+        Nothing here moved the read position since the last batch, yet it starts at or before
+        an offset already taken: the client reset it (auto.offset.reset after "offset out of
+        range": the topic was recreated, or its log truncated).
+        """
+        part = self._parts.get(partition)
+        if part is None:
+            return False
+        rewound = part.read is not None and first <= part.read
+        part.read = last
+        return rewound
+
+    def topic(self, partition: int) -> str | None:
+        """The topic id this partition's last batch was stored under (None: not known)."""
+        part = self._parts.get(partition)
+        return None if part is None else part.topic
+
+    def stored_under(self, partition: int, topic: str | None) -> None:
+        """The partition's batches go to the store under this topic id from now on."""
+        part = self._parts.get(partition)
+        if part is not None:
+            part.topic = topic
 
     def new_batch(self) -> None:
         """A batch was just taken: moves before it do not make it stale."""

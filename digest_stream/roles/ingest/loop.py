@@ -13,23 +13,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import redis
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from digest_stream.clock import Clock
+from digest_stream.kafka import admin_config
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest import fence
 from digest_stream.roles.ingest.applier import Applier
-from digest_stream.roles.ingest.check import Rejected, Rules, TooOld, check
+from digest_stream.roles.ingest.check import Rejected, Rules, check
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.outputs import Outputs
+from digest_stream.roles.ingest.schemas import SchemaFetcher
+from digest_stream.roles.ingest.starts import Starts
+from digest_stream.roles.ingest.topic import BrokerTopic, TopicProbe
 from digest_stream.roles.ingest.worker import Batch, StoreWorker
-from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import RoleConsumer, partitions_of
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, NewRecord
+from digest_stream.wire import codec, registry
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +54,21 @@ class Ingest:
         *,
         hooks: Hooks = NO_HOOKS,
         consumer: Consumer | None = None,
+        topics: TopicProbe | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._clock = clock
         self._metrics = metrics
         self._scheduler = scheduler
+        schemas = registry.writer_schemas(
+            settings.schema_registry_url, settings.schema_registry_config, codec.EVENT_SCHEMA
+        )
         self._rules = Rules(
-            settings.max_event_bytes, settings.max_event_age, frozenset(settings.carry_headers)
+            settings.max_event_bytes,
+            settings.max_event_age,
+            frozenset(settings.carry_headers),
+            schemas,
         )
         # One emitter per process: the scheduler's, when this process schedules.
         emitter = (
@@ -71,6 +81,10 @@ class Ingest:
             settings, settings.group_id, settings.events_topic, "ingest", consumer=consumer
         )
         self._ledger = Ledger()
+        # Which incarnation of the events topic the offsets belong to (see topic.py).
+        self._topics = topics or BrokerTopic(
+            AdminClient(admin_config(settings)), settings.events_topic
+        )
         self._applier = Applier(
             store,
             settings.on_state_loss,
@@ -79,6 +93,14 @@ class Ingest:
             self._ledger,
             self._outputs,
             self._is_stopping,
+            self._topics,
+        )
+        self._schemas = None if schemas is None else SchemaFetcher(
+            schemas, self._kafka, metrics.schema_registry_errors, self._applier.seek,
+            self._is_stopping,
+        )  # fmt: skip
+        self._starts = Starts(
+            store, settings.on_state_loss, self._kafka, self._ledger, self._applier, self._topics
         )
         self._worker = StoreWorker(self._applier.timed_add)
         self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)
@@ -130,6 +152,8 @@ class Ingest:
         # its part of this batch stale. Handlers inside take never seek, and an assignment
         # there comes before the messages it returned.
         self._ledger.new_batch()
+        if messages and self._schemas is not None:
+            messages = self._with_schemas(self._schemas, messages)
         batches = self._prepare(messages) if messages else []
         applied = self._finish()
         if self._scheduler is not None and self._scheduler.due():
@@ -152,29 +176,37 @@ class Ingest:
     def _prepare(self, messages: list[Message]) -> list[Batch]:
         """Check messages, by partition (bad ones are dead-lettered here)."""
         now = self._clock.now()
-        return [
-            Batch(
-                partition,
-                [r for r in (self._record(m, now) for m in batch) if r is not None],
-                batch[0].offset() or 0,
-                batch[-1].offset() or 0,
-                now,
-            )
-            for partition, batch in partitions_of(messages).items()
-        ]
+        rules = self._rules
+        carry = bool(rules.carry_headers)  # headers are read only when some are carried
+        batches = []
+        for partition, batch in partitions_of(messages).items():
+            records: list[NewRecord] = []
+            for message in batch:
+                outcome = check(
+                    message.key(), message.value(), message.headers() if carry else None,
+                    message.offset() or 0, now, rules,
+                )  # fmt: skip
+                if type(outcome) is NewRecord:  # the hot path: one type test per message
+                    records.append(outcome)
+                elif isinstance(outcome, Rejected):
+                    self._outputs.reject(message, outcome)
+                else:
+                    self._outputs.too_old()
+            batches.append(Batch(partition, records, batch[0].offset() or 0,
+                                 batch[-1].offset() or 0, now))  # fmt: skip
+        return batches
 
-    def _record(self, message: Message, now: float) -> NewRecord | None:
-        outcome = check(
-            message.key(), message.value(), message.headers(), message.offset() or 0, now,
-            self._rules,
-        )  # fmt: skip
-        if isinstance(outcome, Rejected):
-            self._outputs.reject(message, outcome)
-            return None
-        if isinstance(outcome, TooOld):
-            self._outputs.too_old()
-            return None
-        return outcome
+    def _with_schemas(self, fetcher: SchemaFetcher, messages: list[Message]) -> list[Message]:
+        """Registry mode: fetch the batch's writer schemas first, waiting out an outage."""
+        if not fetcher.ready(messages):
+            return []  # stopping; rewound
+        # A rebalance during an outage wait: messages of partitions given away or moved are
+        # read again by their owner, so they are neither checked nor dead-lettered here.
+        ledger = self._ledger
+        return [
+            m for m in messages
+            if ledger.owns(m.partition() or 0) and ledger.moved_to(m.partition() or 0) is None
+        ]  # fmt: skip
 
     def _submit(self, batches: list[Batch]) -> None:
         """Start the store calls of a batch on the worker (fenced by what is booked now)."""
@@ -184,7 +216,12 @@ class Ingest:
                 continue  # revoked: the new owner reads it from the committed offset
             target = self._ledger.moved_to(batch.partition)
             if target is None:
+                went_back = self._ledger.taken(batch.partition, batch.first, batch.last)
+                if went_back and not self._starts.went_back(batch):
+                    continue  # dropped: the decision moved the read position
                 batch.expected = self._ledger.expected(batch.partition)
+                batch.topic = self._starts.topic_id
+                self._ledger.stored_under(batch.partition, batch.topic)
                 kept.append(batch)
             elif 0 <= batch.first < target:
                 # Moved past part of this batch (a refused dead letter inside it): the
@@ -240,32 +277,11 @@ class Ingest:
             # An assignment that lands while close() leaves the group: nothing will be read,
             # and the committed-offset lookup would only time out against a closing consumer.
             return []
-        starts = []
-        for tp in self._kafka.committed(partitions, COMMITTED_TIMEOUT):
-            decision = self._starting(tp.partition, tp.offset)
-            offset = self._act_at_start(tp.partition, decision)
-            starts.append(TopicPartition(tp.topic, tp.partition, offset))
+        starts = self._starts.assigned(partitions)
         if self._scheduler is not None:
             self._scheduler.take_over(tp.partition for tp in starts)
         log.info("assigned %s", ", ".join(f"{tp.partition}@{tp.offset}" for tp in starts))
         return starts
-
-    def _starting(self, partition: int, committed: int) -> fence.Decision:
-        try:
-            found = self._store.applied_offset(partition)
-        except redis.RedisError as exc:  # the first add checks the fence instead
-            if not unavailable(exc):
-                raise
-            log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)
-            return fence.start_without_store(committed)
-        return fence.start(partition, committed, found, self._settings.on_state_loss)
-
-    def _act_at_start(self, partition: int, decision: fence.Decision) -> int:
-        """Own the partition as decided; returns where to start reading it."""
-        assert decision.offset is not None  # a start always names where to read
-        self._ledger.assign(partition, decision.offset, decision.expected)
-        self._applier.note(decision)
-        return decision.offset
 
     def on_revoke(self, partitions: list[int]) -> None:
         """Revocation handler: book the batch in flight, commit these partitions, let go."""

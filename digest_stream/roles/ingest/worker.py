@@ -24,6 +24,7 @@ class Batch:
     last: int
     now: float
     expected: int | None = None  # the fence it was sent with
+    topic: str | None = None  # the topic id it was sent with (None: not known)
     result: AddResult | None = None
     error: BaseException | None = None
 

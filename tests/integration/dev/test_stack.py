@@ -18,3 +18,10 @@ def test_status_reports_the_running_stack() -> None:
     assert result.exit_code == 0, result.output
     assert "kafka          up" in result.output
     assert "redis          up" in result.output
+
+
+def test_status_reports_the_registry_when_it_runs() -> None:
+    if os.environ.get(devstack.REGISTRY_ENV) != devstack.Endpoints().registry_url:
+        pytest.skip("the registry under test is not the local dev stack's")
+    result = CliRunner().invoke(main, ["dev", "status"])
+    assert "schema-registry up" in result.output

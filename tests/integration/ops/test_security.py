@@ -43,8 +43,8 @@ LIBRARY_COMMANDS = [
     "zscore",
 ]
 #: What the service itself sends: function calls, the library check (FUNCTION LIST), the
-#: library load (optional) and PING.
-SERVICE_COMMANDS = ["fcall", "fcall_ro", "ping", "function|list"]
+#: library load (optional), PING and TIME (the clock-skew check at start).
+SERVICE_COMMANDS = ["fcall", "fcall_ro", "ping", "time", "function|list"]
 
 
 def acl_rules(namespace: str, *, load_library: bool) -> list[str]:

@@ -10,6 +10,7 @@ from digest_stream.store import (
     AddResult,
     DigestStore,
     DueTimeline,
+    Fence,
     InvalidArgument,
     InvalidState,
     NewRecord,
@@ -169,6 +170,79 @@ def test_through_offset_advances_the_fence(store: DigestStore) -> None:
     assert behind.fence_after == 45
     with pytest.raises(InvalidArgument):
         store.add(P, [NewRecord("t", "b", T0, b"", 50)], T0, through_offset=49)
+
+
+OLD_TOPIC, NEW_TOPIC = "eBitKXXjTv20F/VbQ1eQDg", "Hm3OT9uyTEGXLPhrRa0b6Q"
+
+
+def test_the_fence_records_its_topic_with_the_add(store: DigestStore) -> None:
+    first = store.add(P, [NewRecord("t", "a", T0, b"", 19)], T0, topic_id=OLD_TOPIC)
+    assert (first.added, first.fence_after, first.fence_topic) == (1, 19, None)
+    assert store.fence(P) == Fence(19, OLD_TOPIC)
+    # a caller that cannot tell the topic (an old broker) is fenced as before; the id stays
+    blind = store.add(P, [NewRecord("t", "b", T0, b"", 20)], T0)
+    assert (blind.added, blind.fence_topic) == (1, OLD_TOPIC)
+    assert store.fence(P) == Fence(20, OLD_TOPIC)
+    assert store.applied_offset(P) == 20
+
+
+def test_a_fence_of_another_topic_applies_nothing_and_says_whose_it_is(
+    store: DigestStore,
+) -> None:
+    store.add(P, [NewRecord("t", "a", T0, b"", 19)], T0, topic_id=OLD_TOPIC)
+    # the topic was deleted and created again: its offsets start at 0, below the old fence
+    recreated = store.add(P, [NewRecord("u", "b", T0, b"", 0)], T0, topic_id=NEW_TOPIC)
+    assert recreated == AddResult([], 0, 0, 0, 19, 19, OLD_TOPIC)
+    assert store.inspect(P, "u").state == "absent"
+    assert store.fence(P) == Fence(19, OLD_TOPIC)
+    # the caller resets the fence for the new topic: nothing applied yet, then reads it all
+    store.set_applied_offset(P, None, topic_id=NEW_TOPIC)
+    assert store.fence(P) == Fence(None, NEW_TOPIC)
+    assert store.stats(P).applied_offset is None
+    again = store.add(P, [NewRecord("u", "b", T0, b"", 0)], T0, topic_id=NEW_TOPIC)
+    assert (again.added, again.ready, again.fence_before, again.fence_topic) == (
+        1,
+        ["u"],
+        None,
+        NEW_TOPIC,
+    )
+    assert store.fence(P) == Fence(0, NEW_TOPIC)
+    # a zombie still reading the old topic is refused in turn
+    stale = store.add(P, [NewRecord("v", "c", T0, b"", 20)], T0, topic_id=OLD_TOPIC)
+    assert (stale.added, stale.fence_topic) == (0, NEW_TOPIC)
+
+
+def test_a_fence_without_a_topic_takes_the_callers(store: DigestStore) -> None:
+    # a fence written before topic ids (or by an admin replay) takes the first topic id
+    # that comes with an add, even one that applies nothing
+    store.set_applied_offset(P, 7)
+    assert store.fence(P) == Fence(7, None)
+    replay = store.add(P, [NewRecord("t", "a", T0, b"", 7)], T0, topic_id=OLD_TOPIC)
+    assert (replay.added, replay.skipped, replay.fence_topic) == (0, 1, None)
+    assert store.fence(P) == Fence(7, OLD_TOPIC)
+    # an add that finds no fence at all writes both
+    store.add(1, [NewRecord("t", "a", T0, b"", 3)], T0, topic_id=NEW_TOPIC)
+    assert store.fence(1) == Fence(3, NEW_TOPIC)
+    # removing the fence removes its topic too
+    store.set_applied_offset(P, None)
+    assert store.fence(P) == Fence(None, None)
+
+
+def test_the_topic_check_comes_before_the_expected_fence(store: DigestStore) -> None:
+    store.add(P, [NewRecord("t", "a", T0, b"", 19)], T0, topic_id=OLD_TOPIC)
+    result = store.add(
+        P, [NewRecord("t", "b", T0, b"", 40)], T0, expected_fence=30, topic_id=NEW_TOPIC
+    )
+    assert result == AddResult([], 0, 0, 0, 19, 19, OLD_TOPIC)
+
+
+@pytest.mark.parametrize("bad", ["", "a|b", "x" * 65, 5])
+def test_topic_ids_are_checked(store: DigestStore, bad: object) -> None:
+    with pytest.raises(InvalidArgument):
+        store.add(P, [], T0, through_offset=1, topic_id=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        store.set_applied_offset(P, 1, topic_id=bad)  # type: ignore[arg-type]
+    assert store.fence(P) == Fence(None, None)
 
 
 # ------------------------------------------------------------------------------ schedule

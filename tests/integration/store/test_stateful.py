@@ -17,6 +17,7 @@ from digest_stream.store import (
     DigestStore,
     DueBatch,
     DueTimeline,
+    Fence,
     MemoryStore,
     NewRecord,
     PartitionStats,
@@ -70,11 +71,17 @@ def stats_of(store: DigestStore, partition: int) -> PartitionStats:
     return store.stats(partition)
 
 
+def fence_of(store: DigestStore, partition: int) -> Fence:
+    return store.fence(partition)
+
+
 def inspect_of(store: DigestStore, partition: int, timeline: str) -> TimelineInfo:
     return store.inspect(partition, timeline)
 
 
 partitions = st.sampled_from(PARTITIONS)
+#: Topic incarnations (Kafka topic ids, base64) and "not known".
+topics = st.sampled_from([None, "AAAAAAAAAAAAAAAAAAAAAQ", "eBitKXXjTv20F/VbQ1eQDg"])
 timelines = st.sampled_from(TIMELINES)
 entries = st.lists(
     st.tuples(
@@ -128,6 +135,7 @@ class StoreComparison(RuleBasedStateMachine):
         # mostly no expectation; sometimes one the store may be behind of
         expected=st.integers(-120, 40).map(lambda x: None if x < 0 else x),
         extra=st.none() | st.integers(0, 3),
+        topic=topics,
     )
     def add(
         self,
@@ -136,6 +144,7 @@ class StoreComparison(RuleBasedStateMachine):
         replay: int,
         expected: int | None,
         extra: int | None,
+        topic: str | None,
     ) -> None:
         # replay > 0 re-sends offsets already applied, as after a crash before the commit;
         # extra > 0 stands for trailing messages that went to the DLQ (through_offset)
@@ -152,7 +161,12 @@ class StoreComparison(RuleBasedStateMachine):
         now = self.clock.now()
         self.both(
             lambda store: store.add(
-                partition, records, now, expected_fence=expected, through_offset=through
+                partition,
+                records,
+                now,
+                expected_fence=expected,
+                through_offset=through,
+                topic_id=topic,
             )
         )
 
@@ -203,9 +217,9 @@ class StoreComparison(RuleBasedStateMachine):
     def delete(self, partition: int, timeline: str) -> None:
         self.both(lambda store: store.delete(partition, timeline))
 
-    @rule(partition=partitions, offset=st.none() | st.integers(0, 40))
-    def set_fence(self, partition: int, offset: int | None) -> None:
-        self.both(lambda store: store.set_applied_offset(partition, offset))
+    @rule(partition=partitions, offset=st.none() | st.integers(0, 40), topic=topics)
+    def set_fence(self, partition: int, offset: int | None, topic: str | None) -> None:
+        self.both(lambda store: store.set_applied_offset(partition, offset, topic_id=topic))
         if offset is not None:
             self.next_offset[partition] = offset + 1
 
@@ -213,6 +227,7 @@ class StoreComparison(RuleBasedStateMachine):
     def same_view(self) -> None:
         for partition in PARTITIONS:
             self.both(partial(stats_of, partition=partition))
+            self.both(partial(fence_of, partition=partition))
             for timeline in TIMELINES:
                 self.both(partial(inspect_of, partition=partition, timeline=timeline))
 

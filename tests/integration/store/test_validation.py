@@ -75,12 +75,16 @@ BAD_RECORDS = [
 ]
 
 
+# RedisStore checks ASCII names inline and hands anything else to the full check: a bad
+# record must be refused behind a good record of either kind.
+@pytest.mark.parametrize("lead", ["t", "tö"])
 @pytest.mark.parametrize("bad", BAD_RECORDS, ids=range(len(BAD_RECORDS)))
-def test_bad_records_refuse_the_whole_batch(store: DigestStore, bad: NewRecord) -> None:
-    good = NewRecord("t", "ok", T0, b"", 0)
+def test_bad_records_refuse_the_whole_batch(store: DigestStore, bad: NewRecord, lead: str) -> None:
+    good = NewRecord(lead, "ok", T0, b"", 0)
     with pytest.raises(InvalidArgument):
         store.add(0, [good, bad], T0)
     assert store.inspect(0, "t").pending == 0
+    assert store.inspect(0, lead).pending == 0
     assert store.applied_offset(0) is None
 
 
@@ -162,7 +166,7 @@ def test_lua_refuses_bad_policies(
     client: RedisClient, tag: str, policy: list[object], expected: str
 ) -> None:
     message = guard(
-        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", 1, *policy, 1, "a", T0, 0, b"p"
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", 1, *policy, 1, "a", T0, 0, b"p"
     )
     assert message.startswith("invalid_argument: ")
     assert expected in message
@@ -184,7 +188,7 @@ def test_lua_refuses_bad_records_and_writes_nothing(
 ) -> None:
     good = [1, "ok", T0, 0, b"p"]
     message = guard(
-        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", 1, *policy_args(), *good, *record
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", 1, *policy_args(), *good, *record
     )
     assert expected in message
     assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
@@ -193,12 +197,14 @@ def test_lua_refuses_bad_records_and_writes_nothing(
 @pytest.mark.parametrize(
     ("head", "expected"),
     [
-        ([-1, 3600, 16, "", "", 0], "now must be >= 0"),
-        ([T0, 0, 16, "", "", 0], "ttl must be > 0"),
-        ([T0, 3600, 129, "", "", 0], "inline record limit must be an integer"),
-        ([T0, 3600, 16, -1, "", 0], "expected fence must be an integer"),
-        ([T0, 3600, 16, "", 1.5, 0], "through offset must be an integer"),
-        ([T0, 3600, 16, "", "", 2], "fields per timeline"),
+        ([-1, 3600, 16, "", "", "", 0], "now must be >= 0"),
+        ([T0, 0, 16, "", "", "", 0], "ttl must be > 0"),
+        ([T0, 3600, 129, "", "", "", 0], "inline record limit must be an integer"),
+        ([T0, 3600, 16, -1, "", "", 0], "expected fence must be an integer"),
+        ([T0, 3600, 16, "", 1.5, "", 0], "through offset must be an integer"),
+        ([T0, 3600, 16, "", "", "a|b", 0], "topic id must be"),
+        ([T0, 3600, 16, "", "", "x" * 65, 0], "topic id must be"),
+        ([T0, 3600, 16, "", "", "", 2], "fields per timeline"),
     ],
 )
 def test_lua_refuses_bad_add_headers(
@@ -208,9 +214,8 @@ def test_lua_refuses_bad_add_headers(
 
 
 def test_lua_refuses_records_past_through_offset(client: RedisClient, tag: str) -> None:
-    message = guard(
-        client, "ds_add", add_keys(tag), T0, 3600, 16, "", 4, 1, *policy_args(), 1, "a", T0, 5, b""
-    )
+    head = [T0, 3600, 16, "", 4, "", 1]
+    message = guard(client, "ds_add", add_keys(tag), *head, *policy_args(), 1, "a", T0, 5, b"")
     assert "invalid_argument: record offset 5 is past through_offset 4" in message
 
 
@@ -231,6 +236,7 @@ def test_lua_refuses_foreign_keys(client: RedisClient, tag: str) -> None:
         client, "ds_fence_set", ["plain-key"], 1, 3600
     )
     assert "invalid_argument: offset" in guard(client, "ds_fence_set", [fence_key(tag)], -4, 3600)
+    assert "invalid_argument: topic id" in guard(client, "ds_fence_set", [fence_key(tag)], 4, "a|b")
     keys = [timeline_key(tag, "t"), digest_key(tag, "t"), waiting_key(tag), ready_key(tag)]
     assert "invalid_argument: KEYS[1]" in guard(client, "ds_delete", keys, "u")
 

@@ -33,3 +33,11 @@ def test_pid_files_only_match_their_own_process(tmp_path: os.PathLike[str]) -> N
     # A pid file pointing at an unrelated live process (this test) must not be treated as ours.
     assert not process.alive(os.getpid(), "kafka.Kafka")
     assert process.alive(os.getpid(), "python") or process.alive(os.getpid(), "pytest")
+
+
+def test_the_registry_is_exported_for_opting_in_not_as_the_setting() -> None:
+    lines = devstack.Endpoints().exports(cluster=False, registry=True)
+    assert f"export {devstack.REGISTRY_ENV}={devstack.Endpoints().registry_url}" in lines
+    assert devstack.Endpoints().registry_url.endswith("/apis/ccompat/v7")
+    # Exporting the setting itself would switch every command and test to registry mode.
+    assert not any("DIGEST_STREAM_SCHEMA_REGISTRY_URL=" in line for line in lines)

@@ -5,7 +5,7 @@ Only for unit tests of the roles' logic; integration tests use the real broker.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -168,3 +168,16 @@ class FakeProducer:
     def on(self, topic: str) -> list[tuple[bytes | None, bytes | None]]:
         """Acknowledged (key, value) pairs of one topic."""
         return [(k, v) for t, k, v in self.produced if t == topic]
+
+
+@dataclass
+class FakeTopics:
+    """The events topic as a broker would describe it: an id (None: cannot tell) and ends."""
+
+    topic_id: str | None = "AAAAAAAAAAAAAAAAAAAAAQ"
+    ends: dict[int, int] = field(default_factory=dict)
+    refreshes: int = 0
+
+    def refresh(self, partitions: Collection[int]) -> dict[int, int]:
+        self.refreshes += 1
+        return {p: self.ends[p] for p in partitions if p in self.ends}

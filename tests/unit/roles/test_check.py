@@ -66,3 +66,42 @@ def test_carried_headers_travel_in_the_stored_payload() -> None:
     headers, event = envelope.unwrap(record.payload)
     assert event == value
     assert headers == [("trace", b"abc")]
+
+
+def test_the_key_limit_is_in_bytes_on_either_side_of_the_fast_path() -> None:
+    rules = Rules(max_event_bytes=100_000, max_event_age=None, carry_headers=frozenset())
+    at_limit = "é" * (MAX_NAME_BYTES // 2)  # 2 bytes each: exactly the limit
+    record = check(at_limit.encode(), _event(), None, 7, NOW, rules)
+    assert isinstance(record, NewRecord)
+    assert record.timeline == at_limit
+    for key in ((at_limit + "x").encode(), at_limit + "x"):
+        outcome = check(key, _event(), None, 7, NOW, rules)
+        assert isinstance(outcome, Rejected)
+        assert outcome.reason == "invalid-key"
+    assert isinstance(check("team-1", _event(), None, 7, NOW, rules), NewRecord)
+
+
+def test_a_record_id_at_the_byte_limit_passes_and_one_past_it_is_refused() -> None:
+    rules = Rules(max_event_bytes=100_000, max_event_age=None, carry_headers=frozenset())
+    at_limit = "€" * (MAX_NAME_BYTES // 4)  # 3 bytes each: under the limit, past 256 chars
+    long_id = "€" * (MAX_NAME_BYTES // 3 + 1)  # 1,026 bytes
+    assert isinstance(check(b"t", _event(id=at_limit), None, 7, NOW, rules), NewRecord)
+    assert isinstance(check(b"t", _event(id="x" * MAX_NAME_BYTES), None, 7, NOW, rules), NewRecord)
+    outcome = check(b"t", _event(id=long_id), None, 7, NOW, rules)
+    assert isinstance(outcome, Rejected)
+    assert outcome.reason == "invalid-id"
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (_event() + b"\x00", "trailing-bytes"),
+        (_event()[:-3], "truncated"),
+        (b"\x00\x00\x00\x00", "invalid-value"),  # an empty id
+        (b"\x02\xff\x00\x00\x00", "invalid-avro"),
+    ],
+)
+def test_decode_refusals_keep_the_codecs_reason(value: bytes, reason: str) -> None:
+    outcome = check(b"t", value, None, 7, NOW, RULES)
+    assert isinstance(outcome, Rejected)
+    assert outcome.reason == reason

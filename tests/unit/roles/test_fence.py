@@ -80,3 +80,104 @@ def test_a_fence_gone_replays_or_applies_now_as_the_policy_says() -> None:
     assert cont.apply_now
     assert cont.expected is None
     assert "before this batch are LOST" in cont.message
+
+
+# ---------------------------------------------------------------- offsets belong to a topic
+
+OLD, NEW = "XJZlQJpjSHCHp8eFP2gP5w", "rHsPZJPATkK3iNAC8jgMdg"
+
+
+def test_a_fence_of_another_topic_is_replayed_from_the_beginning_and_reset() -> None:
+    decision = fence.start(
+        0, committed=-1001, fence=19, policy="replay", fence_topic=OLD, topic_id=NEW, end=5
+    )
+    assert (decision.offset, decision.expected, decision.cause, decision.reset) == (
+        OFFSET_BEGINNING,
+        None,
+        "topic_changed",
+        True,
+    )
+    assert decision.level == logging.ERROR
+    assert f"topic id changed {OLD} -> {NEW}" in decision.message
+    assert "the fence 19 was the old topic's" in decision.message
+    assert "on_state_loss=replay" in decision.message
+
+
+def test_a_fence_of_another_topic_with_continue_starts_at_the_commit() -> None:
+    decision = fence.start(
+        0, committed=3, fence=19, policy="continue", fence_topic=OLD, topic_id=NEW
+    )
+    assert (decision.offset, decision.expected, decision.cause, decision.reset) == (
+        3,
+        None,
+        "topic_changed",
+        True,
+    )
+    assert "from the committed offset 3 on (records before it are NOT read)" in decision.message
+
+
+def test_a_fence_of_another_topic_with_continue_and_no_commit_starts_where_reset_says() -> None:
+    decision = fence.start(
+        0, committed=-1001, fence=19, policy="continue", fence_topic=OLD, topic_id=NEW
+    )
+    assert (decision.offset, decision.cause, decision.reset) == (
+        OFFSET_INVALID,
+        "topic_changed",
+        True,
+    )
+    assert "where auto.offset.reset says" in decision.message
+
+
+def test_the_same_topic_or_an_unknown_id_is_no_change() -> None:
+    same = fence.start(0, committed=20, fence=19, policy="replay", fence_topic=OLD, topic_id=OLD)
+    assert same == fence.Decision(20, 19)
+    # an old broker (no id now) or a fence from before topic ids: fenced as before
+    assert fence.start(0, 20, 19, "replay", fence_topic=OLD, topic_id=None) == same
+    assert fence.start(0, 20, 19, "replay", fence_topic=None, topic_id=NEW) == same
+
+
+def test_a_fence_at_or_past_the_partition_end_is_an_offset_reset() -> None:
+    decision = fence.start(0, committed=20, fence=19, policy="replay", end=5)
+    assert (decision.offset, decision.cause, decision.reset) == (
+        OFFSET_BEGINNING,
+        "offset_reset",
+        True,
+    )
+    assert "the fence 19 is at or past the end of the partition (5)" in decision.message
+    at_end = fence.start(0, committed=20, fence=19, policy="continue", end=19)
+    assert (at_end.offset, at_end.cause) == (20, "offset_reset")
+    # fully consumed: the fence is the last offset, the end the next one
+    assert fence.start(0, committed=20, fence=19, policy="replay", end=20) == fence.Decision(20, 19)
+
+
+def test_a_fence_reset_for_a_new_topic_reads_it_as_the_policy_said() -> None:
+    # reset with nothing applied yet (a crash before the first add): no second alarm
+    replay = fence.start(0, committed=50, fence=None, policy="replay", fence_topic=NEW)
+    assert replay == fence.Decision(OFFSET_BEGINNING, None)
+    cont = fence.start(0, committed=50, fence=None, policy="continue", fence_topic=NEW)
+    assert cont == fence.Decision(50, None)
+    fresh = fence.start(0, committed=-1001, fence=None, policy="continue", fence_topic=NEW)
+    assert fresh == fence.Decision(OFFSET_BEGINNING, None)
+
+
+def test_a_running_partition_on_another_topic_replays_or_applies_the_batch_now() -> None:
+    replay = fence.foreign(
+        1, "replay", fence=10, fence_topic=OLD, topic_id=NEW, end=None, resume_at=None
+    )
+    assert replay is not None
+    assert (replay.offset, replay.cause, replay.reset, replay.apply_now) == (
+        OFFSET_BEGINNING,
+        "topic_changed",
+        True,
+        False,
+    )
+    cont = fence.foreign(
+        1, "continue", fence=10, fence_topic=OLD, topic_id=NEW, end=None, resume_at=None
+    )
+    assert cont is not None
+    assert (cont.cause, cont.reset, cont.apply_now) == ("topic_changed", True, True)
+    assert "reading it from this batch on" in cont.message
+    assert fence.foreign(1, "replay", fence=10, fence_topic=OLD, topic_id=OLD,
+                         end=11, resume_at=None) is None  # fmt: skip
+    assert fence.foreign(1, "replay", fence=None, fence_topic=None, topic_id=NEW,
+                         end=0, resume_at=None) is None  # fmt: skip

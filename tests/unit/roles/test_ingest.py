@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import pytest
 import redis
+from confluent_kafka import OFFSET_BEGINNING
 
 from digest_stream.clock import SystemClock
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest import Ingest
 from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore
-from digest_stream.store.base import AddResult
+from digest_stream.store.base import AddResult, Fence
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event, ScheduleReason
-from tests.unit.roles.fakes import FakeConsumer, FakeProducer, message
+from tests.unit.roles.fakes import FakeConsumer, FakeProducer, FakeTopics, message
 
 EVENTS, SCHEDULE, DLQ = "events", "schedule", "dlq"
 
@@ -51,6 +52,7 @@ class Rig:
         self.consumer = FakeConsumer(EVENTS)
         self.producer = FakeProducer()
         self.metrics = Metrics()
+        self.topics = FakeTopics()
         self.ingest = Ingest(
             self.settings,
             self.store,
@@ -59,6 +61,7 @@ class Rig:
             self.producer.as_producer(),
             None,
             consumer=self.consumer.as_consumer(),
+            topics=self.topics,
         )
         self.ingest.start(lambda: False)
         self.offsets = 0
@@ -173,3 +176,82 @@ def test_a_refused_call_that_is_a_bug_still_stops_the_role() -> None:
     rig.send(b"t", "r0")
     with pytest.raises(redis.ResponseError, match="wrong number"):
         rig.step_until(lambda: False)
+
+
+# ---------------------------------------------------------------- offsets belong to a topic
+
+OLD, NEW = "XJZlQJpjSHCHp8eFP2gP5w", "rHsPZJPATkK3iNAC8jgMdg"
+
+
+def _queue(rig: Rig, partition: int, offsets: range, prefix: str) -> None:
+    now_ms = int(time.time() * 1000)
+    for offset in offsets:
+        value = codec.encode_event(Event(id=f"{prefix}{offset}", timestamp=now_ms, payload=b"p"))
+        rig.consumer.queued.append(
+            message(EVENTS, partition, offset, f"{prefix}{offset}".encode(), value)
+        )
+
+
+def test_an_assignment_on_a_recreated_topic_replays_it_and_resets_the_fence() -> None:
+    rig = Rig()
+    rig.store.set_applied_offset(0, 19, topic_id=OLD)
+    rig.topics.topic_id, rig.topics.ends = NEW, {0: 5}
+    rig.consumer.assign([0])
+    assert [(tp.partition, tp.offset) for tp in rig.consumer.assigned] == [(0, OFFSET_BEGINNING)]
+    assert rig.store.fence(0) == Fence(None, NEW)
+    assert rig.metrics.value("digest_replays_total", cause="topic_changed") == 1
+    _queue(rig, 0, range(5), "new-")
+    rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 5)
+    assert rig.store.fence(0) == Fence(4, NEW)
+    assert all(rig.store.inspect(0, f"new-{n}").state == "ready" for n in range(5))
+    assert rig.metrics.value("digest_events_skipped_total") == 0
+
+
+def test_a_topic_recreated_under_a_running_partition_is_read_not_skipped() -> None:
+    rig = Rig()
+    rig.consumer.assign([0])
+    _queue(rig, 0, range(20), "old-")
+    rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 20)
+    assert rig.store.fence(0) == Fence(19, rig.topics.topic_id)
+    # deleted and created again: librdkafka resets the position to the beginning by itself
+    rig.topics.topic_id = NEW
+    _queue(rig, 0, range(5), "new-")
+    rig.step_until(lambda: (0, OFFSET_BEGINNING) in rig.consumer.seeks)
+    assert rig.metrics.value("digest_replays_total", cause="topic_changed") == 1
+    assert rig.store.fence(0) == Fence(None, NEW)
+    _queue(rig, 0, range(5), "new-")  # read again after the seek
+    rig.step_until(lambda: rig.store.fence(0) == Fence(4, NEW))
+    assert all(rig.store.inspect(0, f"new-{n}").state == "ready" for n in range(5))
+    assert rig.metrics.value("digest_events_skipped_total") == 0
+
+
+def test_an_offset_reset_without_topic_ids_is_caught_by_the_partition_end() -> None:
+    rig = Rig()
+    rig.topics.topic_id = None  # an old broker: no topic ids
+    rig.consumer.assign([0])
+    _queue(rig, 0, range(20), "old-")
+    rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 20)
+    rig.topics.ends = {0: 5}
+    _queue(rig, 0, range(5), "new-")
+    rig.step_until(lambda: (0, OFFSET_BEGINNING) in rig.consumer.seeks)
+    assert rig.metrics.value("digest_replays_total", cause="offset_reset") == 1
+    assert rig.store.fence(0) == Fence(None, None)
+
+
+def test_a_stale_topic_id_is_refreshed_instead_of_losing_state() -> None:
+    rig = Rig()
+    rig.topics.topic_id = OLD
+    rig.consumer.assign([0])
+    # another owner already stored the recreated topic under its new id
+    rig.store.set_applied_offset(0, 2, topic_id=NEW)
+    refresh = rig.topics.refresh
+
+    def broker_says_new(partitions: Collection[int]) -> dict[int, int]:
+        rig.topics.topic_id = NEW
+        return refresh(partitions)
+
+    rig.topics.refresh = broker_says_new  # type: ignore[method-assign]
+    _queue(rig, 0, range(3, 5), "new-")
+    rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 5)
+    assert rig.store.fence(0) == Fence(4, NEW)
+    assert rig.metrics.value("digest_replays_total", cause="topic_changed") == 0

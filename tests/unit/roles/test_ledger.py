@@ -56,3 +56,17 @@ def test_to_commit_can_be_limited_to_some_partitions() -> None:
         ledger.assign(p, 0, None)
         ledger.book(p, last=p, fence=p)
     assert ledger.to_commit({1, 2}) == {1: 2, 2: 3}
+
+
+def test_a_batch_at_or_before_what_was_taken_is_a_rewind_unless_we_moved() -> None:
+    ledger = Ledger()
+    ledger.assign(0, 0, None)
+    assert not ledger.taken(0, 0, 9)
+    assert not ledger.taken(0, 10, 19)
+    assert ledger.taken(0, 0, 4)  # the client went back by itself
+    ledger.moved(0, 0)  # our own seek is not a rewind
+    assert not ledger.taken(0, 0, 4)
+    assert not ledger.taken(1, 0, 4)  # not owned
+    ledger.stored_under(0, "id")
+    assert ledger.topic(0) == "id"
+    assert ledger.topic(1) is None

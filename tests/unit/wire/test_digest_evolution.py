@@ -10,7 +10,7 @@ import fastavro
 import pytest
 
 from digest_stream.wire import codec
-from digest_stream.wire.models import Digest, DigestReason, Record
+from digest_stream.wire.models import Digest, DigestReason, Event, Record
 
 
 def _explained() -> Digest:
@@ -112,3 +112,27 @@ def test_split_parts_share_reason_total_and_next_delivery_and_fit() -> None:
         )
         assert len(codec.encode_digest(part)) <= 2_000
         assert codec.encoded_digest_size(part) == len(codec.encode_digest(part))
+
+
+def test_the_fast_path_bytes_carry_the_explanation_like_the_model_encoding() -> None:
+    from digest_stream.wire.digest_bytes import whole_digest
+
+    events = [
+        codec.encode_event(Event(id="b", timestamp=2_000, payload=b"B")),
+        codec.encode_event(Event(id="a", timestamp=1_000, payload=b"A", attributes={"k": "v"})),
+    ]
+    value = whole_digest(
+        "d", "t", events, [2_000, 1_000], 3, 2_100,
+        reason=DigestReason.SCHEDULE, total=5, next_delivery_at=86_400_000,
+    )  # fmt: skip
+    digest = codec.decode_digest(value)
+    assert (digest.reason, digest.total, digest.next_delivery_at) == (
+        DigestReason.SCHEDULE,
+        5,
+        86_400_000,
+    )
+    assert [(r.id, r.count, r.first_seen) for r in digest.records] == [
+        ("b", 1, None),
+        ("a", 1, None),
+    ]
+    assert codec.encode_digest(digest) == value

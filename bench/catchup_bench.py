@@ -1,0 +1,340 @@
+"""Scenarios 7 and 8: catching up a backlog from cold, and delivery throughput.
+
+    python -m bench.catchup_bench [--quick] [--only catchup,delivery,processes]
+
+As a new user would meet the service: a backlog of events (200-byte payloads, 4 partitions)
+is produced first, then `digest-stream run` starts with default settings (bench/latency_bench's
+Service: private topics, groups and namespace; stopped by pid).
+
+- catchup: at 1, 20 and 1,000 events per timeline, all roles in one process, timed until the
+  ingest group's committed offsets reach the end of the topic. Against a bare consume+decode
+  loop (bench/ingest_bench's raw runner) over the same topic in the same repetition.
+- delivery: a backlog of events on as many new timelines (every event an immediate digest).
+  The ingest and scheduler roles run first and put one schedule entry per timeline on the
+  schedule topic; then they stop and the delivery role alone starts, timed until the delivery
+  group's committed offsets reach the end of the schedule topic. Against a bare produce loop:
+  the service's idempotent producer settings, the same number of messages of a digest's size
+  with the same keys, one flush at the end.
+- processes: the 20-per-timeline catch-up with one process and with two processes of all
+  roles on this machine (the events/s a second process adds).
+
+Rates: "from cold" divides the backlog by the seconds from launch to the end (process start,
+group join, library load included); "steady" counts from the first commit seen (polled every
+50 ms) and divides what was committed after it by the seconds after it, the way scenario 1
+leaves out joining. The ratios use the steady rates.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from bench.common import (
+    Stack,
+    create_topics,
+    delete_topics,
+    machine,
+    produce,
+    ratio,
+    run_args,
+    run_part,
+    stack,
+    summary,
+    unique,
+    write_result,
+)
+from bench.ingest_bench import run_raw
+from bench.latency_bench import PARTITIONS, Service
+from digest_stream.kafka import producer_config
+from digest_stream.settings import Settings
+from digest_stream.wire import codec
+from digest_stream.wire.models import Digest, Event, Record
+
+PAYLOAD = 200
+POLL = 0.05
+CATCHUP_TIMEOUT = 300.0
+
+
+def backlog(count: int, per_timeline: int, prefix: str) -> list[tuple[bytes, bytes]]:
+    """`count` events, `per_timeline` consecutive ones per timeline (key = timeline)."""
+    payload = os.urandom(PAYLOAD)
+    now_ms = int(time.time() * 1000)
+    return [
+        (
+            f"{prefix}-{i // per_timeline:07d}".encode(),
+            codec.encode_event(Event(id=f"e-{i:08d}", timestamp=now_ms, payload=payload)),
+        )
+        for i in range(count)
+    ]
+
+
+def _ends(env: Stack, topic: str) -> list[TopicPartition]:
+    """The high watermarks of every partition of a topic."""
+    consumer = Consumer({"bootstrap.servers": env.bootstrap, "group.id": unique("wm")})
+    try:
+        return [
+            TopicPartition(topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p))[1])
+            for p in range(PARTITIONS)
+        ]
+    finally:
+        consumer.close()
+
+
+class Committed:
+    """Polls a group's committed offsets on a topic until they reach the given ends."""
+
+    def __init__(self, env: Stack, group: str, ends: list[TopicPartition]) -> None:
+        self.ends = {tp.partition: tp.offset for tp in ends}
+        self.total = sum(self.ends.values())
+        self.consumer = Consumer({"bootstrap.servers": env.bootstrap, "group.id": group})
+        self.topic = ends[0].topic
+
+    def done(self) -> int:
+        """Messages below the committed offsets (capped at the ends)."""
+        tps = [TopicPartition(self.topic, p) for p in self.ends]
+        got = self.consumer.committed(tps, timeout=10)
+        return sum(min(max(tp.offset, 0), self.ends[tp.partition]) for tp in got)
+
+    def wait(self, service: Service, started: float) -> dict[str, float]:
+        """Wait until everything is committed: from-cold and steady rates."""
+        first: tuple[float, int] | None = None
+        try:
+            while True:
+                service.check()
+                done = self.done()
+                now = time.perf_counter()
+                if done and first is None:
+                    first = (now, done)
+                if done >= self.total:
+                    break
+                if now - started > CATCHUP_TIMEOUT:
+                    raise RuntimeError(
+                        f"{done} of {self.total} committed after {CATCHUP_TIMEOUT} s:\n"
+                        f"{service.tail()}"
+                    )
+                time.sleep(POLL)
+        finally:
+            self.consumer.close()
+        assert first is not None
+        steady_seconds = now - first[0]
+        return {
+            "cold": self.total / (now - started),
+            "steady": (self.total - first[1]) / steady_seconds if steady_seconds else 0.0,
+            "seconds": now - started,
+        }
+
+
+def catch_up(env: Stack, pairs: list[tuple[bytes, bytes]], processes: int = 1) -> dict[str, float]:
+    """One from-cold run of `digest-stream run` (all roles) over a fresh backlog."""
+    with Service(env, start=False) as service:
+        produce(env.bootstrap, service.topics["events"], pairs)
+        ends = _ends(env, service.topics["events"])
+        started = service.launch(processes=processes)
+        return Committed(env, service.group, ends).wait(service, started)
+
+
+def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
+    """Scenario 7: catch-up from cold at 1, 20 and 1,000 events per timeline vs raw."""
+    result: dict[str, Any] = {"events": count, "payload_bytes": PAYLOAD, "shapes": {}}
+    for per_timeline in (1, 20, 1000):
+        pairs = backlog(count, per_timeline, "c")
+        raw_topic = unique("raw")
+        create_topics(env.bootstrap, [raw_topic], PARTITIONS)
+        raw, cold, steady = [], [], []
+        try:
+            produce(env.bootstrap, raw_topic, pairs)
+            for _ in range(reps):
+                raw.append(run_raw(env, raw_topic, count, 1000))
+                run = catch_up(env, pairs)
+                cold.append(run["cold"])
+                steady.append(run["steady"])
+        finally:
+            delete_topics(env.bootstrap, [raw_topic])
+        result["shapes"][str(per_timeline)] = {
+            "raw": summary(raw),
+            "from_cold": summary(cold),
+            "steady": summary(steady),
+            "steady_vs_raw": ratio(steady, raw),
+            "cold_vs_raw": ratio(cold, raw),
+        }
+        print(
+            f"  {per_timeline}/timeline: steady {summary(steady)['median']:,}/s, "
+            f"from cold {summary(cold)['median']:,}/s, raw {summary(raw)['median']:,}/s, "
+            f"ratio {ratio(steady, raw)['median']}",
+            flush=True,
+        )
+    result["targets"] = {"1": 0.15, "20": 0.30, "1000": 0.45}
+    return result
+
+
+def bare_produce(env: Stack, keys: list[bytes], size: int) -> float:
+    """msgs/s of an idempotent producer (the service's settings) sending `len(keys)` messages
+    of `size` bytes, produce all then one flush, to a fresh 4-partition topic."""
+    topic = unique("bare")
+    create_topics(env.bootstrap, [topic], PARTITIONS)
+    settings = Settings(kafka_bootstrap_servers=env.bootstrap, redis_url=env.redis_url)
+    producer = Producer(producer_config(settings))
+    value = os.urandom(size)
+    failures: list[str] = []
+
+    def on_delivery(error: Any, _message: Any) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    try:
+        producer.produce(topic, key=b"warm", value=value, on_delivery=on_delivery)
+        producer.flush(30)  # connected and the producer id assigned: outside the timing
+        started = time.perf_counter()
+        for key in keys:
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        if producer.flush(60) or failures:
+            raise RuntimeError(f"bare producer failed: {failures[:3]}")
+        return len(keys) / (time.perf_counter() - started)
+    finally:
+        delete_topics(env.bootstrap, [topic])
+
+
+def _digest_size(pairs: list[tuple[bytes, bytes]]) -> int:
+    """Bytes of the digest one event becomes (the output message the bare loop imitates)."""
+    event = codec.decode_event(pairs[0][1])
+    record = Record.from_event(event)
+    whole = Digest.build(
+        id="0" * 32, timeline=pairs[0][0].decode(), records=[record], opened_at=event.timestamp
+    )
+    return len(codec.encode_digest(whole))
+
+
+def delivery_run(env: Stack, pairs: list[tuple[bytes, bytes]]) -> dict[str, float]:
+    """Ingest+scheduler fill the schedule topic; then the delivery role alone drains it."""
+    with Service(env, start=False) as service:
+        produce(env.bootstrap, service.topics["events"], pairs)
+        events_end = _ends(env, service.topics["events"])
+        started = service.launch("ingest,scheduler")
+        Committed(env, service.group, events_end).wait(service, started)
+        # Every timeline is new, so each event put one IMMEDIATE entry on the schedule topic.
+        deadline = time.monotonic() + 60
+        while sum(tp.offset for tp in _ends(env, service.topics["schedule"])) < len(pairs):
+            service.check()
+            if time.monotonic() > deadline:
+                raise RuntimeError("the schedule entries never all arrived")
+            time.sleep(POLL)
+        service.stop()
+        schedule_end = _ends(env, service.topics["schedule"])
+        started = service.launch("delivery")
+        return Committed(env, service.delivery_group, schedule_end).wait(service, started)
+
+
+def delivery(env: Stack, count: int, reps: int) -> dict[str, Any]:
+    """Scenario 8: digests/s when every event opens a new timeline, vs a bare produce loop."""
+    pairs = backlog(count, 1, "d")
+    size = _digest_size(pairs)
+    keys = [key for key, _ in pairs]
+    bare, cold, steady = [], [], []
+    for rep in range(reps):
+        bare.append(bare_produce(env, keys, size))
+        run = delivery_run(env, pairs)
+        cold.append(run["cold"])
+        steady.append(run["steady"])
+        print(
+            f"  rep {rep + 1}: delivery {steady[-1]:,.0f} digests/s (from cold {cold[-1]:,.0f}),"
+            f" bare produce {bare[-1]:,.0f} msgs/s",
+            flush=True,
+        )
+    return {
+        "digests": count,
+        "message_bytes": size,
+        "bare_produce": summary(bare),
+        "from_cold": summary(cold),
+        "steady": summary(steady),
+        "steady_vs_bare": ratio(steady, bare),
+        "target_digests_per_s": 15_000,
+    }
+
+
+def processes(env: Stack, count: int, reps: int) -> dict[str, Any]:
+    """1 vs 2 processes of all roles on this machine, 20 events per timeline."""
+    pairs = backlog(count, 20, "p")
+    one, two = [], []
+    for _ in range(reps):
+        one.append(catch_up(env, pairs, 1)["steady"])
+        two.append(catch_up(env, pairs, 2)["steady"])
+    print(
+        f"  1 process {summary(one)['median']:,}/s, 2 processes {summary(two)['median']:,}/s",
+        flush=True,
+    )
+    return {
+        "events": count,
+        "per_timeline": 20,
+        "one": summary(one),
+        "two": summary(two),
+        "two_vs_one": ratio(two, one),
+    }
+
+
+SCENARIOS = ("catchup", "delivery", "processes")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = run_args(__doc__.splitlines()[0], SCENARIOS, "fewer events and repetitions", argv)
+    env = stack()
+    count, reps = (20_000, 1) if args.quick else (100_000, 3)
+    digests = 10_000 if args.quick else 50_000
+    result: dict[str, Any] = {"machine": machine(env.redis_url), "quick": args.quick}
+    started = time.perf_counter()
+    if args.wants("catchup"):
+        print(f"scenario 7: catch-up from cold, {count:,} events x {reps} reps", flush=True)
+        result["catchup"] = run_part(env.redis_url, args, lambda: catchup(env, count, reps))
+    if args.wants("delivery"):
+        print(f"scenario 8: delivery, {digests:,} new timelines x {reps} reps", flush=True)
+        result["delivery"] = run_part(env.redis_url, args, lambda: delivery(env, digests, reps))
+    if args.wants("processes"):
+        print(f"scenario 7: 1 vs 2 processes, {count:,} events x {reps} reps", flush=True)
+        result["processes"] = run_part(env.redis_url, args, lambda: processes(env, count, reps))
+    result["seconds"] = round(time.perf_counter() - started, 1)
+    name = "catchup_quick" if args.quick else "catchup"
+    path = write_result(name, result, args.only is not None)
+    for line in headline(result):
+        print(line)
+    print(f"wrote {path} in {result['seconds']} s")
+    return 0
+
+
+def headline(result: dict[str, Any]) -> list[str]:
+    """The catch-up and delivery ratio lines (also printed last by bench.run)."""
+    lines = []
+    if "catchup" in result:
+        block = result["catchup"]
+        for shape, row in block["shapes"].items():
+            r = row["steady_vs_raw"]
+            label = f"catch-up / raw, {shape}/timeline"
+            lines.append(
+                f"{label:<34} {r['median']:>7} [{r['min']}..{r['max']}]"
+                f"  target >= {block['targets'][shape]}  ({row['steady']['median']:,} events/s)"
+            )
+    if "delivery" in result:
+        block = result["delivery"]
+        r = block["steady_vs_bare"]
+        lines.append(
+            f"{'delivery digests/s (new timelines)':<34} {block['steady']['median']:>7,} "
+            f"[{block['steady']['min']:,}..{block['steady']['max']:,}]  target >= 15,000"
+            f"  (vs bare produce {r['median']} [{r['min']}..{r['max']}])"
+        )
+    if "processes" in result:
+        r = result["processes"]["two_vs_one"]
+        lines.append(
+            f"{'2 processes / 1, 20/timeline':<34} {r['median']:>7} [{r['min']}..{r['max']}]"
+        )
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Where each input partition is read from: at assignment, and when the consumer went back.
+
+The fence policy (fence.py) decides; this piece gathers what it needs (the group's commit, the
+store's fence and its topic id, the broker's topic id and the partition's end) and carries the
+decision out through the ledger and the applier.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from confluent_kafka import TopicPartition
+
+from digest_stream.roles.ingest import fence
+from digest_stream.roles.ingest.applier import Applier
+from digest_stream.roles.ingest.ledger import Ledger
+from digest_stream.roles.ingest.topic import TopicProbe
+from digest_stream.roles.ingest.worker import Batch
+from digest_stream.roles.retry import unavailable
+from digest_stream.roles.runner import RoleConsumer
+from digest_stream.store.base import DigestStore
+
+log = logging.getLogger(__name__)
+
+# Bounded so the assignment handler (which runs this) stays well inside the group's budget.
+COMMITTED_TIMEOUT = 10.0
+
+
+class Starts:
+    """Start positions of assigned partitions, and the check when the consumer went back."""
+
+    def __init__(
+        self,
+        store: DigestStore,
+        policy: fence.StateLoss,
+        kafka: RoleConsumer,
+        ledger: Ledger,
+        applier: Applier,
+        topics: TopicProbe,
+    ) -> None:
+        self._store = store
+        self._policy = policy
+        self._kafka = kafka
+        self._ledger = ledger
+        self._applier = applier
+        self._topics = topics
+
+    @property
+    def topic_id(self) -> str | None:
+        """The events topic's id as last seen by the broker (None: it could not tell)."""
+        return self._topics.topic_id
+
+    def assigned(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Own these partitions; returns where each starts."""
+        starts = []
+        # One bounded round trip for the topic id and every partition's end (topic.py).
+        ends = self._topics.refresh([tp.partition for tp in partitions])
+        for tp in self._kafka.committed(partitions, COMMITTED_TIMEOUT):
+            decision = self._starting(tp.partition, tp.offset, ends.get(tp.partition))
+            offset = self._act_at_start(tp.partition, decision)
+            starts.append(TopicPartition(tp.topic, tp.partition, offset))
+        return starts
+
+    def _starting(self, partition: int, committed: int, end: int | None) -> fence.Decision:
+        try:
+            found = self._store.fence(partition)
+        except redis.RedisError as exc:  # the first add checks the fence instead
+            if not unavailable(exc):
+                raise
+            log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)
+            return fence.start_without_store(committed)
+        return fence.start(
+            partition,
+            committed,
+            found.offset,
+            self._policy,
+            fence_topic=found.topic_id,
+            topic_id=self._topics.topic_id,
+            end=end,
+        )
+
+    def _act_at_start(self, partition: int, decision: fence.Decision) -> int:
+        """Own the partition as decided; returns where to start reading it."""
+        assert decision.offset is not None  # a start always names where to read
+        self._ledger.assign(partition, decision.offset, decision.expected)
+        self._applier.note(decision)
+        if decision.reset:
+            self._applier.reset_fence(partition, decision.expected, retry=False)
+        return decision.offset
+
+    def went_back(self, batch: Batch) -> bool:
+        """The consumer reset its position by itself: is this still the topic of the fence?
+
+        librdkafka resets a position past the partition's end (the topic was recreated, the
+        log truncated) to auto.offset.reset, silently. Ask the broker for the topic id (a new
+        one: the fence left is the old topic's; the store compares it too) and the partition's
+        end (a fence past it is an offset reset). False when the batch is dropped (the
+        decision seeks).
+        """
+        partition = batch.partition
+        log.warning(
+            "partition %d: the consumer went back to offset %d by itself (offset reset); "
+            "checking the topic",
+            partition,
+            batch.first,
+        )
+        end = self._topics.refresh([partition]).get(partition)
+        decision = fence.foreign(
+            partition,
+            self._policy,
+            fence=self._ledger.expected(partition),
+            fence_topic=self._ledger.topic(partition),
+            topic_id=self._topics.topic_id,
+            end=end,
+            resume_at=None,
+        )
+        if decision is None:
+            return True
+        self._applier.act(partition, decision)
+        return decision.apply_now

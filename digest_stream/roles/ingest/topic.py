@@ -1,0 +1,103 @@
+"""Which incarnation of the events topic this process reads: its topic id and partition ends.
+
+The fence's offsets only mean something for one incarnation of the topic (a topic deleted and
+created again, renamed in the settings, or mirrored to another cluster starts its offsets
+afresh). The broker names an incarnation by its topic id; the end offset (high watermark) of a
+partition tells, when the id cannot, that a fence lies beyond anything the partition holds.
+
+Both come from one admin round trip, bounded in time, because an assignment handler runs it:
+a broker that cannot tell (an old broker without topic ids, an ACL without Describe, a slow
+answer) leaves the last known id in place, or none, with one WARNING line; the fence then works
+as it did before topic ids (an offset past the end is still detected).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Collection
+from typing import Protocol
+
+from confluent_kafka import KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported for mypy in 2.16
+
+log = logging.getLogger(__name__)
+
+#: Seconds one lookup may take at most (it runs inside a rebalance handler).
+LOOKUP_TIMEOUT = 5.0
+
+
+class TopicProbe(Protocol):
+    """The events topic's id (cached) and its partitions' end offsets, as the broker says."""
+
+    @property
+    def topic_id(self) -> str | None:
+        """The topic id last seen; None when the broker never told."""
+        ...
+
+    def refresh(self, partitions: Collection[int]) -> dict[int, int]:
+        """Ask the broker again; the end offsets of those partitions that answered."""
+        ...
+
+
+class BrokerTopic:
+    """A TopicProbe over an AdminClient: one bounded round trip per refresh."""
+
+    def __init__(self, admin: AdminClient, topic: str, timeout: float = LOOKUP_TIMEOUT) -> None:
+        self._admin = admin
+        self._topic = topic
+        self._timeout = timeout
+        self._topic_id: str | None = None
+        self._warned = False
+
+    @property
+    def topic_id(self) -> str | None:
+        """The topic id last seen; None when the broker never told."""
+        return self._topic_id
+
+    def refresh(self, partitions: Collection[int]) -> dict[int, int]:
+        """Ask for the topic id and the partitions' ends at once; keep the cache on failure."""
+        described = self._admin.describe_topics(
+            TopicCollection([self._topic]), request_timeout=self._timeout
+        )[self._topic]
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped in 2.16
+        ends = self._admin.list_offsets(
+            {TopicPartition(self._topic, p): latest for p in partitions},
+            request_timeout=self._timeout,
+        ) if partitions else {}  # fmt: skip
+        concurrent.futures.wait([described, *ends.values()], timeout=self._timeout + 1.0)
+        self._admin.poll(0)  # hand librdkafka's log lines over
+        self._learn(described)
+        found: dict[int, int] = {}
+        for tp, future in ends.items():
+            if future.done() and future.exception() is None:
+                found[tp.partition] = int(future.result().offset)
+        return found
+
+    def _learn(self, described: concurrent.futures.Future[object]) -> None:
+        problem = ""
+        try:
+            uuid = getattr(described.result(timeout=0), "topic_id", None)
+        except (KafkaException, concurrent.futures.TimeoutError) as exc:
+            uuid, problem = None, str(exc) or "no answer in time"
+        if uuid is not None and (
+            uuid.get_most_significant_bits() or uuid.get_least_significant_bits()
+        ):
+            topic_id = str(uuid)
+            if self._topic_id is not None and topic_id != self._topic_id:
+                log.warning(
+                    "topic %s: its topic id changed %s -> %s", self._topic, self._topic_id, topic_id
+                )
+            self._topic_id, self._warned = topic_id, False
+            return
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "topic %s: the broker did not tell its topic id (%s); %s",
+                self._topic,
+                problem or "no topic ids on this broker",
+                f"keeping {self._topic_id}"
+                if self._topic_id
+                else "a recreated topic is detected only when its partitions end before the fence",
+            )
