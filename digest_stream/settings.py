@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import time
 from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +26,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from digest_stream.store import calendar
 from digest_stream.store.base import (
     DEFAULT_CAPACITY,
     DEFAULT_TTL,
@@ -61,6 +63,10 @@ class PolicyOverride(BaseModel):
     maximum_delay: float | None = Field(None, ge=0)
     ttl: float | None = Field(None, gt=0, le=MAX_TTL)
     capacity: int | None = Field(None, ge=1)
+    flush_at: int | None = Field(None, ge=1)
+    schedule: str | None = None
+    timezone: str | None = None
+    collapse_by: str | None = Field(None, min_length=1)
 
 
 class Settings(BaseSettings):
@@ -122,6 +128,24 @@ class Settings(BaseSettings):
     )
     capacity: int | None = Field(
         DEFAULT_CAPACITY, ge=1, description="Max records per timeline (oldest dropped, counted)."
+    )
+    flush_at: int | None = Field(
+        None,
+        ge=1,
+        description="A timeline holding this many pending records is due at once (never "
+        "sooner than 1 s after its last digest); unset = off.",
+    )
+    schedule: str | None = Field(
+        None,
+        description="5-field cron: deliver at its fire times in `timezone` instead of after a "
+        'cool-down (no leading edge), e.g. `"0 9 * * *"`; unset = off.',
+    )
+    timezone: str = Field("UTC", description="IANA timezone of `schedule` (e.g. Europe/Berlin).")
+    collapse_by: str | None = Field(
+        None,
+        min_length=1,
+        description="Attribute name: a digest's records with the same value become one "
+        "(the newest, with count and first_seen); unset = off.",
     )
     overrides: dict[str, PolicyOverride] = Field(
         default_factory=dict,
@@ -276,6 +300,17 @@ class Settings(BaseSettings):
                 f"{env_name('maintenance_timeout')} + {env_name('maintenance_interval')} "
                 f"({bound}){where}, or records expire before maintenance re-announces them"
             )
+        if policy.schedule is not None:
+            # A calendar timeline waits up to the longest gap between two fires.
+            gap = calendar.longest_gap(policy.schedule, policy.timezone, time.time())
+            bound = gap + self.maintenance_timeout + self.maintenance_interval
+            if policy.ttl <= bound:
+                raise ValueError(
+                    f"{names[2]} ({policy.ttl}) must exceed the longest gap of "
+                    f"{env_name('schedule')} {policy.schedule!r} ({gap:.0f} s) + "
+                    f"{env_name('maintenance_timeout')} + {env_name('maintenance_interval')} "
+                    f"({bound:.0f}){where}, or records expire before their digest"
+                )
 
     def policy(self) -> TimelinePolicy:
         """The default timeline policy these settings describe."""
@@ -285,6 +320,10 @@ class Settings(BaseSettings):
             maximum_delay=self.maximum_delay,
             ttl=self.ttl,
             capacity=self.capacity,
+            flush_at=self.flush_at,
+            schedule=self.schedule,
+            timezone=self.timezone,
+            collapse_by=self.collapse_by,
         )
 
     def policy_for(self, pattern: str) -> TimelinePolicy:

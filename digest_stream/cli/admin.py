@@ -11,7 +11,7 @@ import click
 from digest_stream.cli.common import event_partitions, load_settings, settings_options, when
 
 if TYPE_CHECKING:  # the store (and redis-py) loads only for the commands that use it
-    from digest_stream.store.base import TimelineInfo
+    from digest_stream.store.base import TimelineInfo, TimelinePolicy
     from digest_stream.store.redis import RedisStore
 
 
@@ -85,6 +85,8 @@ def replay(partition: int, from_offset: int, yes: bool, **flags: Any) -> None:
 def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
     """Show one timeline's state, due time, pending records and open digest."""
     _store, found = _find(timeline, partition, flags)
+    policy = load_settings(flags).resolver()(timeline)
+    click.echo(f"policy         {describe_policy(policy)}")
     if not found:
         click.echo(f"timeline {timeline} has no state (absent)")
     # Normally one partition; more after the events topic was repartitioned.
@@ -92,7 +94,9 @@ def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
         click.echo(f"timeline       {info.timeline}")
         click.echo(f"partition      {p}")
         click.echo(f"state          {info.state}")
-        click.echo(f"due            {when(info.due)}")
+        # READY: the time it became ready; WAITING: when it becomes due.
+        why = f" ({info.reason})" if info.reason else ""
+        click.echo(f"due            {when(info.due)}{why}")
         click.echo(f"last delivery  {when(info.last_delivery)}")
         click.echo(f"pending        {info.pending} records")
         click.echo(f"open digest    {info.open_digest or '-'} ({info.open_records} records)")
@@ -120,3 +124,21 @@ def stats(**flags: Any) -> None:
         click.echo(f"{p:>9} {s.waiting:>8} {s.ready:>6} {when(s.oldest_due):>26} "
                    f"{overdue:>9} {fence:>10}")  # fmt: skip
     click.echo(f"{'total':>9} {totals[0]:>8} {totals[1]:>6}")
+
+
+def describe_policy(policy: TimelinePolicy) -> str:
+    """The policy in force for a timeline, on one line."""
+    if policy.schedule is not None:
+        timing = f"schedule {policy.schedule!r} in {policy.timezone} (no leading edge)"
+    else:
+        timing = (
+            f"cool-down {policy.minimum_delay:g}s +{policy.increment_delay:g}s per event, "
+            f"at most {policy.maximum_delay:g}s"
+        )
+    parts = [timing]
+    if policy.flush_at is not None:
+        parts.append(f"flush at {policy.flush_at} records")
+    if policy.collapse_by is not None:
+        parts.append(f"collapse by {policy.collapse_by}")
+    parts.append(f"capacity {policy.capacity if policy.capacity is not None else 'unlimited'}")
+    return "; ".join(parts)

@@ -12,6 +12,7 @@ from typing import Any, Final, Self
 from confluent_kafka import KafkaError, Message, Producer
 
 from digest_stream.client.defaults import EVENTS_TOPIC, PRODUCER_DEFAULTS
+from digest_stream.wire import control
 from digest_stream.wire.codec import EVENT_SCHEMA, encode_event
 from digest_stream.wire.models import Event, validate_timeline
 from digest_stream.wire.registry import output_frame
@@ -113,11 +114,15 @@ class EventProducer:
             payload=payload,
             attributes=dict(attributes or {}),
         )
-        value = self._frame(encode_event(event))
+        self._produce(producer, timeline, key, self._frame(encode_event(event)), event.id)
+        return event
 
+    def _produce(
+        self, producer: Producer, timeline: str, key: bytes, value: bytes, what: str
+    ) -> None:
         def on_delivery(error: KafkaError | None, _message: Message) -> None:
             if error is not None:
-                self._record_failure(DeliveryFailure(timeline, event.id, str(error)))
+                self._record_failure(DeliveryFailure(timeline, what, str(error)))
 
         # The Kafka message timestamp stays the produce time (librdkafka's default), not the
         # event time: brokers reject timestamps too far from now (log.message.timestamp.*),
@@ -133,14 +138,36 @@ class EventProducer:
                 # Serving delivery reports is what frees queue space; this waits on them.
                 producer.poll(0.1)
         producer.poll(0)
-        return event
 
-    def flush(self, timeout: float = 30.0) -> None:
+    def cancel(self, timeline: str, record_id: str | None = None) -> None:
+        """Queue a cancel of the timeline's pending records (all, or the one ``record_id``).
+
+        It travels on the events topic keyed by the timeline, so the service applies it after
+        every event of that timeline sent before it. Records already in a digest being
+        delivered are not recalled. Delivered asynchronously, like `send`.
+        """
+        if record_id is not None and not record_id:
+            raise ValueError("record_id must be a non-empty record id, or None for all")
+        key = validate_timeline(timeline).encode("utf-8")
+        value = control.encode(control.Control("cancel", record_id))
+        self._produce(self._open_producer(), timeline, key, value, f"cancel {record_id or '*'}")
+
+    def flush(self, timeline: str | float | None = None, timeout: float = 30.0) -> None:
         """Wait until every queued event is delivered; raise DeliveryError for any that failed.
 
-        Raises TimeoutError when events are still queued after timeout seconds.
+        `flush(timeline)` first queues a flush of that timeline (deliver what is pending now,
+        in order after its events sent before), then waits the same way. A number as the first
+        argument is the timeout, as before. Raises TimeoutError when events are still queued
+        after timeout seconds.
         """
         producer = self._open_producer()
+        if isinstance(timeline, str):
+            key = validate_timeline(timeline).encode("utf-8")
+            self._produce(
+                producer, timeline, key, control.encode(control.Control("flush")), "flush"
+            )
+        elif timeline is not None:
+            timeout = timeline
         remaining = producer.flush(timeout)
         self._raise_failures()
         if remaining:

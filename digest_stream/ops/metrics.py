@@ -46,7 +46,7 @@ class Metrics:
         )
         self.events_dropped = Counter(
             "digest_events_dropped",
-            "Events dropped, by reason (capacity, max_age, missing_payload).",
+            "Events dropped, by reason (capacity, max_age, missing_payload, cancelled).",
             ["reason"],
             registry=r,
         )

@@ -18,16 +18,23 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.compose import compose, next_delivery_at, reason
 from digest_stream.roles.dlq import DeadLetters
 from digest_stream.roles.publish import Pending, Publisher, encoded_parts, part_budget
 from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import RoleConsumer, highest_offsets
 from digest_stream.settings import Settings
-from digest_stream.store.base import DigestStore, DigestTarget, InvalidState, OpenDigest
+from digest_stream.store.base import (
+    DigestStore,
+    DigestTarget,
+    InvalidState,
+    OpenDigest,
+    TimelinePolicy,
+)
 from digest_stream.wire import codec, envelope
 from digest_stream.wire.digest_bytes import whole_digest
 from digest_stream.wire.event_head import decode_event_head
-from digest_stream.wire.models import INT_MAX, Digest, Record, ScheduleEntry
+from digest_stream.wire.models import INT_MAX, Record, ScheduleEntry
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +63,7 @@ class Delivery:
         self._metrics = metrics
         self._producer = producer
         self._hooks = hooks
+        self._policy = settings.resolver()  # collapse_by and the next delivery time
         self._dlq = DeadLetters(producer, settings.dlq_topic, metrics, hooks=hooks)
         self._kafka = RoleConsumer(
             settings,
@@ -173,9 +181,12 @@ class Delivery:
                     "them is lost",
                     entry.timeline,
                 )
-            item = self._fast(message, entry, digest) if not self._hooks else None
+            policy = self._policy(entry.timeline)
+            # Collapsing needs the records' attributes: only the model path has them.
+            fast = not self._hooks and policy.collapse_by is None
+            item = self._fast(message, entry, digest, policy, now) if fast else None
             if item is None:
-                item = self._built(message, entry, digest)
+                item = self._built(message, entry, digest, policy, now)
             if item is None:
                 self._empty(entry, digest)
                 empty.append((entry, digest))
@@ -183,7 +194,14 @@ class Delivery:
             pending.append(item)
         return pending, empty
 
-    def _fast(self, message: Message, entry: ScheduleEntry, digest: OpenDigest) -> Pending | None:
+    def _fast(
+        self,
+        message: Message,
+        entry: ScheduleEntry,
+        digest: OpenDigest,
+        policy: TimelinePolicy,
+        now: float,
+    ) -> Pending | None:
         """The common digest: its stored event bytes become its records as they are (no
         models); None when it has no readable record or needs splitting (then _built)."""
         events: list[bytes] = []
@@ -208,25 +226,31 @@ class Delivery:
             timestamps,
             digest.dropped,
             int(digest.opened_at * 1000),
+            reason=reason(entry, digest),
+            total=len(digest.records) + digest.dropped,
+            next_delivery_at=next_delivery_at(policy, now),
         )
         budget = part_budget(digest.timeline, headers, self._settings.max_message_bytes)
         if len(value) > budget:
             return None  # split into parts by the model path
         return Pending(message, entry, digest, [value], None, headers=headers)
 
-    def _built(self, message: Message, entry: ScheduleEntry, digest: OpenDigest) -> Pending | None:
-        """A digest through the models (hooks, unreadable records, splitting); None if empty."""
+    def _built(
+        self,
+        message: Message,
+        entry: ScheduleEntry,
+        digest: OpenDigest,
+        policy: TimelinePolicy,
+        now: float,
+    ) -> Pending | None:
+        """A digest through the models (hooks, collapse_by, unreadable records, splitting);
+        None if empty."""
         carried: list[list[tuple[str, bytes]]] = []
         records = self._records(digest, carried)
         if not records:
             return None
-        whole = Digest.build(
-            id=digest.id,
-            timeline=digest.timeline,
-            records=records,
-            opened_at=int(digest.opened_at * 1000),
-            dropped=digest.dropped + (len(digest.records) - len(records)),
-        )
+        dropped = digest.dropped + (len(digest.records) - len(records))
+        whole = compose(entry, digest, records, dropped, policy, now)
         headers = envelope.digest_headers(carried) if carried else []
         parts, headers = encoded_parts(whole, headers, self._settings.max_message_bytes)
         return Pending(message, entry, digest, parts, whole, headers=headers)

@@ -20,6 +20,21 @@ DEFAULT_TTL = 7 * 24 * 3600.0
 #: ``capacity=None`` lifts the bound (opening then costs O(n log n) in Redis's C code).
 DEFAULT_CAPACITY = 10_000
 
+#: flush_at never makes a timeline due sooner than this many seconds after its last delivery:
+#: a burst of events on a timeline with a small ``flush_at`` cannot turn into a digest storm.
+#: (An explicit flush control bypasses it: someone asked for that digest.)
+FLUSH_AT_FLOOR = 1.0
+
+#: Why a timeline is (or was) due: the ``reason`` of its next digest, as the store knows it.
+#: The delivery role adds RECOVERED (a digest re-announced by maintenance or a take-over).
+REASONS = ("IMMEDIATE", "COOLDOWN", "FLUSH_AT", "SCHEDULE", "FLUSHED")
+
+#: Control operations that travel with a timeline's events (``NewRecord.control``).
+FLUSH = "flush"  # deliver what is pending now
+CANCEL = "cancel"  # remove the pending record ``id``
+CANCEL_ALL = "cancel_all"  # remove every pending record (``id`` is unused)
+CONTROLS = (FLUSH, CANCEL, CANCEL_ALL)
+
 #: Digest ids are 32 lowercase hex characters (a uuid4 hex), minted by the caller.
 DIGEST_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
 
@@ -42,13 +57,24 @@ class LibraryVersionMismatch(StoreError):
 
 @dataclass(frozen=True, slots=True)
 class TimelinePolicy:
-    """Delays (seconds) and capacity that govern one timeline."""
+    """Delays (seconds), capacity and digest policy that govern one timeline.
+
+    ``flush_at``: a WAITING timeline holding this many pending records becomes due at once
+    (never sooner than FLUSH_AT_FLOOR after its last delivery). ``schedule`` (5-field cron, in
+    ``timezone``): the timeline is due at the schedule's next fire time instead of after a
+    cool-down, with no leading edge. ``collapse_by``: an attribute name; the delivery role
+    collapses a digest's records sharing its value (the store does not look at it).
+    """
 
     minimum_delay: float = 300.0
     increment_delay: float = 30.0
     maximum_delay: float = 1800.0
     ttl: float = DEFAULT_TTL
     capacity: int | None = DEFAULT_CAPACITY
+    flush_at: int | None = None
+    schedule: str | None = None
+    timezone: str = "UTC"
+    collapse_by: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("minimum_delay", "increment_delay", "maximum_delay", "ttl"):
@@ -62,6 +88,29 @@ class TimelinePolicy:
             )
         if self.capacity is not None and self.capacity < 1:
             raise InvalidArgument(f"capacity must be >= 1 when set, got {self.capacity!r}")
+        if self.flush_at is not None:
+            if self.flush_at < 1:
+                raise InvalidArgument(f"flush_at must be >= 1 when set, got {self.flush_at!r}")
+            if self.capacity is not None and self.flush_at > self.capacity:
+                raise InvalidArgument(
+                    f"flush_at ({self.flush_at}) must not exceed capacity ({self.capacity}): "
+                    "a timeline could never hold that many records"
+                )
+        if self.collapse_by is not None and not self.collapse_by:
+            raise InvalidArgument("collapse_by must be an attribute name when set")
+        from digest_stream.store import calendar  # calendar imports this module
+
+        calendar.zone(self.timezone)
+        if self.schedule is not None:
+            calendar.check(self.schedule, self.timezone)
+
+    def next_fire(self, now: float) -> float | None:
+        """The schedule's first fire time after ``now``; None without a schedule."""
+        if self.schedule is None:
+            return None
+        from digest_stream.store import calendar
+
+        return calendar.next_fire(self.schedule, self.timezone, now)
 
 
 #: Maps a timeline name to its policy; per-prefix overrides plug in here.
@@ -70,13 +119,19 @@ PolicyResolver = Callable[[str], TimelinePolicy]
 
 @dataclass(frozen=True, slots=True)
 class NewRecord:
-    """One record to add: its Kafka offset fences replays of the partition."""
+    """One record to add: its Kafka offset fences replays of the partition.
+
+    With ``control`` set (one of CONTROLS) it is no record but a control operation on its
+    timeline, applied in offset order with the records around it: FLUSH, CANCEL (of the
+    pending record ``id``) or CANCEL_ALL; its payload is ignored.
+    """
 
     timeline: str
     id: str
     timestamp: float  # event time, seconds since the epoch
     payload: bytes
     offset: int
+    control: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +147,7 @@ class AddResult:
     #: The topic id the fence found belongs to (None: not recorded). When it is not the
     #: caller's ``topic_id``, nothing was applied: the offsets are another topic's.
     fence_topic: str | None = None
+    cancelled: int = 0  # pending records removed by cancel controls in this call
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +208,8 @@ class OpenDigest:
     #: The timeline was scheduled but its earlier records had expired (TTL) or been evicted
     #: before this digest: an unknown number of them is lost. Reported again on a reopen.
     expired: bool = False
+    #: Why the timeline became due (one of REASONS), kept with the digest for its reopen.
+    reason: str = "IMMEDIATE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +224,16 @@ class TimelineInfo:
     open_digest: str | None
     open_records: int
     dropped: int  # dropped since the last digest was opened
+    #: Why it is due (one of REASONS); None when absent.
+    reason: str | None = None
+
+
+def reason_of(cause: str | None, last_delivery: float | None) -> str:
+    """The reason a timeline is due: the one recorded, else IMMEDIATE before its first
+    delivery and COOLDOWN after one (what a timeline written before reasons existed meant)."""
+    if cause is not None:
+        return cause
+    return "IMMEDIATE" if last_delivery is None else "COOLDOWN"
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '10'
+local LIBRARY_VERSION = '11'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -44,8 +44,12 @@ local MAX_TOPIC_ID_BYTES = 64
 local UNPACK_CHUNK = 1000
 -- Fields of one record in the add batch: timeline index, id, timestamp, offset, payload.
 local RECORD_WIDTH = 5
--- Fields of one timeline policy: name, minimum, increment, maximum, ttl, capacity.
-local POLICY_WIDTH = 6
+-- Fields of one timeline policy: name, minimum, increment, maximum, ttl, capacity,
+-- flush_at (0 = off), next_fire ("" = no calendar schedule).
+local POLICY_WIDTH = 8
+-- flush_at never makes a timeline due sooner than this after its last delivery (seconds;
+-- FLUSH_AT_FLOOR in store/base.py).
+local FLUSH_AT_FLOOR = 1
 -- The meta field name: record ids must be non-empty, so "" never collides.
 local META = ''
 -- A container stays inline up to this many bytes of payload and ids; past it
@@ -184,7 +188,13 @@ local function parse_policy(args, base)
         ttl = parse_ttl(args[base + 4]),
         -- 0 means "no capacity limit"
         capacity = parse_integer(args[base + 5], 'capacity', 0, MAX_OFFSET),
+        -- 0 means "no flush_at"
+        flush_at = parse_integer(args[base + 6], 'flush_at', 0, MAX_OFFSET),
     }
+    if args[base + 7] ~= '' then
+        -- the calendar schedule's next fire time, computed by the caller (no cron in Lua)
+        policy.next_fire = parse_time(args[base + 7], 'next fire')
+    end
     if policy.ttl <= policy.maximum then
         invalid_argument('ttl (' .. args[base + 4] .. ') must exceed maximum_delay ('
             .. args[base + 3] .. ')')
@@ -211,6 +221,8 @@ local function reuse_policy(policy, timeline)
         maximum = policy.maximum,
         ttl = policy.ttl,
         capacity = policy.capacity,
+        flush_at = policy.flush_at,
+        next_fire = policy.next_fire,
     }
 end
 
@@ -260,17 +272,32 @@ local function optional_float(value)
     return format_float(value)
 end
 
--- The optional last field of both metas: "|1" when the timeline's earlier data expired
--- (its keys vanished while it was still scheduled); for a timeline also "|o" when its
+-- The optional last fields of both metas: a mark, "1" when the timeline's earlier data
+-- expired (its keys vanished while it was still scheduled); for a timeline also "o" when its
 -- container was started while a digest was open (its records wait behind that digest,
--- so finding no digest at the next open means the digest expired); absent otherwise.
+-- so finding no digest at the next open means the digest expired); then the cause, one
+-- letter saying why the timeline is due (CAUSES below), when one is recorded. Metas
+-- written before causes existed simply end earlier.
 local function mark_suffix(meta)
+    local mark = ''
     if meta.expired then
-        return '|1'
+        mark = '1'
     elseif meta.behind_open then
-        return '|o'
+        mark = 'o'
+    end
+    if meta.cause ~= nil then
+        return '|' .. mark .. '|' .. meta.cause
+    elseif mark ~= '' then
+        return '|' .. mark
     end
     return ''
+end
+
+local function optional_cause(value)
+    if value == nil or value == '' then
+        return nil
+    end
+    return value
 end
 
 -- Timeline meta: "written|dropped|last_delivery[|1|o]" (last_delivery may be empty).
@@ -284,6 +311,7 @@ local function parse_timeline_meta(raw)
         last_delivery = tonumber(parts[3] or ''),
         expired = parts[4] == '1',
         behind_open = parts[4] == 'o',
+        cause = optional_cause(parts[5]),
     }
 end
 
@@ -292,7 +320,7 @@ local function format_timeline_meta(meta)
         .. optional_float(meta.last_delivery) .. mark_suffix(meta)
 end
 
--- Digest meta: "id|opened_at|dropped|records|last_delivery[|1]".
+-- Digest meta: "id|opened_at|dropped|records|last_delivery[|1][|cause]".
 local function parse_digest_meta(raw)
     if type(raw) ~= 'string' then
         return nil
@@ -305,6 +333,7 @@ local function parse_digest_meta(raw)
         records = tonumber(parts[4] or '') or 0,
         last_delivery = tonumber(parts[5] or ''),
         expired = parts[6] == '1',
+        cause = optional_cause(parts[7]),
     }
 end
 
@@ -740,16 +769,19 @@ local function append_inline(key, head, batch, capacity, inline_records, ms)
     meta.written = count
     redis.call('SET', key, cmsgpack.pack(format_timeline_meta(meta)) .. tail
         .. cmsgpack.pack(unpack(values)), 'PX', ms)
-    return true
+    return count
 end
 
 -- Applies one batch's records (in order) to a timeline container, trims it to
 -- capacity, stores it in the fitting encoding and sets its TTL (ms). `head` is the
 -- container as read_head found it (nothing has written it since).
--- Returns how many it dropped.
+-- Returns how many it dropped, and how many records it holds now.
 local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
-    if head.kind ~= 'hash' and append_inline(key, head, batch, capacity, inline_records, ms) then
-        return 0
+    if head.kind ~= 'hash' then
+        local written = append_inline(key, head, batch, capacity, inline_records, ms)
+        if written then
+            return 0, written
+        end
     end
     if head.kind == 'hash' then
         local meta = parse_timeline_meta(head.meta)
@@ -765,7 +797,7 @@ local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
         end
         redis.call('HSET', key, META, format_timeline_meta(meta))
         redis.call('PEXPIRE', key, ms)
-        return dropped
+        return dropped, meta.written
     end
 
     local raw_meta, records = head.meta, {} -- a missing container may carry a fresh meta
@@ -806,7 +838,7 @@ local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
     else
         redis.call('SET', key, encode_inline(format_timeline_meta(meta), records), 'PX', ms)
     end
-    return dropped
+    return dropped, meta.written
 end
 
 -- Commands ---------------------------------------------------------------------
@@ -938,6 +970,56 @@ local function begin_timeline(tag, timeline)
     end
 end
 
+-- Why a timeline is due, one letter in its meta (names in store/base.py REASONS).
+local CAUSES = {immediate = 'i', cooldown = 'c', flush_at = 'f', schedule = 's', flushed = 'x'}
+
+-- Sets the cause in the meta of an existing container, keeping its records.
+local function mark_cause(key, cause)
+    local head = read_head(key)
+    local meta = parse_timeline_meta(head.meta)
+    meta.cause = cause
+    write_meta(key, head, format_timeline_meta(meta))
+end
+
+-- A record of a timeline on a calendar schedule: no leading edge, and a due time the
+-- records do not move. The first one (absent -> WAITING) waits for the next fire.
+local function schedule_record(timeline)
+    if timeline.due ~= nil then
+        return
+    end
+    timeline.due = timeline.next_fire
+    timeline.due_changed = true
+    if timeline.head.kind == 'none' then
+        -- the container is new: its first write carries the cause
+        timeline.head.meta = format_timeline_meta({written = 0, dropped = 0,
+            cause = CAUSES.schedule})
+    else
+        timeline.mark = CAUSES.schedule -- written after the records (write_back)
+    end
+end
+
+-- After a timeline's records are written: a WAITING timeline holding flush_at records is
+-- due now (never sooner than FLUSH_AT_FLOOR after its last delivery).
+local function apply_flush_at(timeline, now, written)
+    if timeline.flush_at == 0 or timeline.ready or timeline.due == nil
+            or written < timeline.flush_at then
+        return
+    end
+    local due = now
+    if timeline.last_delivery ~= nil then
+        due = math.max(now, timeline.last_delivery + FLUSH_AT_FLOOR)
+    end
+    if due < timeline.due then
+        timeline.due = due
+        timeline.due_changed = true
+        -- increments keep pushing a full timeline's due time out and flush_at pulls it back:
+        -- the cause is rewritten only when it changes
+        if parse_timeline_meta(timeline.head.meta).cause ~= CAUSES.flush_at then
+            timeline.mark = CAUSES.flush_at
+        end
+    end
+end
+
 -- Step 2b, the state machine, one record at a time (as if added one by one):
 --   READY   -> READY    delivery is already on its way
 --   WAITING -> WAITING  due = min(due + increment, last_delivery + maximum),
@@ -947,6 +1029,10 @@ local function apply_record(timeline, record, ready)
     local batch = timeline.batch
     batch[#batch + 1] = record
     if timeline.ready then
+        return
+    end
+    if timeline.next_fire ~= nil then
+        schedule_record(timeline)
         return
     end
     if timeline.due == nil then
@@ -973,9 +1059,13 @@ end
 local function write_back(tag, touched, call)
     local dropped, partition_ttl = 0, call.partition_ttl
     for _, timeline in ipairs(touched) do
-        dropped = dropped
-            + store_batch(tag, timeline.key, timeline.head, timeline.batch, timeline.capacity,
-                call.inline_records, ttl_ms(timeline.ttl))
+        local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
+            timeline.capacity, call.inline_records, ttl_ms(timeline.ttl))
+        dropped = dropped + lost
+        apply_flush_at(timeline, call.now, written)
+        if timeline.mark ~= nil then
+            mark_cause(timeline.key, timeline.mark)
+        end
         if timeline.became_ready then
             redis.call('ZADD', ready_key(tag), format_float(call.now), timeline.timeline)
         elseif timeline.due_changed then
@@ -1103,12 +1193,14 @@ local function digest_reply(tag, meta, records)
         table.insert(flat, format_float(record.timestamp))
         table.insert(flat, record.payload)
     end
-    return {meta.id, format_float(meta.opened_at), meta.dropped, flat, meta.expired and 1 or 0}
+    return {meta.id, format_float(meta.opened_at), meta.dropped, flat, meta.expired and 1 or 0,
+        meta.cause or (meta.last_delivery ~= nil and CAUSES.cooldown or CAUSES.immediate)}
 end
 
 -- KEYS: timeline, digest, waiting, ready. ARGV: timeline, digest_id, now, ttl.
--- Returns {id, opened_at, dropped, {id, timestamp, payload, ...} newest first, expired}:
--- expired is 1 when the timeline was scheduled but its earlier records had expired.
+-- Returns {id, opened_at, dropped, {id, timestamp, payload, ...} newest first, expired,
+-- cause}: expired is 1 when the timeline was scheduled but its earlier records had expired;
+-- cause is the letter saying why the timeline was due.
 local function open(keys, args)
     local tag, timeline = timeline_keys(keys, args)
     local digest_id = parse_digest_id(args[2])
@@ -1148,6 +1240,8 @@ local function open(keys, args)
         last_delivery = meta.last_delivery,
         -- records that waited behind a digest that is gone: it expired with its records
         expired = expired or meta.expired or meta.behind_open,
+        -- why it is due; before causes were recorded: immediate unless delivered before
+        cause = meta.cause or (meta.last_delivery ~= nil and CAUSES.cooldown or CAUSES.immediate),
     }
     if container.kind == 'hash' then
         call_chunked('HDEL', digest, container.damaged)
@@ -1160,8 +1254,9 @@ local function open(keys, args)
 end
 
 -- KEYS: timeline, digest, waiting, ready.
--- ARGV: timeline, digest_id, now, minimum_delay, ttl, partition_ttl.
--- Returns 1 when that digest was closed, 0 for an unknown or already closed id.
+-- ARGV: timeline, digest_id, now, minimum_delay, ttl, partition_ttl, next_fire|"".
+-- next_fire: the calendar schedule's next fire time; the timeline waits for it instead of
+-- a cool-down. Returns 1 when that digest was closed, 0 for an unknown or already closed id.
 local function close(keys, args)
     local tag, timeline = timeline_keys(keys, args)
     local digest_id = parse_digest_id(args[2])
@@ -1169,6 +1264,10 @@ local function close(keys, args)
     local minimum = parse_time(args[4], 'minimum_delay')
     local ttl = parse_ttl(args[5])
     local partition_ttl = parse_ttl(args[6])
+    local next_fire = nil
+    if args[7] ~= nil and args[7] ~= '' then
+        next_fire = parse_time(args[7], 'next fire')
+    end
     local digest = digest_key(tag, timeline)
     local meta = parse_digest_meta(read_meta(digest))
     if meta == nil or meta.id ~= digest_id then
@@ -1187,10 +1286,16 @@ local function close(keys, args)
     local timeline_meta = parse_timeline_meta(head.meta)
     timeline_meta.last_delivery = now
     timeline_meta.behind_open = false -- that digest is closed: nothing waits behind it
+    local due = now + minimum
+    timeline_meta.cause = CAUSES.cooldown
+    if next_fire ~= nil then
+        due = next_fire
+        timeline_meta.cause = CAUSES.schedule
+    end
     write_meta(source, head, format_timeline_meta(timeline_meta))
     redis.call('PEXPIRE', source, ttl_ms(ttl))
     redis.call('ZREM', ready_key(tag), timeline)
-    redis.call('ZADD', waiting_key(tag), format_float(now + minimum), timeline)
+    redis.call('ZADD', waiting_key(tag), format_float(due), timeline)
     refresh_partition_ttl(tag, math.max(ttl, partition_ttl))
     return 1
 end
@@ -1209,7 +1314,8 @@ local function delete(keys, args)
 end
 
 -- KEYS: timeline, digest, waiting, ready. ARGV: timeline.
--- Returns {state, due|nil, last_delivery|nil, pending, digest id|nil, open records, dropped}.
+-- Returns {state, due|nil, last_delivery|nil, pending, digest id|nil, open records, dropped,
+-- cause|nil}: cause is the letter recorded with its records, else with its open digest.
 local function inspect(keys, args)
     local tag, timeline = timeline_keys(keys, args)
     local source = timeline_key(tag, timeline)
@@ -1235,6 +1341,7 @@ local function inspect(keys, args)
         digest and digest.id or false,
         digest and digest.records or 0,
         meta.dropped,
+        meta.cause or (digest and digest.cause) or false,
     }
 end
 
@@ -1249,6 +1356,103 @@ local function stats(keys, _)
         oldest[2] or false,
         fence or false,
     }
+end
+
+-- Control operations (ds_control) ----------------------------------------------------
+
+-- Removes pending records of a timeline container (all of them, or the one `id`), keeping
+-- its meta (last delivery, marks, cause). Returns how many it removed.
+local function cancel_records(key, id)
+    local container = read_container(key)
+    if container.kind == 'none' then
+        return 0
+    end
+    local meta = parse_timeline_meta(container.meta)
+    local kept, removed = {}, {}
+    for _, record in ipairs(container.records) do
+        if id == nil or record.id == id then
+            removed[#removed + 1] = record.id
+        else
+            kept[#kept + 1] = record
+        end
+    end
+    if #removed == 0 then
+        return 0
+    end
+    meta.written = math.max(0, meta.written - #removed)
+    if container.kind == 'hash' then
+        call_chunked('HDEL', key, removed)
+        redis.call('HSET', key, META, format_timeline_meta(meta))
+    else
+        redis.call('SET', key, encode_inline(format_timeline_meta(meta), kept), 'KEEPTTL')
+    end
+    return #removed
+end
+
+-- A flush: a WAITING timeline with pending records becomes READY now (no floor: someone
+-- asked for this digest). Returns 1 when it did.
+local function flush_timeline(tag, timeline, now)
+    local source = timeline_key(tag, timeline)
+    if redis.call('ZSCORE', waiting_key(tag), timeline) == false or record_count(source) == 0 then
+        return 0
+    end
+    mark_cause(source, CAUSES.flushed)
+    redis.call('ZREM', waiting_key(tag), timeline)
+    redis.call('ZADD', ready_key(tag), format_float(now), timeline)
+    return 1
+end
+
+-- KEYS: fence, timeline, digest, waiting, ready.
+-- ARGV: now, offset, expected_fence|"", through_offset|"", operation, timeline, record id|"",
+-- topic_id|"".
+-- operation: flush | cancel (the record id) | cancel_all. Fenced like one record of ds_add
+-- (topic id included): skipped at or below the fence, and the fence moves to the offset (or
+-- through_offset).
+-- Returns {became ready 1|0, cancelled, applied 1|0, fence_before|nil, fence_after|nil,
+-- fence_topic|nil}.
+local function control(keys, args)
+    local tag = tag_of(keys[1])
+    local timeline = parse_name(args[6], 'timeline')
+    expect_key(keys, 1, fence_key(tag))
+    expect_key(keys, 2, timeline_key(tag, timeline))
+    expect_key(keys, 3, digest_key(tag, timeline))
+    expect_key(keys, 4, waiting_key(tag))
+    expect_key(keys, 5, ready_key(tag))
+    local now = parse_time(args[1], 'now')
+    local offset = parse_integer(args[2], 'offset', 0, MAX_OFFSET)
+    local expected, through = nil, nil
+    if args[3] ~= '' then
+        expected = parse_integer(args[3], 'expected fence', 0, MAX_OFFSET)
+    end
+    if args[4] ~= '' then
+        through = parse_integer(args[4], 'through offset', offset, MAX_OFFSET)
+    end
+    local operation = args[5]
+    local id = nil
+    if operation == 'cancel' then
+        id = parse_name(args[7], 'record id')
+    elseif operation ~= 'flush' and operation ~= 'cancel_all' then
+        invalid_argument('unknown control operation: ' .. tostring(operation))
+    end
+    local topic = parse_topic_id(args[8] or '')
+    local fence_before, topic_before = read_fence(tag)
+    if (topic ~= nil and topic_before ~= nil and topic_before ~= topic)
+            or (expected ~= nil and (fence_before == nil or fence_before < expected)) then
+        return {0, 0, 0, fence_before or false, fence_before or false, topic_before or false}
+    end
+    local became_ready, cancelled, applied = 0, 0, 0
+    if fence_before == nil or offset > fence_before then
+        applied = 1
+        if operation == 'flush' then
+            became_ready = flush_timeline(tag, timeline, now)
+        else
+            cancelled = cancel_records(timeline_key(tag, timeline), id)
+        end
+    end
+    local fence_after = advance_fence(tag, fence_before, topic_before,
+        math.max(applied == 1 and offset or -1, through or -1), topic)
+    return {became_ready, cancelled, applied, fence_before or false, fence_after or false,
+        topic_before or false}
 end
 
 -- KEYS: fence. Returns {applied offset|nil, topic id|nil}.
@@ -1289,3 +1493,4 @@ redis.register_function{function_name = 'ds_inspect', callback = inspect, flags 
 redis.register_function{function_name = 'ds_stats', callback = stats, flags = READ_ONLY}
 redis.register_function{function_name = 'ds_fence_get', callback = fence_get, flags = READ_ONLY}
 redis.register_function{function_name = 'ds_fence_set', callback = fence_set}
+redis.register_function{function_name = 'ds_control', callback = control}

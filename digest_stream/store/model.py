@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 
 from digest_stream.store import validate
 from digest_stream.store.base import (
+    CANCEL_ALL,
     DEFAULT_SLICE,
+    FLUSH,
+    FLUSH_AT_FLOOR,
     AddResult,
     DigestTarget,
     DueBatch,
@@ -28,6 +31,7 @@ from digest_stream.store.base import (
     StoredRecord,
     TimelineInfo,
     TimelinePolicy,
+    reason_of,
 )
 
 
@@ -48,6 +52,7 @@ class _Timeline:
     last_delivery: float | None = None
     expired: bool = False  # earlier records of this still scheduled timeline expired
     behind_open: bool = False  # started while a digest was open: its records wait behind it
+    cause: str | None = None  # why it is due (a REASON), when recorded
 
 
 @dataclass
@@ -58,6 +63,7 @@ class _Digest:
     records: list[StoredRecord]  # newest first
     last_delivery: float | None
     expired: bool
+    reason: str
 
 
 @dataclass
@@ -120,8 +126,17 @@ class MemoryStore:
         fence = -1 if fence_before is None else fence_before
         ready: list[str] = []
         touched: list[str] = []
-        added = skipped = dropped = 0
+        added = skipped = dropped = cancelled = 0
         for record in records:
+            if record.control is not None:
+                # A control ends the segment of records before it (RedisStore makes one call
+                # per segment), so they are trimmed and checked against flush_at first.
+                dropped += self._finish(state, touched, policies, now)
+                touched = []
+                if record.offset > fence:
+                    fence = record.offset
+                    cancelled += self._control(state, record, now, ready)
+                continue
             if record.offset <= fence:
                 skipped += 1
                 continue
@@ -145,6 +160,8 @@ class MemoryStore:
             if name in state.ready:
                 continue
             if name in state.waiting:
+                if policy.schedule is not None:
+                    continue  # a calendar due time does not move
                 last = self._last_delivery(state, name)
                 due = state.waiting[name]
                 if last is not None:
@@ -153,20 +170,14 @@ class MemoryStore:
                     )
                 else:
                     state.waiting[name] = min(due, float(record.timestamp))
+            elif policy.schedule is not None:
+                # No leading edge: the first record waits for the schedule's next fire.
+                state.waiting[name] = policy.next_fire(now) or now
+                timeline.cause = "SCHEDULE"
             else:
                 state.ready[name] = now
                 ready.append(name)
-
-        for name in touched:
-            capacity = policies[name].capacity
-            timeline = state.timelines[name]
-            if capacity is not None and len(timeline.records) > capacity:
-                oldest = sorted(timeline.records.values(), key=_age_key)
-                victims = oldest[: len(oldest) - capacity]
-                for victim in victims:
-                    del timeline.records[victim.id]
-                timeline.dropped += len(victims)
-                dropped += len(victims)
+        dropped += self._finish(state, touched, policies, now)
 
         if through is not None:
             fence = max(fence, through)
@@ -175,7 +186,60 @@ class MemoryStore:
             state.fence = fence
         if (moved or fence_before is not None) and topic_before is None and topic is not None:
             state.fence_topic = topic  # a fence without a topic takes the caller's
-        return AddResult(ready, added, skipped, dropped, fence_before, state.fence, topic_before)
+        return AddResult(
+            ready, added, skipped, dropped, fence_before, state.fence, topic_before, cancelled
+        )
+
+    def _finish(
+        self,
+        state: _Partition,
+        touched: list[str],
+        policies: dict[str, TimelinePolicy],
+        now: float,
+    ) -> int:
+        """Trim each touched timeline to capacity once, then apply flush_at; returns drops."""
+        dropped = 0
+        for name in touched:
+            policy = policies[name]
+            timeline = state.timelines[name]
+            capacity = policy.capacity
+            if capacity is not None and len(timeline.records) > capacity:
+                oldest = sorted(timeline.records.values(), key=_age_key)
+                victims = oldest[: len(oldest) - capacity]
+                for victim in victims:
+                    del timeline.records[victim.id]
+                timeline.dropped += len(victims)
+                dropped += len(victims)
+            flush_at = policy.flush_at
+            if flush_at is not None and name in state.waiting and len(timeline.records) >= flush_at:
+                last = self._last_delivery(state, name)
+                due = now if last is None else max(now, last + FLUSH_AT_FLOOR)
+                if due < state.waiting[name]:
+                    state.waiting[name] = due
+                    timeline.cause = "FLUSH_AT"
+        return dropped
+
+    @staticmethod
+    def _control(state: _Partition, record: NewRecord, now: float, ready: list[str]) -> int:
+        """Apply one control operation; returns the pending records it cancelled."""
+        name = record.timeline
+        timeline = state.timelines.get(name)
+        if timeline is None:
+            return 0
+        if record.control == FLUSH:
+            # Only a WAITING timeline with pending records: READY is already on its way.
+            if name in state.waiting and timeline.records:
+                del state.waiting[name]
+                state.ready[name] = now
+                timeline.cause = "FLUSHED"
+                if name not in ready:
+                    ready.append(name)
+            return 0
+        if record.control == CANCEL_ALL:
+            count = len(timeline.records)
+            timeline.records.clear()
+            return count
+        return 0 if timeline.records.pop(record.id, None) is None else 1
 
     @staticmethod
     def _last_delivery(state: _Partition, name: str) -> float | None:
@@ -237,6 +301,7 @@ class MemoryStore:
                 last_delivery=pending.last_delivery,
                 # records that waited behind a digest that is gone: it expired
                 expired=pending.expired or pending.behind_open,
+                reason=reason_of(pending.cause, pending.last_delivery),
             )
             state.digests[timeline] = digest
         return OpenDigest(
@@ -246,6 +311,7 @@ class MemoryStore:
             digest.dropped,
             digest.opened_at,
             digest.expired,
+            digest.reason,
         )
 
     def expire(self, partition: int, timeline: str, *, digest_only: bool = False) -> None:
@@ -280,7 +346,10 @@ class MemoryStore:
         pending.last_delivery = now
         pending.behind_open = False
         state.ready.pop(timeline, None)
-        state.waiting[timeline] = now + policy.minimum_delay
+        fire = policy.next_fire(now)
+        # A calendar timeline waits for its next fire, others for the cool-down.
+        pending.cause = "COOLDOWN" if fire is None else "SCHEDULE"
+        state.waiting[timeline] = now + policy.minimum_delay if fire is None else fire
         return True
 
     def open_many(
@@ -323,15 +392,20 @@ class MemoryStore:
             status, due = "absent", None
         pending = state.timelines.get(timeline)
         digest = state.digests.get(timeline)
+        last_delivery = self._last_delivery(state, timeline)
+        cause = (pending.cause if pending is not None else None) or (
+            digest.reason if digest is not None else None
+        )
         return TimelineInfo(
             timeline=timeline,
             state=status,
             due=due,
-            last_delivery=self._last_delivery(state, timeline),
+            last_delivery=last_delivery,
             pending=len(pending.records) if pending is not None else 0,
             open_digest=digest.id if digest is not None else None,
             open_records=len(digest.records) if digest is not None else 0,
             dropped=pending.dropped if pending is not None else 0,
+            reason=None if status == "absent" else reason_of(cause, last_delivery),
         )
 
     def stats(self, partition: int) -> PartitionStats:

@@ -172,11 +172,24 @@ class RedisStore:
         through_offset: int | None = None,
         topic_id: str | None = None,
     ) -> AddResult:
-        """Store a batch of records of one partition, fenced by offset (one FCALL)."""
+        """Store a batch of records of one partition, fenced by offset (one FCALL; a batch
+        with control operations: one per run of records and one per control, in order)."""
         tag = self._tag(partition)
         now = validate.time_value(now, "now")
         expected, through = validate.fence_arguments(expected_fence, through_offset)
         topic = validate.topic_id(topic_id)
+        return self._add_call(tag, records, now, expected, through, topic)
+
+    def _add_call(
+        self,
+        tag: str,
+        records: Sequence[NewRecord],
+        now: float,
+        expected: int | None,
+        through: int | None,
+        topic: str | None,
+    ) -> AddResult:
+        """One ds_add; a batch holding controls goes to _add_with_controls instead."""
         index: dict[str, str] = {}
         policy_args: list[str | bytes] = []
         record_args: list[str | bytes] = []
@@ -198,8 +211,10 @@ class RedisStore:
                 and 0 <= record.offset <= last
                 and _short_ascii(record.timeline)
                 and _short_ascii(record.id)
+                and record.control is None
             ):
-                validate.records(records, through)
+                if validate.records(records, through):  # the batch holds control operations
+                    return self._add_with_controls(tag, records, now, expected, through, topic)
                 checked = True
             timestamp = record.timestamp
             stamp = stamps.get(timestamp) if type(timestamp) is float else None
@@ -221,6 +236,8 @@ class RedisStore:
                             arg(policy.maximum_delay),
                             arg(policy.ttl),
                             str(policy.capacity or 0),
+                            str(policy.flush_at or 0),
+                            "" if policy.schedule is None else arg(policy.next_fire(now) or now),
                         ],
                     )
                 policy_args.append(record.timeline)
@@ -242,6 +259,93 @@ class RedisStore:
             ],
         )
         return replies.add_result(reply)
+
+    def _add_with_controls(
+        self,
+        tag: str,
+        records: Sequence[NewRecord],
+        now: float,
+        expected: int | None,
+        through: int | None,
+        topic: str | None,
+    ) -> AddResult:
+        """A batch with controls: each run of records (one ds_add) and each control (one
+        ds_control) in offset order, each fenced, so a crash between two calls replays
+        exactly what the fence has not seen. Control messages are rare; the plain path is
+        untouched by them."""
+        calls: list[NewRecord | list[NewRecord]] = []
+        for record in records:
+            if record.control is not None:
+                calls.append(record)
+            elif calls and isinstance(calls[-1], list):
+                calls[-1].append(record)
+            else:
+                calls.append([record])
+        ready: list[str] = []
+        added = skipped = dropped = cancelled = 0
+        fence_before: int | None = None
+        fence_after: int | None = None
+        fence_topic: str | None = None
+        for position, item in enumerate(calls):
+            last = position == len(calls) - 1
+            # The caller's expectation guards the first call; each later one expects what
+            # the previous left (Redis losing writes in between is noticed the same way).
+            guard = expected if position == 0 else fence_after
+            upto = through if last else None
+            if isinstance(item, list):
+                result = self._add_call(tag, item, now, guard, upto, topic)
+            else:
+                result = self._control_call(tag, item, now, guard, upto, topic)
+            if topic is not None and result.fence_topic not in (None, topic):
+                return result  # another topic's fence: nothing applied (see fence.py)
+            if guard is not None and (result.fence_before is None or result.fence_before < guard):
+                # The fence is behind (on a later call: Redis lost writes in between): report
+                # the fence found, as a plain add does, so the caller replays from it.
+                found = result.fence_before
+                return AddResult([], 0, 0, 0, found, found, result.fence_topic)
+            if position == 0:
+                fence_before, fence_topic = result.fence_before, result.fence_topic
+            fence_after = result.fence_after
+            ready += [name for name in result.ready if name not in ready]
+            added += result.added
+            skipped += result.skipped
+            dropped += result.dropped
+            cancelled += result.cancelled
+        return AddResult(
+            ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled
+        )
+
+    def _control_call(
+        self,
+        tag: str,
+        record: NewRecord,
+        now: float,
+        expected: int | None,
+        through: int | None,
+        topic: str | None,
+    ) -> AddResult:
+        """One ds_control: a flush or cancel of the record's timeline, fenced by its offset."""
+        reply = self._fcall(
+            "ds_control",
+            [
+                keys.fence_key(tag),
+                keys.timeline_key(tag, record.timeline),
+                keys.digest_key(tag, record.timeline),
+                keys.waiting_key(tag),
+                keys.ready_key(tag),
+            ],
+            [
+                arg(now),
+                str(record.offset),
+                "" if expected is None else str(expected),
+                "" if through is None else str(through),
+                record.control or "",
+                record.timeline,
+                record.id,
+                topic or "",
+            ],
+        )
+        return replies.control_result(record.timeline, reply)
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
@@ -281,11 +385,13 @@ class RedisStore:
 
     def _close_call(self, target: DigestTarget, now: float) -> Call:
         call_keys, args, policy = self._checked(target, now)
+        fire = policy.next_fire(now)
         return call_keys, [
             *args,
             arg(policy.minimum_delay),
             arg(policy.ttl),
             arg(self.policy.ttl),
+            "" if fire is None else arg(fire),
         ]
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:

@@ -22,10 +22,30 @@ from digest_stream.store.base import (
     PartitionStats,
     StoredRecord,
     TimelineInfo,
+    reason_of,
 )
 
 #: A reply piece, before it is checked.
 Reply = object
+
+#: The library's cause letters (CAUSES in digests.lua) -> the store's REASONS.
+CAUSES = {
+    "i": "IMMEDIATE",
+    "c": "COOLDOWN",
+    "f": "FLUSH_AT",
+    "s": "SCHEDULE",
+    "x": "FLUSHED",
+}
+
+
+def cause(value: Reply) -> str | None:
+    """A cause letter (or nil) as a reason name."""
+    if value is None:
+        return None
+    letter = text(value)
+    if letter not in CAUSES:
+        raise TypeError(f"unexpected cause {letter!r}")
+    return CAUSES[letter]
 
 
 def text(value: Reply) -> str:
@@ -118,6 +138,22 @@ def add_result(reply: Reply) -> AddResult:
     )
 
 
+def control_result(timeline: str, reply: Reply) -> AddResult:
+    """``ds_control``: {became ready, cancelled, applied, fence_before|nil, fence_after|nil,
+    fence_topic|nil}."""
+    values = array(reply)
+    return AddResult(
+        ready=[timeline] if integer(values[0]) == 1 else [],
+        added=0,
+        skipped=0,
+        dropped=0,
+        fence_before=optional_integer(values[3]),
+        fence_after=optional_integer(values[4]),
+        fence_topic=optional_text(values[5]),
+        cancelled=integer(values[1]),
+    )
+
+
 def fence(reply: Reply) -> Fence:
     """``ds_fence_get``: {offset|nil, topic id|nil}."""
     values = array(reply)
@@ -149,6 +185,7 @@ def open_digest(timeline: str, reply: Reply) -> OpenDigest:
         dropped=integer(values[2]),
         opened_at=number(values[1]),
         expired=integer(values[4]) == 1,
+        reason=cause(values[5]) or "IMMEDIATE",
     )
 
 
@@ -156,15 +193,18 @@ def timeline_info(timeline: str, reply: Reply) -> TimelineInfo:
     """``ds_inspect``: {state, due, last_delivery, pending, digest id, open records, dropped}."""
     values = array(reply)
     digest = values[4]
+    state = text(values[0])
+    last_delivery = optional_number(values[2])
     return TimelineInfo(
         timeline=timeline,
-        state=text(values[0]),
+        state=state,
         due=optional_number(values[1]),
-        last_delivery=optional_number(values[2]),
+        last_delivery=last_delivery,
         pending=integer(values[3]),
         open_digest=None if digest is None else text(digest),
         open_records=integer(values[5]),
         dropped=integer(values[6]),
+        reason=None if state == "absent" else reason_of(cause(values[7]), last_delivery),
     )
 
 

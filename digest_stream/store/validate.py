@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 
 from digest_stream.store.base import (
+    CONTROLS,
     DIGEST_ID_PATTERN,
     MAX_SLICE,
     MAX_TTL,
@@ -102,15 +103,22 @@ def policy(value: object, timeline: str) -> TimelinePolicy:
         isinstance(capacity, bool) or not isinstance(capacity, int) or capacity > MAX_OFFSET
     ):
         raise InvalidArgument(f"capacity must be an int >= 1 or None, got {capacity!r}")
+    flush_at = value.flush_at
+    if flush_at is not None and (
+        isinstance(flush_at, bool) or not isinstance(flush_at, int) or flush_at > MAX_OFFSET
+    ):
+        raise InvalidArgument(f"flush_at must be an int >= 1 or None, got {flush_at!r}")
     return value
 
 
-def records(values: Sequence[NewRecord], through: int | None = None) -> None:
+def records(values: Sequence[NewRecord], through: int | None = None) -> bool:
     """Every record of an add batch, before anything is written; ``through`` (already
-    checked by fence_arguments) must cover every record's offset.
+    checked by fence_arguments) must cover every record's offset. Returns whether the batch
+    holds control operations.
 
     One pass over the batch (the ingest hot path), in the order the Lua guard checks.
     """
+    controls = False
     for record in values:
         if not isinstance(record, NewRecord):
             raise InvalidArgument(f"expected NewRecord, got {record!r}")
@@ -122,6 +130,11 @@ def records(values: Sequence[NewRecord], through: int | None = None) -> None:
             raise InvalidArgument(f"payload must be bytes, got {type(record.payload).__name__}")
         if through is not None and record.offset > through:
             raise InvalidArgument(f"record offset {record.offset} is past through_offset {through}")
+        if record.control is not None:
+            if record.control not in CONTROLS:
+                raise InvalidArgument(f"control must be one of {CONTROLS}, got {record.control!r}")
+            controls = True
+    return controls
 
 
 #: A Kafka topic id is a UUID in base64 (22 characters); the library accepts these

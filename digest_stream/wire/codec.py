@@ -83,6 +83,8 @@ SCHEDULE_ENTRY_SCHEMA: Final[Schema] = _load("schedule_entry.avsc")
 """The ScheduleEntry schema as published (schemas/schedule_entry.avsc). Do not mutate."""
 DIGEST_SCHEMA: Final[Schema] = _load("digest.avsc")
 """The Digest schema as published (schemas/digest.avsc). Do not mutate."""
+DIGEST_SCHEMA_V1: Final[Schema] = _load("digest.v1.avsc")
+"""The first Digest schema (before reason, total, next_delivery_at, count, first_seen)."""
 
 
 def _without_logical_types(schema: Any) -> Any:
@@ -165,17 +167,31 @@ def encode_schedule_entry(entry: ScheduleEntry) -> bytes:
     )
 
 
+def _digest_record_datum(record: Record) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "timestamp": record.timestamp,
+        "payload": record.payload,
+        "attributes": record.attributes,
+        "count": record.count,
+        "first_seen": record.first_seen,
+    }
+
+
 def _digest_datum(digest: Digest) -> dict[str, Any]:
     return {
         "id": digest.id,
         "timeline": digest.timeline,
-        "records": [_record_datum(record) for record in digest.records],
+        "records": [_digest_record_datum(record) for record in digest.records],
         "start": digest.start,
         "end": digest.end,
         "dropped": digest.dropped,
         "opened_at": digest.opened_at,
         "part": digest.part,
         "parts": digest.parts,
+        "reason": None if digest.reason is None else digest.reason.value,
+        "total": digest.total,
+        "next_delivery_at": digest.next_delivery_at,
     }
 
 
@@ -298,13 +314,33 @@ def decode_schedule_entry(data: bytes, writer_schema: WriterSchema | None = None
 
 
 def decode_digest(data: bytes, writer_schema: WriterSchema | None = None) -> Digest:
-    """Decode a Digest; writer_schema is the schema it was written with, when not the current."""
-    return _validate(Digest, _decode_avro(data, _DIGEST, writer_schema))
+    """Decode a Digest; writer_schema is the schema it was written with, when not the current.
+
+    Without one, a value the current schema cannot read is tried as the first version wrote
+    it, so a digest topic holding both versions stays readable after an upgrade (only failures
+    pay for the second try; the first error is raised when that fails too). Plain Avro bytes
+    carry no schema id, so this is a best effort: with the writer schema known (a registry)
+    Avro resolution is exact.
+    """
+    try:
+        datum = _decode_avro(data, _DIGEST, writer_schema)
+    except DecodeError as error:
+        if writer_schema is not None:
+            raise
+        try:
+            datum = _decode_avro(data, _DIGEST, _DIGEST_V1_TEXT)
+        except DecodeError:
+            raise error from None
+    return _validate(Digest, datum)
+
+
+_DIGEST_V1_TEXT: Final = json.dumps(DIGEST_SCHEMA_V1, sort_keys=True)
 
 
 __all__ = [
     "DECODE_REASONS",
     "DIGEST_SCHEMA",
+    "DIGEST_SCHEMA_V1",
     "EVENT_SCHEMA",
     "SCHEDULE_ENTRY_SCHEMA",
     "DecodeError",

@@ -108,12 +108,18 @@ class Event(_Frozen):
 
 
 class Record(_Frozen):
-    """One record of a digest: an event as the store kept it."""
+    """One record of a digest: an event as the store kept it.
+
+    `count` > 1 when the timeline's `collapse_by` attribute collapsed that many records with the
+    same value into this one (the newest); `first_seen` is then the oldest one's event time.
+    """
 
     id: Id
     timestamp: TimestampMs
     payload: StrictBytes
     attributes: Attributes = Field(default_factory=dict)
+    count: PartNumber = 1
+    first_seen: TimestampMs | None = None
 
     @classmethod
     def from_event(cls, event: Event) -> Record:
@@ -135,6 +141,23 @@ class ScheduleReason(StrEnum):
     """The timeline's cool-down ended with records waiting."""
     RECOVERED = "RECOVERED"
     """Maintenance found a delivery that never completed and rescheduled it."""
+
+
+class DigestReason(StrEnum):
+    """Why a digest went out now (Digest.reason)."""
+
+    IMMEDIATE = "IMMEDIATE"
+    """First event of a quiet timeline: delivered at once."""
+    COOLDOWN = "COOLDOWN"
+    """The timeline's cool-down ended with records waiting."""
+    FLUSH_AT = "FLUSH_AT"
+    """The timeline held `flush_at` pending records."""
+    SCHEDULE = "SCHEDULE"
+    """The timeline's calendar schedule fired."""
+    FLUSHED = "FLUSHED"
+    """Someone asked for it (`digest-stream flush`, `EventProducer.flush(timeline)`)."""
+    RECOVERED = "RECOVERED"
+    """A delivery that had not completed was announced again (maintenance, a take-over)."""
 
 
 class ScheduleEntry(_Frozen):
@@ -165,6 +188,10 @@ class Digest(_Frozen):
     opened_at: TimestampMs
     part: PartNumber = 1
     parts: PartNumber = 1
+    # Lax on purpose, like ScheduleEntry.reason: the Avro symbol string is accepted.
+    reason: Annotated[DigestReason | None, Field(strict=False)] = None
+    total: Count | None = None
+    next_delivery_at: TimestampMs | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -190,6 +217,9 @@ class Digest(_Frozen):
         dropped: int = 0,
         part: int = 1,
         parts: int = 1,
+        reason: DigestReason | None = None,
+        total: int | None = None,
+        next_delivery_at: int | None = None,
     ) -> Digest:
         """A validated digest whose start/end are computed from its records."""
         timestamps = [record.timestamp for record in records]
@@ -204,6 +234,9 @@ class Digest(_Frozen):
             opened_at=opened_at,
             part=part,
             parts=parts,
+            reason=reason,
+            total=total,
+            next_delivery_at=next_delivery_at,
         )
 
     @property
@@ -219,6 +252,7 @@ __all__ = [
     "Attributes",
     "Count",
     "Digest",
+    "DigestReason",
     "Event",
     "Id",
     "PartNumber",

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from digest_stream.wire.models import INT_MAX, Digest, Event, Record
+from digest_stream.wire.models import INT_MAX, Digest, DigestReason, Record
+
+# Symbol order of the DigestReason enum in schemas/digest.avsc (its Avro index).
+_REASONS: Final = list(DigestReason)
 
 
 def _varint_size(value: int) -> int:
@@ -31,7 +34,12 @@ def _map_size(mapping: Mapping[str, str]) -> int:
     return _varint_size(len(mapping)) + body + 1
 
 
-def _record_size(record: Event | Record) -> int:
+def _optional_size(value: int | None) -> int:
+    # A ["null", int|long] union: the branch index (one byte), then the value if any.
+    return 1 if value is None else 1 + _varint_size(value)
+
+
+def _record_size(record: Record) -> int:
     payload = len(record.payload)
     return (
         _string_size(record.id)
@@ -39,7 +47,15 @@ def _record_size(record: Event | Record) -> int:
         + _varint_size(payload)
         + payload
         + _map_size(record.attributes)
+        + _varint_size(record.count)
+        + _optional_size(record.first_seen)
     )
+
+
+def _explained_size(digest: Digest) -> int:
+    # reason (an enum in a union: branch, then symbol index), total, next_delivery_at.
+    reason = 1 if digest.reason is None else 1 + _varint_size(_REASONS.index(digest.reason))
+    return reason + _optional_size(digest.total) + _optional_size(digest.next_delivery_at)
 
 
 def _array_size(count: int, body: int) -> int:
@@ -63,6 +79,7 @@ def _digest_size(digest: Digest, record_sizes: list[int]) -> int:
                 digest.parts,
             )
         )
+        + _explained_size(digest)
     )
 
 
@@ -101,7 +118,7 @@ def split_digest(digest: Digest, max_bytes: int) -> list[Digest]:
 
     records = digest.records
     fixed = _string_size(digest.id) + _string_size(digest.timeline)
-    fixed += _varint_size(digest.opened_at)
+    fixed += _varint_size(digest.opened_at) + _explained_size(digest)
     # (first index, end index, oldest, newest) of each part, packed greedily in order.
     bounds: list[tuple[int, int, int, int]] = []
     first = 0

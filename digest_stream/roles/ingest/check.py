@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from digest_stream.store import validate
-from digest_stream.store.base import InvalidArgument, NewRecord
-from digest_stream.wire import codec, envelope
+from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, InvalidArgument, NewRecord
+from digest_stream.wire import codec, control, envelope
 from digest_stream.wire.event_head import EventHead, decode_event_head
 from digest_stream.wire.models import MAX_TIMELINE_LENGTH, Event, validate_timeline
 from digest_stream.wire.registry import WriterSchemas
@@ -67,6 +67,8 @@ def check(
         return Rejected("invalid-key", str(exc))
     if not value or not isinstance(value, bytes):
         return Rejected("missing-value", "the message has no value")
+    if value.startswith(control.MAGIC):  # the one check ordinary events pay for controls
+        return _control(timeline, value, offset, now)
     if len(value) > rules.max_event_bytes:
         return Rejected(
             "oversize",
@@ -99,3 +101,24 @@ def check(
     carry = rules.carry_headers
     payload = envelope.wrap(headers, carry, value) if carry else value
     return NewRecord(timeline, event.id, timestamp, payload, offset)  # positional: cheaper
+
+
+#: The record id a control without one carries (never looked at by the store).
+CONTROL_ID = "control"
+
+
+def _control(timeline: str, value: bytes, offset: int, now: float) -> NewRecord | Rejected:
+    """A control message: a store control operation at its offset, or a rejection."""
+    try:
+        parsed = control.decode(value)
+        if parsed.record is not None:
+            validate.name(parsed.record, "record id")
+    except (ValueError, InvalidArgument) as exc:
+        return Rejected("invalid-control", str(exc))
+    if parsed.op == "flush":
+        operation, record_id = FLUSH, CONTROL_ID
+    elif parsed.record is None:
+        operation, record_id = CANCEL_ALL, CONTROL_ID
+    else:
+        operation, record_id = CANCEL, parsed.record
+    return NewRecord(timeline, record_id, now, b"", offset, operation)

@@ -62,6 +62,8 @@ class Outputs:
             self._metrics.events_skipped.inc(result.skipped)
         if result.dropped:
             self._metrics.events_dropped.labels(reason="capacity").inc(result.dropped)
+        if result.cancelled:
+            self._metrics.events_dropped.labels(reason="cancelled").inc(result.cancelled)
         if self._hooks:
             self._hooks.on_add(partition, records, result)
         if result.ready:

@@ -26,6 +26,7 @@ from digest_stream.store import (
     TimelineInfo,
     TimelinePolicy,
 )
+from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH
 from digest_stream.store.keys import partition_tag
 from tests.support import new_id, unique
 
@@ -39,8 +40,9 @@ def _sliced(batch: DueBatch) -> tuple[list[DueTimeline], bool]:
 
 PARTITIONS = [0, 1]
 # "a" timelines have a small capacity so trimming happens often (and they stay inline),
-# "c" ones trim past the inline limit (as hashes), "b" ones are unbounded.
-TIMELINES = ["a1", "a2", "b1", "c1"]
+# "c" ones trim past the inline limit (as hashes), "b" ones are unbounded, "f" ones flush at
+# a count, "s" ones follow a calendar schedule (every minute, Berlin time) with a flush_at.
+TIMELINES = ["a1", "a2", "b1", "c1", "f1", "s1"]
 RECORD_IDS = ["r0", "r1", "r2", "r3", "r4", "r5", "é"]
 # Delays are small against maximum_delay so that one or two adds reach the cap.
 CAPPED = TimelinePolicy(minimum_delay=10, increment_delay=8, maximum_delay=20, ttl=3600, capacity=3)
@@ -52,8 +54,17 @@ TRIMMED_HASH = TimelinePolicy(
 )
 
 
+FLUSH_AT = TimelinePolicy(
+    minimum_delay=10, increment_delay=8, maximum_delay=20, ttl=3600, capacity=4, flush_at=2
+)
+CALENDAR = TimelinePolicy(
+    ttl=3600, capacity=6, flush_at=4, schedule="* * * * *", timezone="Europe/Berlin"
+)
+
+
 def resolve(timeline: str) -> TimelinePolicy:
-    return {"a": CAPPED, "c": TRIMMED_HASH}.get(timeline[0], UNBOUNDED)
+    policies = {"a": CAPPED, "c": TRIMMED_HASH, "f": FLUSH_AT, "s": CALENDAR}
+    return policies.get(timeline[0], UNBOUNDED)
 
 
 def stats_of(store: DigestStore, partition: int) -> PartitionStats:
@@ -78,6 +89,8 @@ entries = st.lists(
         st.sampled_from(RECORD_IDS),
         st.integers(990, 1010).map(float),  # few distinct values: timestamp ties happen
         st.binary(max_size=6),
+        # mostly records; sometimes a control operation at that place in the batch
+        st.sampled_from([None, None, None, None, None, FLUSH, CANCEL, CANCEL_ALL]),
     ),
     max_size=6,
 )
@@ -127,7 +140,7 @@ class StoreComparison(RuleBasedStateMachine):
     def add(
         self,
         partition: int,
-        batch: list[tuple[str, str, float, bytes]],
+        batch: list[tuple[str, str, float, bytes, str | None]],
         replay: int,
         expected: int | None,
         extra: int | None,
@@ -137,8 +150,8 @@ class StoreComparison(RuleBasedStateMachine):
         # extra > 0 stands for trailing messages that went to the DLQ (through_offset)
         first = max(0, self.next_offset[partition] - replay)
         records = [
-            NewRecord(timeline, record_id, timestamp, payload, first + i)
-            for i, (timeline, record_id, timestamp, payload) in enumerate(batch)
+            NewRecord(timeline, record_id, timestamp, payload, first + i, control)
+            for i, (timeline, record_id, timestamp, payload, control) in enumerate(batch)
         ]
         through = None if extra is None else first + len(records) - 1 + extra
         if through is not None and through < 0:
@@ -157,7 +170,7 @@ class StoreComparison(RuleBasedStateMachine):
             )
         )
 
-    @rule(seconds=st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 7.0, 10.0, 25.0]))
+    @rule(seconds=st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 7.0, 10.0, 25.0, 60.0]))
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
 

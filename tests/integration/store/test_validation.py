@@ -134,8 +134,10 @@ def policy_args(
     maximum: object = 1800,
     ttl: object = 3600,
     capacity: object = 0,
+    flush_at: object = 0,
+    next_fire: object = "",
 ) -> list[object]:
-    return ["t", minimum, increment, maximum, ttl, capacity]
+    return ["t", minimum, increment, maximum, ttl, capacity, flush_at, next_fire]
 
 
 def guard(client: RedisClient, function: str, call_keys: list[str], *args: object) -> str:

@@ -136,7 +136,17 @@ def test_schemas_match_the_contract() -> None:
     record = digest.pop("records")
     assert record["type"] == "array"
     assert record["items"]["name"] == "DigestRecord"
-    assert _fields(record["items"]) == _fields(EVENT_SCHEMA)
+    assert _fields(record["items"]) == {
+        **_fields(EVENT_SCHEMA),
+        "count": "int",
+        "first_seen": ["null", TIMESTAMP],
+    }
+    reason = digest.pop("reason")
+    assert reason[0] == "null"
+    assert reason[1]["name"] == "DigestReason"
+    assert reason[1]["symbols"] == [
+        "IMMEDIATE", "COOLDOWN", "FLUSH_AT", "SCHEDULE", "FLUSHED", "RECOVERED",
+    ]  # fmt: skip
     assert digest == {
         "id": "string",
         "timeline": "string",
@@ -146,7 +156,15 @@ def test_schemas_match_the_contract() -> None:
         "opened_at": TIMESTAMP,
         "part": "int",
         "parts": "int",
+        "total": ["null", "int"],
+        "next_delivery_at": ["null", TIMESTAMP],
     }
+    # Every field added since the first version has a default (issue 15): old readers read
+    # new digests and new readers old ones (tests/unit/wire/test_digest_evolution.py).
+    added = {"count", "first_seen", "reason", "total", "next_delivery_at"}
+    for schema in (DIGEST_SCHEMA, record["items"]):
+        for field in schema["fields"]:
+            assert field["name"] not in added or "default" in field, field["name"]
     for schema in (EVENT_SCHEMA, SCHEDULE_ENTRY_SCHEMA, DIGEST_SCHEMA):
         assert schema["namespace"] == "digest_stream"
     for schema in (EVENT_SCHEMA, SCHEDULE_ENTRY_SCHEMA, DIGEST_SCHEMA, record["items"]):

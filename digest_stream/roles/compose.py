@@ -1,0 +1,74 @@
+"""Composing the Digest of an open digest under its timeline's policy: collapsed records, and
+why it went out now, how many records it stood for, when the next one can come (issue 15)."""
+
+from __future__ import annotations
+
+from digest_stream.store.base import FLUSH_AT_FLOOR, OpenDigest, TimelinePolicy
+from digest_stream.wire.models import Digest, DigestReason, Record, ScheduleEntry, ScheduleReason
+
+
+def collapse(records: list[Record], attribute: str) -> list[Record]:
+    """Records (newest first) sharing a value of ``attribute`` become one: the newest of them,
+    with ``count`` (occurrences) and ``first_seen`` (the oldest one's time). Records without
+    the attribute stay as they are; the order stays newest first."""
+    # One pass gathers each value's newest record, count and oldest time; each collapsed
+    # record is then copied once (not once per occurrence).
+    groups: dict[str, list[int]] = {}  # value -> [index in out, count, oldest time]
+    out: list[Record] = []
+    for record in records:
+        value = record.attributes.get(attribute)
+        oldest = record.timestamp if record.first_seen is None else record.first_seen
+        group = None if value is None else groups.get(value)
+        if group is None:
+            if value is not None:
+                groups[value] = [len(out), record.count, oldest]
+            out.append(record)
+        else:
+            group[1] += record.count
+            group[2] = min(group[2], oldest)
+    for at, count, oldest in groups.values():
+        kept = out[at]
+        if count != kept.count:
+            # model_copy: both fields are in range by construction.
+            out[at] = kept.model_copy(update={"count": count, "first_seen": oldest})
+    return out
+
+
+def reason(entry: ScheduleEntry, digest: OpenDigest) -> DigestReason:
+    """RECOVERED for a re-announced delivery, else why the store made the timeline due."""
+    if entry.reason == ScheduleReason.RECOVERED:
+        return DigestReason.RECOVERED
+    return DigestReason(digest.reason)
+
+
+def next_delivery_at(policy: TimelinePolicy, now: float) -> int:
+    """The earliest time (ms) the timeline's next digest can go out, closing it at ``now`` or
+    later: its next schedule fire or cool-down, or the flush_at floor when sooner."""
+    fire = policy.next_fire(now)
+    earliest = now + policy.minimum_delay if fire is None else fire
+    if policy.flush_at is not None:
+        earliest = min(earliest, now + FLUSH_AT_FLOOR)
+    return int(earliest * 1000)
+
+
+def compose(
+    entry: ScheduleEntry,
+    digest: OpenDigest,
+    records: list[Record],
+    dropped: int,
+    policy: TimelinePolicy,
+    now: float,
+) -> Digest:
+    """The whole digest (before any split) of ``records`` decoded from ``digest``."""
+    shown = records if policy.collapse_by is None else collapse(records, policy.collapse_by)
+    return Digest.build(
+        id=digest.id,
+        timeline=digest.timeline,
+        records=shown,
+        opened_at=int(digest.opened_at * 1000),
+        dropped=dropped,
+        reason=reason(entry, digest),
+        # what the digest took from the timeline plus what capacity trimmed before it
+        total=len(digest.records) + digest.dropped,
+        next_delivery_at=next_delivery_at(policy, now),
+    )

@@ -1,0 +1,274 @@
+"""Digest policies and controls end to end through Kafka (issue 15): flush_at, a calendar
+schedule in a non-UTC timezone, collapse_by, flush and cancel in order with a timeline's events,
+and reason / total / next_delivery_at on every path (recovered and split digests included)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from click.testing import CliRunner
+from confluent_kafka import Consumer
+
+from digest_stream.cli import main
+from digest_stream.client import EventProducer
+from digest_stream.settings import Settings
+from digest_stream.store.calendar import next_fire
+from digest_stream.wire.models import Digest, DigestReason
+from tests.support import wait_until
+from tests.support.kafka import Collector
+from tests.support.pipeline import PipelineFactory
+
+T = 1_700_000_000_000  # event times (ms), increasing per record
+
+
+def _mine(digests: list[Digest], timeline: str) -> list[Digest]:
+    return [d for d in digests if d.timeline == timeline]
+
+
+def _first_digest(producer: EventProducer, out: Collector, timeline: str) -> Digest:
+    """Send the timeline's first event and wait for its immediate digest (the cool-down
+    starts): the events sent next accumulate."""
+    before = len(out.digests)
+    producer.send(timeline, "first", b"{}")
+    producer.flush()
+    out.wait_for(lambda: len(out.digests) == before + 1, 30, f"{timeline}'s immediate digest")
+    return out.digests[-1]
+
+
+def _near(at_ms: int | None, expected_s: float, slack_s: float = 3.0) -> bool:
+    return at_ms is not None and abs(at_ms / 1000 - expected_s) <= slack_s
+
+
+def test_flush_at_delivers_before_the_cool_down_ends(pipeline_factory: PipelineFactory) -> None:
+    pipe = pipeline_factory(
+        partitions=2, minimum_delay=30.0, increment_delay=1.0, maximum_delay=60.0, flush_at=3
+    )
+    pipe.app()
+    out = pipe.output()
+    with pipe.producer() as producer:
+        first = _first_digest(producer, out, "fa")
+        assert (first.reason, first.total) == (DigestReason.IMMEDIATE, 1)
+        # Earliest next: the flush_at floor (1 s), not the 30 s cool-down.
+        assert _near(first.next_delivery_at, first.opened_at / 1000 + 1.0)
+        sent = time.time()
+        for i in range(3):
+            producer.send("fa", f"r{i}", b"{}", timestamp_ms=T + i)
+        producer.flush()
+    out.wait_for(lambda: len(out.digests) == 2, 20, "the flush_at digest")
+    second = out.digests[1]
+    assert time.time() - sent < 20  # well inside the 30 s cool-down
+    assert [r.id for r in second.records] == ["r2", "r1", "r0"]
+    assert (second.reason, second.total) == (DigestReason.FLUSH_AT, 3)
+    out.close()
+
+
+def test_a_minutely_schedule_delivers_on_the_minute_in_its_timezone(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    zone = "Asia/Kathmandu"  # UTC+05:45: a minute boundary there is one in UTC too
+    pipe = pipeline_factory(partitions=1, schedule="* * * * *", timezone=zone)
+    pipe.app()
+    out = pipe.output()
+    # Not in the last seconds of a minute: the events must be stored before the next fire.
+    wait_until(lambda: time.time() % 60 < 45, 20, "the first 45 s of a minute")
+    sent = time.time()
+    fire = next_fire("* * * * *", zone, sent)
+    with pipe.producer() as producer:
+        producer.send("cal", "a", b"{}", timestamp_ms=T)
+        producer.send("cal", "b", b"{}", timestamp_ms=T + 1)
+        producer.flush()
+    out.observe(min(3.0, fire - time.time() - 1))
+    assert out.digests == []  # no leading edge
+    out.wait_for(lambda: bool(out.digests), fire - time.time() + 15, "the digest at the minute")
+    (digest,) = out.digests
+    local = datetime.fromtimestamp(digest.opened_at / 1000, ZoneInfo(zone))
+    assert fire <= digest.opened_at / 1000 < fire + 5, (local, fire)
+    assert [r.id for r in digest.records] == ["b", "a"]
+    assert (digest.reason, digest.total) == (DigestReason.SCHEDULE, 2)
+    assert digest.next_delivery_at == int((fire + 60) * 1000)
+    out.close()
+
+
+def test_collapse_by_counts_repeated_records(pipeline_factory: PipelineFactory) -> None:
+    pipe = pipeline_factory(partitions=1, collapse_by="fingerprint", minimum_delay=3.0)
+    pipe.app()
+    out = pipe.output()
+    with pipe.producer() as producer:
+        _first_digest(producer, out, "col")
+        for i, fingerprint in enumerate(["A", "B", "A", "A", "B"]):
+            producer.send("col", f"e{i}", b"{}", timestamp_ms=T + i,
+                          attributes={"fingerprint": fingerprint})  # fmt: skip
+        producer.flush()
+    out.wait_for(lambda: len(out.digests) == 2, 30, "the collapsed digest")
+    digest = out.digests[1]
+    assert [(r.id, r.count, r.first_seen) for r in digest.records] == [
+        ("e4", 2, T + 1),  # B: e4 (newest) and e1
+        ("e3", 3, T),  # A: e3, e2, e0
+    ]
+    assert (digest.reason, digest.total) == (DigestReason.COOLDOWN, 5)
+    out.close()
+
+
+def test_flush_and_cancel_apply_in_order_with_the_timelines_events(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    # A long cool-down: without the flush nothing would go out within the test.
+    pipe = pipeline_factory(partitions=4, minimum_delay=60.0, maximum_delay=60.0)
+    app = pipe.app()
+    out = pipe.output()
+    with pipe.producer() as producer:
+        _first_digest(producer, out, "ctl")
+        for i, record in enumerate(["a", "b", "c"]):
+            producer.send("ctl", record, b"{}", timestamp_ms=T + i)
+        producer.cancel("ctl", "b")  # after a, b, c: b goes
+        producer.send("ctl", "d", b"{}", timestamp_ms=T + 3)  # after the cancel: stays
+        producer.flush("ctl")  # after d: a digest of d, c, a now
+        producer.send("ctl", "late", b"{}", timestamp_ms=T + 4)  # after the flush
+        producer.flush()
+    out.wait_for(lambda: len(out.digests) >= 2, 20, "the flushed digest")
+    flushed = out.digests[1]
+    assert flushed.reason == DigestReason.FLUSHED
+    # "late" may join (the flush makes the timeline READY; a record arriving before the digest
+    # opens is in it), but never "b", and everything before the flush is there.
+    assert [r.id for r in flushed.records if r.id != "late"] == ["d", "c", "a"]
+    assert flushed.total == len(flushed.records)
+    with pipe.producer() as producer:
+        producer.send("ctl", "e", b"{}", timestamp_ms=T + 5)
+        producer.send("ctl", "f", b"{}", timestamp_ms=T + 6)
+        producer.cancel("ctl")  # every pending record so far
+        producer.send("ctl", "g", b"{}", timestamp_ms=T + 7)
+        producer.flush("ctl")
+    out.wait_for(lambda: "g" in out.record_ids(), 20, "the digest after cancelling all")
+    assert not {"b", "e", "f"} & out.record_ids()
+    last = next(d for d in out.digests if "g" in {r.id for r in d.records})
+    assert ([r.id for r in last.records], last.reason) == (["g"], DigestReason.FLUSHED)
+    # "b"; then e, f, and "late" when it was still pending (not in the flushed digest).
+    late_pending = "late" not in {r.id for r in flushed.records}
+    expected = 1 + 2 + (1 if late_pending else 0)
+    wait_until(
+        lambda: app.metrics.value("digest_events_dropped_total", reason="cancelled") == expected,
+        10,
+        f"{expected} cancelled records counted",
+    )
+    out.close()
+
+
+def test_a_recovered_digest_says_so_and_explains_its_next_delivery(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    pipe = pipeline_factory(partitions=1, maintenance_timeout=1.0, maintenance_interval=0.5)
+    pipe.app(roles="ingest,scheduler")
+    with pipe.producer() as producer:
+        producer.send("lost", "r1", b"{}")
+        producer.flush()
+    # The IMMEDIATE announcement is consumed by nobody: commit the delivery group past it,
+    # as if the delivery that took it died, so only maintenance's RECOVERED one remains.
+    skipper = Consumer(
+        {
+            "bootstrap.servers": pipe.settings.kafka_bootstrap_servers,
+            "group.id": pipe.settings.delivery_group_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    skipper.subscribe([pipe.settings.schedule_topic])
+    taken: list[int] = []
+
+    def take_first() -> bool:
+        for message in skipper.consume(10, timeout=0.2):
+            if message.error() is None and not taken:
+                taken.append(message.offset() or 0)
+                skipper.commit(message=message, asynchronous=False)
+        return bool(taken)
+
+    wait_until(take_first, 30, "the IMMEDIATE schedule entry")
+    skipper.close()
+    out = pipe.output()
+    pipe.app(roles="delivery")
+    out.wait_for(lambda: bool(out.digests), 30, "the recovered digest")
+    (digest,) = out.digests
+    assert (digest.reason, digest.total) == (DigestReason.RECOVERED, 1)
+    assert _near(digest.next_delivery_at, digest.opened_at / 1000 + pipe.settings.minimum_delay)
+    out.close()
+
+
+def test_every_part_of_a_split_digest_carries_reason_total_and_next_delivery(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    pipe = pipeline_factory(
+        partitions=1, minimum_delay=3.0, increment_delay=0.0, maximum_delay=3.0,
+        max_message_bytes=30_000, max_event_bytes=10_000, capacity=250,
+    )  # fmt: skip
+    pipe.app()
+    out = pipe.output()
+    with pipe.producer() as producer:
+        _first_digest(producer, out, "big")
+        for i in range(300):
+            producer.send("big", f"r{i:03d}", b"x" * 500, timestamp_ms=T + i)
+        producer.flush()
+    out.wait_for(lambda: "r299" in out.record_ids(), 60, "the split digest")
+    parts = [d for d in _mine(out.digests, "big") if d.records[0].id != "first"]
+    assert parts[0].parts > 1
+    out.wait_for(
+        lambda: len([d for d in out.digests if d.id == parts[0].id]) == parts[0].parts,
+        30,
+        "every part",
+    )
+    parts = [d for d in out.digests if d.id == parts[0].id]
+    # 300 went in, capacity kept the newest 250: "showing 250 of 300".
+    assert sum(len(p.records) for p in parts) == 250
+    assert {(p.reason, p.total, p.next_delivery_at) for p in parts} == {
+        (DigestReason.COOLDOWN, 300, parts[0].next_delivery_at)
+    }
+    assert _near(parts[0].next_delivery_at, parts[0].opened_at / 1000 + 3.0)
+    assert sum(p.dropped for p in parts) == 50
+    out.close()
+
+
+def _flags(pipe_settings: Settings) -> list[str]:
+    return [
+        "--kafka-bootstrap-servers", pipe_settings.kafka_bootstrap_servers,
+        "--redis-url", pipe_settings.redis_url,
+        "--namespace", pipe_settings.namespace,
+        "--events-topic", pipe_settings.events_topic,
+        "--minimum-delay", "60", "--maximum-delay", "60", "--flush-at", "50",
+    ]  # fmt: skip
+
+
+def test_the_cli_flushes_cancels_after_asking_and_inspect_explains(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    pipe = pipeline_factory(partitions=2, minimum_delay=60.0, maximum_delay=60.0, flush_at=50)
+    pipe.app()
+    out = pipe.output()
+    flags = _flags(pipe.settings)
+    runner = CliRunner()
+    with pipe.producer() as producer:
+        _first_digest(producer, out, "cli")
+        producer.send("cli", "a", b"{}", timestamp_ms=T)
+        producer.send("cli", "b", b"{}", timestamp_ms=T + 1)
+        producer.flush()
+
+    def inspected() -> str:
+        result = runner.invoke(main, ["inspect", "cli", *flags])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    wait_until(lambda: "pending        2 records" in inspected(), 20, "two pending records")
+    shown = inspected()
+    assert "cool-down 60s +30s per event, at most 60s; flush at 50 records" in shown
+    assert "(COOLDOWN)" in shown
+    # Without --yes it asks; "n" sends nothing.
+    refused = runner.invoke(main, ["cancel", "cli", "--record", "a", *flags], input="n\n")
+    assert refused.exit_code == 1
+    assert "Cancel the pending records of record a of timeline cli?" in refused.output
+    done = runner.invoke(main, ["cancel", "cli", "--record", "a", "--yes", *flags])
+    assert done.exit_code == 0, done.output
+    flushed = runner.invoke(main, ["flush", "cli", *flags])
+    assert flushed.exit_code == 0, flushed.output
+    out.wait_for(lambda: len(out.digests) == 2, 20, "the flushed digest")
+    digest = out.digests[1]
+    assert ([r.id for r in digest.records], digest.reason) == (["b"], DigestReason.FLUSHED)
+    out.close()

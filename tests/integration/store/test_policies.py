@@ -1,0 +1,177 @@
+"""Digest policies (flush_at, calendar schedules) and control operations (flush, cancel), on the
+model, a single Redis and the Redis Cluster (issue 15)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from digest_stream.store import DigestStore, NewRecord, TimelinePolicy
+from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, FLUSH_AT_FLOOR
+from tests.support import new_id
+from tests.support.store import StoreFactory
+
+P = 0
+BERLIN = ZoneInfo("Europe/Berlin")
+# Monday 2026-03-02 10:00 Berlin time (UTC+1).
+T0 = datetime(2026, 3, 2, 10, 0, tzinfo=BERLIN).timestamp()
+COOL = TimelinePolicy(minimum_delay=60, increment_delay=10, maximum_delay=120, flush_at=3)
+DAILY = TimelinePolicy(schedule="0 9 * * *", timezone="Europe/Berlin")
+
+
+class Feed:
+    """Records (and controls) with increasing offsets, like one input partition."""
+
+    def __init__(self) -> None:
+        self.offset = -1
+
+    def __call__(self, timeline: str, record_id: str = "", control: str | None = None) -> NewRecord:
+        self.offset += 1
+        record_id = record_id or f"r{self.offset}"
+        return NewRecord(timeline, record_id, T0, record_id.encode(), self.offset, control)
+
+
+@pytest.fixture
+def feed() -> Feed:
+    return Feed()
+
+
+def deliver(store: DigestStore, timeline: str, now: float) -> tuple[list[str], str]:
+    """Open and close the timeline's digest: its record ids (newest first) and its reason."""
+    digest = store.open(P, timeline, new_id(), now)
+    assert store.close(P, timeline, digest.id, now)
+    return [record.id for record in digest.records], digest.reason
+
+
+def test_flush_at_makes_a_cooling_timeline_due_before_its_cool_down_ends(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(COOL)
+    assert store.add(P, [feed("t")], T0).ready == ["t"]
+    assert deliver(store, "t", T0) == (["r0"], "IMMEDIATE")
+    # In the cool-down (due T0 + 60): two records are not enough...
+    store.add(P, [feed("t"), feed("t")], T0 + 5)
+    assert store.inspect(P, "t").due == T0 + 60 + 2 * 10  # each pushed it by increment
+    assert store.inspect(P, "t").reason == "COOLDOWN"
+    # ...the third reaches flush_at: due now, well before the cool-down would end.
+    store.add(P, [feed("t")], T0 + 6)
+    info = store.inspect(P, "t")
+    assert (info.state, info.due, info.reason, info.pending) == ("waiting", T0 + 6, "FLUSH_AT", 3)
+    assert [d.timeline for d in store.schedule(P, T0 + 6)] == ["t"]
+    ids, reason = deliver(store, "t", T0 + 6)
+    assert (ids, reason) == (["r3", "r2", "r1"], "FLUSH_AT")
+    assert store.inspect(P, "t").reason == "COOLDOWN"
+
+
+def test_flush_at_never_comes_sooner_than_its_floor_after_a_delivery(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(COOL)
+    store.add(P, [feed("t")], T0)
+    deliver(store, "t", T0)
+    store.add(P, [feed("t"), feed("t"), feed("t")], T0 + 0.25)  # a burst right after it
+    assert store.inspect(P, "t").due == T0 + FLUSH_AT_FLOOR
+    assert store.schedule(P, T0 + 0.5) == []
+    assert [d.timeline for d in store.schedule(P, T0 + FLUSH_AT_FLOOR)] == ["t"]
+
+
+def test_a_calendar_timeline_has_no_leading_edge_and_delivers_at_each_fire(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(DAILY)
+    nine = datetime(2026, 3, 3, 9, 0, tzinfo=BERLIN).timestamp()
+    result = store.add(P, [feed("d"), feed("d")], T0)
+    assert result.ready == []  # no immediate digest: a daily summary
+    info = store.inspect(P, "d")
+    assert (info.state, info.due, info.reason) == ("waiting", nine, "SCHEDULE")
+    store.add(P, [feed("d")], T0 + 3600)  # more records do not move a calendar due time
+    assert store.inspect(P, "d").due == nine
+    assert store.schedule(P, nine - 1) == []
+    assert [d.timeline for d in store.schedule(P, nine)] == ["d"]
+    assert deliver(store, "d", nine + 0.2) == (["r2", "r1", "r0"], "SCHEDULE")
+    # Next fire is the following 09:00 Berlin, not a cool-down after the delivery.
+    next_nine = datetime(2026, 3, 4, 9, 0, tzinfo=BERLIN).timestamp()
+    assert store.inspect(P, "d").due == next_nine
+    # Nothing came meanwhile: the empty digest at that fire retires the timeline.
+    assert [d.timeline for d in store.schedule(P, next_nine)] == ["d"]
+    assert deliver(store, "d", next_nine) == ([], "SCHEDULE")
+    assert store.inspect(P, "d").state == "absent"
+
+
+def test_flush_delivers_a_waiting_timeline_now_in_order_with_its_records(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(DAILY)
+    result = store.add(P, [feed("d", "a"), feed("d", control=FLUSH), feed("d", "b")], T0)
+    # The flush applies after "a" (READY at once, announced like an immediate digest);
+    # "b" arrives after it and joins the digest still pending (READY: not opened yet).
+    assert result.ready == ["d"]
+    assert result.added == 2
+    info = store.inspect(P, "d")
+    assert (info.state, info.reason, info.pending) == ("ready", "FLUSHED", 2)
+    assert deliver(store, "d", T0 + 1) == (["b", "a"], "FLUSHED")
+
+
+def test_flush_of_a_timeline_without_pending_records_does_nothing(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(COOL)
+    assert store.add(P, [feed("t", control=FLUSH)], T0).ready == []
+    store.add(P, [feed("t")], T0)
+    deliver(store, "t", T0)  # WAITING in its cool-down, nothing pending
+    assert store.add(P, [feed("t", control=FLUSH)], T0 + 1).ready == []
+    assert store.inspect(P, "t").state == "waiting"
+
+
+def test_cancel_removes_pending_records_in_order_and_counts_them(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(COOL)
+    store.add(P, [feed("t", "first")], T0)
+    deliver(store, "t", T0)
+    batch = [
+        feed("t", "a"),
+        feed("t", "b"),
+        feed("t", "a", control=CANCEL),  # "a" is gone...
+        feed("t", "zz", control=CANCEL),  # ...an unknown id cancels nothing
+        feed("t", "c"),
+        feed("u", "x"),
+        feed("u", control=CANCEL_ALL),  # only u's records, only those before it
+        feed("u", "y"),
+    ]
+    result = store.add(P, batch, T0 + 1)
+    assert (result.added, result.cancelled) == (5, 2)
+    assert result.ready == ["u"]  # u's first record was immediate; cancel does not undo that
+    assert store.inspect(P, "t").pending == 2
+    assert store.inspect(P, "u").pending == 1
+    assert deliver(store, "u", T0 + 1)[0] == ["y"]
+    store.schedule(P, T0 + 200)
+    ids, reason = deliver(store, "t", T0 + 200)
+    assert (sorted(ids), reason) == (["b", "c"], "COOLDOWN")
+
+
+def test_controls_are_fenced_like_records(make_store: StoreFactory, feed: Feed) -> None:
+    store = make_store(COOL)
+    first = [feed("t", "a"), feed("t", "b"), feed("t", "a", control=CANCEL), feed("t", "c")]
+    result = store.add(P, first, T0, through_offset=5)
+    assert (result.added, result.cancelled, result.fence_after) == (3, 1, 5)
+    # A replay of the same offsets (a crash before the commit) applies nothing again: the
+    # cancel does not remove "a" a second time after its replayed add.
+    again = store.add(P, first, T0, expected_fence=5)
+    assert (again.added, again.skipped, again.cancelled, again.fence_after) == (0, 3, 0, 5)
+    assert store.inspect(P, "t").pending == 2
+    # A fence found behind what the caller expects applies nothing, controls included.
+    behind = store.add(P, [feed("t", control=CANCEL_ALL)], T0, expected_fence=99)
+    assert (behind.cancelled, behind.fence_before, behind.fence_after) == (0, 5, 5)
+    assert store.inspect(P, "t").pending == 2
+
+
+def test_a_control_last_in_a_batch_carries_the_batch_fence(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(COOL)
+    result = store.add(P, [feed("t"), feed("t", control=FLUSH)], T0, through_offset=9)
+    assert result.fence_after == 9
+    assert store.applied_offset(P) == 9
