@@ -15,7 +15,7 @@ _SIZE_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 1000, 10_000)
 
 #: Known label values. Each starts at 0, so its series exists before the first event and
 #: Prometheus' increase()/rate() count that first event (a series born at 1 shows no increase).
-DROP_REASONS = ("capacity", "max_age", "missing_payload")
+DROP_REASONS = ("capacity", "max_age", "missing_payload", "cancelled")
 REPLAY_CAUSES = ("fence_behind", "state_loss", "topic_changed", "offset_reset")
 DEAD_LETTER_REASONS = (
     "missing-key",
