@@ -30,7 +30,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '11'
+local LIBRARY_VERSION = '12'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -1197,17 +1197,13 @@ local function digest_reply(tag, meta, records)
         meta.cause or (meta.last_delivery ~= nil and CAUSES.cooldown or CAUSES.immediate)}
 end
 
--- KEYS: timeline, digest, waiting, ready. ARGV: timeline, digest_id, now, ttl.
--- Returns {id, opened_at, dropped, {id, timestamp, payload, ...} newest first, expired,
--- cause}: expired is 1 when the timeline was scheduled but its earlier records had expired;
--- cause is the letter saying why the timeline was due.
-local function open(keys, args)
-    local tag, timeline = timeline_keys(keys, args)
-    local digest_id = parse_digest_id(args[2])
-    local now = parse_time(args[3], 'now')
-    local ttl = parse_ttl(args[4])
+-- Opens (or reopens) one READY timeline's digest; nil when the timeline is not READY (nothing
+-- written). Returns {id, opened_at, dropped, {id, timestamp, payload, ...} newest first,
+-- expired, cause}: expired is 1 when the timeline was scheduled but its earlier records had
+-- expired; cause is the letter saying why the timeline was due.
+local function open_target(tag, timeline, digest_id, now, ttl)
     if redis.call('ZSCORE', ready_key(tag), timeline) == false then
-        invalid_state('timeline is not ready: ' .. timeline)
+        return nil
     end
     local digest = digest_key(tag, timeline)
     local existing = parse_digest_meta(read_meta(digest))
@@ -1253,25 +1249,65 @@ local function open(keys, args)
     return digest_reply(tag, digest_meta, container.records)
 end
 
--- KEYS: timeline, digest, waiting, ready.
--- ARGV: timeline, digest_id, now, minimum_delay, ttl, partition_ttl, next_fire|"".
--- next_fire: the calendar schedule's next fire time; the timeline waits for it instead of
--- a cool-down. Returns 1 when that digest was closed, 0 for an unknown or already closed id.
-local function close(keys, args)
+-- KEYS: timeline, digest, waiting, ready. ARGV: timeline, digest_id, now, ttl.
+-- Returns open_target's reply; a timeline that is not READY is refused (invalid_state).
+local function open(keys, args)
     local tag, timeline = timeline_keys(keys, args)
     local digest_id = parse_digest_id(args[2])
     local now = parse_time(args[3], 'now')
-    local minimum = parse_time(args[4], 'minimum_delay')
-    local ttl = parse_ttl(args[5])
-    local partition_ttl = parse_ttl(args[6])
-    local next_fire = nil
-    if args[7] ~= nil and args[7] ~= '' then
-        next_fire = parse_time(args[7], 'next fire')
+    local ttl = parse_ttl(args[4])
+    local reply = open_target(tag, timeline, digest_id, now, ttl)
+    if reply == nil then
+        invalid_state('timeline is not ready: ' .. timeline)
     end
+    return reply
+end
+
+-- Fields of one target of ds_open_many: timeline, digest_id, ttl.
+local OPEN_WIDTH = 3
+-- Fields of one target of ds_close_many: timeline, digest_id, minimum, ttl, next_fire|"".
+local CLOSE_WIDTH = 5
+
+-- The tag of a call on several timelines of one partition (KEYS: waiting, ready), and its
+-- targets: ARGV from `first` on, `width` fields each, checked before anything is written.
+local function many_targets(keys, args, first, width)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, waiting_key(tag))
+    expect_key(keys, 2, ready_key(tag))
+    if (#args - first + 1) % width ~= 0 then
+        invalid_argument('expects ' .. width .. ' fields per target')
+    end
+    return tag
+end
+
+-- KEYS: waiting, ready. ARGV: now, N x (timeline, digest_id, ttl).
+-- ds_open for each target in order (a repeated timeline reopens), in one call. Returns one
+-- reply per target: open_target's, or 0 for a timeline that is not READY (not an error: the
+-- other targets are still opened).
+local function open_many(keys, args)
+    local tag = many_targets(keys, args, 2, OPEN_WIDTH)
+    local now = parse_time(args[1], 'now')
+    local targets = {}
+    for base = 2, #args, OPEN_WIDTH do
+        targets[#targets + 1] = {
+            parse_name(args[base], 'timeline'), parse_digest_id(args[base + 1]),
+            parse_ttl(args[base + 2]),
+        }
+    end
+    local replies = {}
+    for i, target in ipairs(targets) do
+        replies[i] = open_target(tag, target[1], target[2], now, target[3]) or 0
+    end
+    return replies
+end
+
+-- Closes one digest. Returns 1 when that digest was closed, 0 for an unknown or already closed
+-- id, and whether the partition keys' TTL needs a refresh (the timeline waits again).
+local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire)
     local digest = digest_key(tag, timeline)
     local meta = parse_digest_meta(read_meta(digest))
     if meta == nil or meta.id ~= digest_id then
-        return 0
+        return 0, false
     end
     redis.call('DEL', digest)
     local source = timeline_key(tag, timeline)
@@ -1281,7 +1317,7 @@ local function close(keys, args)
         redis.call('DEL', source)
         redis.call('ZREM', ready_key(tag), timeline)
         redis.call('ZREM', waiting_key(tag), timeline)
-        return 1
+        return 1, false
     end
     local timeline_meta = parse_timeline_meta(head.meta)
     timeline_meta.last_delivery = now
@@ -1296,8 +1332,63 @@ local function close(keys, args)
     redis.call('PEXPIRE', source, ttl_ms(ttl))
     redis.call('ZREM', ready_key(tag), timeline)
     redis.call('ZADD', waiting_key(tag), format_float(due), timeline)
-    refresh_partition_ttl(tag, math.max(ttl, partition_ttl))
-    return 1
+    return 1, true
+end
+
+local function parse_next_fire(value)
+    if value ~= nil and value ~= '' then
+        return parse_time(value, 'next fire')
+    end
+    return nil
+end
+
+-- KEYS: timeline, digest, waiting, ready.
+-- ARGV: timeline, digest_id, now, minimum_delay, ttl, partition_ttl, next_fire|"".
+-- next_fire: the calendar schedule's next fire time; the timeline waits for it instead of
+-- a cool-down. Returns 1 when that digest was closed, 0 for an unknown or already closed id.
+local function close(keys, args)
+    local tag, timeline = timeline_keys(keys, args)
+    local digest_id = parse_digest_id(args[2])
+    local now = parse_time(args[3], 'now')
+    local minimum = parse_time(args[4], 'minimum_delay')
+    local ttl = parse_ttl(args[5])
+    local partition_ttl = parse_ttl(args[6])
+    local closed, waits = close_target(tag, timeline, digest_id, now, minimum, ttl,
+        parse_next_fire(args[7]))
+    if waits then
+        refresh_partition_ttl(tag, math.max(ttl, partition_ttl))
+    end
+    return closed
+end
+
+-- KEYS: waiting, ready. ARGV: now, partition_ttl, N x (timeline, digest_id, minimum_delay,
+-- ttl, next_fire|""). ds_close for each target in order, in one call; the partition keys'
+-- TTL is refreshed once, to the longest that any close asked for. Returns 1/0 per target.
+local function close_many(keys, args)
+    local tag = many_targets(keys, args, 3, CLOSE_WIDTH)
+    local now = parse_time(args[1], 'now')
+    local partition_ttl = parse_ttl(args[2])
+    local targets = {}
+    for base = 3, #args, CLOSE_WIDTH do
+        targets[#targets + 1] = {
+            parse_name(args[base], 'timeline'), parse_digest_id(args[base + 1]),
+            parse_time(args[base + 2], 'minimum_delay'), parse_ttl(args[base + 3]),
+            parse_next_fire(args[base + 4]),
+        }
+    end
+    local replies, refresh = {}, nil
+    for i, target in ipairs(targets) do
+        local closed, waits = close_target(tag, target[1], target[2], now, target[3], target[4],
+            target[5])
+        replies[i] = closed
+        if waits then
+            refresh = math.max(refresh or partition_ttl, target[4])
+        end
+    end
+    if refresh ~= nil then
+        refresh_partition_ttl(tag, refresh)
+    end
+    return replies
 end
 
 -- KEYS: timeline, digest, waiting, ready. ARGV: timeline.
@@ -1488,6 +1579,8 @@ redis.register_function{function_name = 'ds_schedule', callback = schedule}
 redis.register_function{function_name = 'ds_maintenance', callback = maintenance}
 redis.register_function{function_name = 'ds_open', callback = open}
 redis.register_function{function_name = 'ds_close', callback = close}
+redis.register_function{function_name = 'ds_open_many', callback = open_many}
+redis.register_function{function_name = 'ds_close_many', callback = close_many}
 redis.register_function{function_name = 'ds_delete', callback = delete}
 redis.register_function{function_name = 'ds_inspect', callback = inspect, flags = READ_ONLY}
 redis.register_function{function_name = 'ds_stats', callback = stats, flags = READ_ONLY}

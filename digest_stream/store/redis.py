@@ -32,6 +32,7 @@ from digest_stream.store.library import library_versions
 from digest_stream.store.replies import (
     Reply,
     arg,
+    array,
     integer,
     map_error,
 )
@@ -51,6 +52,9 @@ RedisClient = routing.RedisClient
 DEFAULT_INLINE_RECORDS = 16
 #: Same bound as INLINE_MAX_RECORDS in digests.lua.
 MAX_INLINE_RECORDS = 128
+#: Targets per ds_open_many / ds_close_many call: one partition's share of a delivery batch
+#: in one call, yet a bound on how long one call (with large digests) holds Redis.
+MANY_CHUNK = 256
 
 
 def _short_ascii(value: object) -> bool:
@@ -407,51 +411,97 @@ class RedisStore:
     def open_many(
         self, targets: Sequence[DigestTarget], now: float
     ) -> list[OpenDigest | InvalidState]:
-        """open() for several timelines in one round trip per Redis node (each call atomic)."""
-        calls = [self._open_call(target, now) for target in targets]
+        """open() for several timelines: one FCALL per partition (ds_open_many), pipelined in
+        one round trip per Redis node; each open atomic on its own, in order."""
+        now = validate.time_value(now, "now")
+        fields: list[list[str | bytes]] = []
+        for target in targets:
+            timeline, digest_id, policy = self._target(target)
+            fields.append([timeline, digest_id, arg(policy.ttl)])
+        found = self._many("ds_open_many", targets, [arg(now)], fields)
         return [
-            reply if isinstance(reply, InvalidState) else replies.open_digest(target[1], reply)
-            for target, reply in zip(targets, self._fcall_many("ds_open", calls), strict=True)
+            InvalidState(f"timeline is not ready: {target[1]}")
+            if reply == 0
+            else replies.open_digest(target[1], reply)
+            for target, reply in zip(targets, found, strict=True)
         ]
 
     def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
-        """close() for several digests in one round trip per Redis node (each call atomic)."""
-        calls = [self._close_call(target, now) for target in targets]
-        replies = self._fcall_many("ds_close", calls)
-        if any(isinstance(reply, InvalidState) for reply in replies):
-            raise InvalidState("ds_close never refuses a state; got " + repr(replies))
-        return [integer(reply) == 1 for reply in replies]
+        """close() for several digests: one FCALL per partition (ds_close_many), pipelined the
+        same way."""
+        now = validate.time_value(now, "now")
+        fields: list[list[str | bytes]] = []
+        for target in targets:
+            timeline, digest_id, policy = self._target(target)
+            fire = policy.next_fire(now)
+            fields.append(
+                [
+                    timeline,
+                    digest_id,
+                    arg(policy.minimum_delay),
+                    arg(policy.ttl),
+                    "" if fire is None else arg(fire),
+                ]
+            )
+        found = self._many("ds_close_many", targets, [arg(now), arg(self.policy.ttl)], fields)
+        return [integer(reply) == 1 for reply in found]
 
-    def _fcall_many(self, function: str, calls: Sequence[Call]) -> list[Reply | InvalidState]:
-        """Pipelined FCALLs, one round trip per node; InvalidState comes back in place.
+    def _target(self, target: DigestTarget) -> tuple[str, str, TimelinePolicy]:
+        _, timeline, digest_id = target
+        validate.name(timeline, "timeline")
+        validate.digest_id(digest_id)
+        return timeline, digest_id, self._policy(timeline)
+
+    def _many(
+        self,
+        function: str,
+        targets: Sequence[DigestTarget],
+        head: list[str | bytes],
+        fields: Sequence[list[str | bytes]],
+    ) -> list[Reply]:
+        """One FCALL per partition (at most MANY_CHUNK targets each), pipelined by node;
+        the per-target replies in target order."""
+        groups: dict[int, list[int]] = {}
+        for index, (partition, _, _) in enumerate(targets):
+            groups.setdefault(partition, []).append(index)
+        calls: list[Call] = []
+        members: list[list[int]] = []
+        for partition, indexes in groups.items():
+            tag = self._tag(partition)
+            call_keys = [keys.waiting_key(tag), keys.ready_key(tag)]
+            for first in range(0, len(indexes), MANY_CHUNK):
+                chunk = indexes[first : first + MANY_CHUNK]
+                args = list(head)
+                for index in chunk:
+                    args += fields[index]
+                calls.append((call_keys, args))
+                members.append(chunk)
+        out: list[Reply] = [None] * len(targets)
+        for chunk, reply in zip(members, self._fcall_many(function, calls), strict=True):
+            for index, value in zip(chunk, array(reply), strict=True):
+                out[index] = value
+        return out
+
+    def _fcall_many(self, function: str, calls: Sequence[Call]) -> list[Reply]:
+        """Pipelined FCALLs, one round trip per node, replies in call order.
 
         A reply the pipeline cannot settle (the library missing on a node, a cluster
         redirection while slots move) is redone by _fcall, which handles both.
         """
-        replies: list[Reply | InvalidState] = []
+        found: list[Reply] = []
         for call, reply in zip(
             calls, routing.fcall_pipelined(self.client, function, calls), strict=True
         ):
             if isinstance(reply, ResponseError):
                 mapped = map_error(reply)
-                if isinstance(mapped, InvalidArgument):
+                if mapped is not reply:
                     raise mapped from reply
-                replies.append(
-                    mapped
-                    if isinstance(mapped, InvalidState)
-                    else self._fcall_or_state(function, call)
-                )
+                found.append(self._fcall(function, *call))
             elif isinstance(reply, Exception):
                 raise reply
             else:
-                replies.append(reply)
-        return replies
-
-    def _fcall_or_state(self, function: str, call: Call) -> Reply | InvalidState:
-        try:
-            return self._fcall(function, *call)
-        except InvalidState as state:
-            return state
+                found.append(reply)
+        return found
 
     def delete(self, partition: int, timeline: str) -> bool:
         """Remove the timeline and everything it owns; False when it did not exist."""

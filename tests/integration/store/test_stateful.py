@@ -20,6 +20,7 @@ from digest_stream.store import (
     Fence,
     MemoryStore,
     NewRecord,
+    OpenDigest,
     PartitionStats,
     RedisStore,
     StoreError,
@@ -212,6 +213,31 @@ class StoreComparison(RuleBasedStateMachine):
             digest_id = new_id()  # an id nobody opened
         now = self.clock.now()
         self.both(lambda store: store.close(partition, timeline, digest_id, now))
+
+    @rule(picks=st.lists(st.tuples(partitions, timelines), min_size=1, max_size=5))
+    def open_many(self, picks: list[tuple[int, str]]) -> None:
+        # several partitions and repeated timelines in one batch, as delivery sends them
+        targets = [(partition, timeline, new_id()) for partition, timeline in picks]
+        now = self.clock.now()
+        results = self.both(
+            lambda store: [
+                item if isinstance(item, OpenDigest) else type(item)
+                for item in store.open_many(targets, now)
+            ]
+        )
+        if isinstance(results, list):
+            for (partition, timeline, _), item in zip(targets, results, strict=True):
+                if isinstance(item, OpenDigest):
+                    self.opened.append((partition, timeline, item.id))
+
+    @rule(picks=st.lists(st.integers(0, 8), min_size=1, max_size=5))
+    def close_many(self, picks: list[int]) -> None:
+        targets = [
+            self.opened[-1 - pick] if pick < len(self.opened) else (0, TIMELINES[0], new_id())
+            for pick in picks
+        ]
+        now = self.clock.now()
+        self.both(lambda store: store.close_many(targets, now))
 
     @rule(partition=partitions, timeline=timelines)
     def delete(self, partition: int, timeline: str) -> None:
