@@ -10,7 +10,6 @@ eviction does to a timeline's data in Redis, so callers can test how expiry is r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from digest_stream.store import validate
 from digest_stream.store.base import (
@@ -22,81 +21,29 @@ from digest_stream.store.base import (
     DigestTarget,
     DueBatch,
     DueTimeline,
-    Fence,
     InvalidState,
     NewRecord,
     OpenDigest,
-    PartitionStats,
-    PolicyResolver,
     StoredRecord,
-    TimelineInfo,
     TimelinePolicy,
     reason_of,
 )
+from digest_stream.store.model_admin import MemoryAdmin
+from digest_stream.store.model_state import (
+    DigestState,
+    PartitionState,
+    TimelineState,
+    age_key,
+    score_key,
+)
 
 
-def _age_key(record: StoredRecord) -> tuple[float, bytes]:
-    # Oldest first by timestamp, ties by id bytes: the order of the Lua code.
-    return (record.timestamp, record.id.encode("utf-8"))
+class MemoryStore(MemoryAdmin):
+    """In-memory ``DigestStore`` with the exact semantics of ``RedisStore``.
 
-
-def _score_key(item: tuple[str, float]) -> tuple[float, bytes]:
-    # Zset order: score, then member bytes.
-    return (item[1], item[0].encode("utf-8"))
-
-
-@dataclass
-class _Timeline:
-    records: dict[str, StoredRecord] = field(default_factory=dict)
-    dropped: int = 0  # trimmed since the last digest was opened
-    last_delivery: float | None = None
-    expired: bool = False  # earlier records of this still scheduled timeline expired
-    behind_open: bool = False  # started while a digest was open: its records wait behind it
-    cause: str | None = None  # why it is due (a REASON), when recorded
-
-
-@dataclass
-class _Digest:
-    id: str
-    opened_at: float
-    dropped: int
-    records: list[StoredRecord]  # newest first
-    last_delivery: float | None
-    expired: bool
-    reason: str
-
-
-@dataclass
-class _Partition:
-    fence: int | None = None
-    fence_topic: str | None = None
-    waiting: dict[str, float] = field(default_factory=dict)
-    ready: dict[str, float] = field(default_factory=dict)
-    timelines: dict[str, _Timeline] = field(default_factory=dict)
-    digests: dict[str, _Digest] = field(default_factory=dict)
-
-
-class MemoryStore:
-    """In-memory ``DigestStore`` with the exact semantics of ``RedisStore``."""
-
-    def __init__(
-        self,
-        *,
-        policy: TimelinePolicy | None = None,
-        resolver: PolicyResolver | None = None,
-    ) -> None:
-        default = policy if policy is not None else TimelinePolicy()
-        validate.policy(default, "<default>")
-        self.policy = default
-        self._resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
-        self._partitions: dict[int, _Partition] = {}
-
-    def _partition(self, partition: int) -> _Partition:
-        validate.partition(partition)
-        return self._partitions.setdefault(partition, _Partition())
-
-    def _policy(self, timeline: str) -> TimelinePolicy:
-        return validate.policy(self._resolver(timeline), timeline)
+    Its state and lookups: ``MemoryState``; inspect, admin, the fence and ``expire``:
+    ``MemoryAdmin``; adding, the schedule and digests here.
+    """
 
     def add(
         self,
@@ -146,7 +93,7 @@ class MemoryStore:
             if name not in state.timelines:
                 # Scheduled without records: they are in its open digest, or expired.
                 scheduled = name in state.ready or name in state.waiting
-                state.timelines[name] = _Timeline(
+                state.timelines[name] = TimelineState(
                     expired=scheduled and name not in state.digests,
                     behind_open=scheduled and name in state.digests,
                 )
@@ -192,7 +139,7 @@ class MemoryStore:
 
     def _finish(
         self,
-        state: _Partition,
+        state: PartitionState,
         touched: list[str],
         policies: dict[str, TimelinePolicy],
         now: float,
@@ -204,7 +151,7 @@ class MemoryStore:
             timeline = state.timelines[name]
             capacity = policy.capacity
             if capacity is not None and len(timeline.records) > capacity:
-                oldest = sorted(timeline.records.values(), key=_age_key)
+                oldest = sorted(timeline.records.values(), key=age_key)
                 victims = oldest[: len(oldest) - capacity]
                 for victim in victims:
                     del timeline.records[victim.id]
@@ -220,7 +167,7 @@ class MemoryStore:
         return dropped
 
     @staticmethod
-    def _control(state: _Partition, record: NewRecord, now: float, ready: list[str]) -> int:
+    def _control(state: PartitionState, record: NewRecord, now: float, ready: list[str]) -> int:
         """Apply one control operation; returns the pending records it cancelled."""
         name = record.timeline
         timeline = state.timelines.get(name)
@@ -241,22 +188,12 @@ class MemoryStore:
             return count
         return 0 if timeline.records.pop(record.id, None) is None else 1
 
-    @staticmethod
-    def _last_delivery(state: _Partition, name: str) -> float | None:
-        timeline = state.timelines.get(name)
-        if timeline is not None and timeline.last_delivery is not None:
-            return timeline.last_delivery
-        digest = state.digests.get(name)
-        return digest.last_delivery if digest is not None else None
-
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
         state = self._partition(partition)
         now = validate.time_value(now, "now")
         limit = validate.limit(limit)
-        due = sorted(
-            ((name, at) for name, at in state.waiting.items() if at <= now), key=_score_key
-        )
+        due = sorted(((name, at) for name, at in state.waiting.items() if at <= now), key=score_key)
         for name, _ in due[:limit]:
             del state.waiting[name]
             state.ready[name] = now
@@ -271,7 +208,7 @@ class MemoryStore:
         validate.time_value(now, "now")
         limit = validate.limit(limit)
         stale = sorted(
-            ((name, at) for name, at in state.ready.items() if at < deadline), key=_score_key
+            ((name, at) for name, at in state.ready.items() if at < deadline), key=score_key
         )
         for name, at in stale[:limit]:
             del state.ready[name]
@@ -292,12 +229,12 @@ class MemoryStore:
         digest = state.digests.get(timeline)
         if digest is None:
             # READY with neither records nor a digest: its data expired.
-            pending = state.timelines.pop(timeline, None) or _Timeline(expired=True)
-            digest = _Digest(
+            pending = state.timelines.pop(timeline, None) or TimelineState(expired=True)
+            digest = DigestState(
                 id=digest_id,
                 opened_at=now,
                 dropped=pending.dropped,
-                records=sorted(pending.records.values(), key=_age_key, reverse=True),
+                records=sorted(pending.records.values(), key=age_key, reverse=True),
                 last_delivery=pending.last_delivery,
                 # records that waited behind a digest that is gone: it expired
                 expired=pending.expired or pending.behind_open,
@@ -313,15 +250,6 @@ class MemoryStore:
             digest.expired,
             digest.reason,
         )
-
-    def expire(self, partition: int, timeline: str, *, digest_only: bool = False) -> None:
-        """Drop the timeline's records and open digest (or only the digest), keeping its
-        schedule entry: what Redis does when their TTLs run out (test aid; not part of
-        ``DigestStore``)."""
-        state = self._partition(partition)
-        if not digest_only:
-            state.timelines.pop(timeline, None)
-        state.digests.pop(timeline, None)
 
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
         """Close that digest; False when the id is unknown or already closed."""
@@ -342,7 +270,7 @@ class MemoryStore:
             state.waiting.pop(timeline, None)
             return True
         if pending is None:
-            pending = state.timelines[timeline] = _Timeline()
+            pending = state.timelines[timeline] = TimelineState()
         pending.last_delivery = now
         pending.behind_open = False
         state.ready.pop(timeline, None)
@@ -367,71 +295,3 @@ class MemoryStore:
     def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
         """close() for each target, in order."""
         return [self.close(p, timeline, digest_id, now) for p, timeline, digest_id in targets]
-
-    def delete(self, partition: int, timeline: str) -> bool:
-        """Remove the timeline and everything it owns; False when it did not exist."""
-        state = self._partition(partition)
-        validate.name(timeline, "timeline")
-        found = [
-            state.timelines.pop(timeline, None),
-            state.digests.pop(timeline, None),
-            state.ready.pop(timeline, None),
-            state.waiting.pop(timeline, None),
-        ]
-        return any(item is not None for item in found)
-
-    def inspect(self, partition: int, timeline: str) -> TimelineInfo:
-        """Describe one timeline."""
-        state = self._partition(partition)
-        validate.name(timeline, "timeline")
-        if timeline in state.ready:
-            status, due = "ready", state.ready[timeline]
-        elif timeline in state.waiting:
-            status, due = "waiting", state.waiting[timeline]
-        else:
-            status, due = "absent", None
-        pending = state.timelines.get(timeline)
-        digest = state.digests.get(timeline)
-        last_delivery = self._last_delivery(state, timeline)
-        cause = (pending.cause if pending is not None else None) or (
-            digest.reason if digest is not None else None
-        )
-        return TimelineInfo(
-            timeline=timeline,
-            state=status,
-            due=due,
-            last_delivery=last_delivery,
-            pending=len(pending.records) if pending is not None else 0,
-            open_digest=digest.id if digest is not None else None,
-            open_records=len(digest.records) if digest is not None else 0,
-            dropped=pending.dropped if pending is not None else 0,
-            reason=None if status == "absent" else reason_of(cause, last_delivery),
-        )
-
-    def stats(self, partition: int) -> PartitionStats:
-        """Count WAITING and READY timelines of a partition."""
-        state = self._partition(partition)
-        return PartitionStats(
-            partition=partition,
-            waiting=len(state.waiting),
-            ready=len(state.ready),
-            oldest_due=min(state.waiting.values()) if state.waiting else None,
-            applied_offset=state.fence,
-        )
-
-    def applied_offset(self, partition: int) -> int | None:
-        """The partition's fence: last applied offset, or None when absent."""
-        return self._partition(partition).fence
-
-    def fence(self, partition: int) -> Fence:
-        """The partition's fence with the topic id it belongs to."""
-        state = self._partition(partition)
-        return Fence(state.fence, state.fence_topic)
-
-    def set_applied_offset(
-        self, partition: int, offset: int | None, *, topic_id: str | None = None
-    ) -> None:
-        """Write exactly this fence (a new topic, admin replays); both None remove it."""
-        state = self._partition(partition)
-        fence = None if offset is None else validate.offset(offset)
-        state.fence, state.fence_topic = fence, validate.topic_id(topic_id)

@@ -17,7 +17,7 @@ from digest_stream.store import (
     TimelinePolicy,
     routing,
 )
-from digest_stream.store import redis as redis_module
+from digest_stream.store import redis_calls as redis_module
 from digest_stream.store.keys import (
     digest_key,
     fence_key,

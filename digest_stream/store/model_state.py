@@ -1,0 +1,90 @@
+"""The reference model's state: partitions, timelines, open digests; the shared lookups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from digest_stream.store import validate
+from digest_stream.store.base import (
+    PolicyResolver,
+    StoredRecord,
+    TimelinePolicy,
+)
+
+
+def age_key(record: StoredRecord) -> tuple[float, bytes]:
+    """Oldest first by timestamp, ties by id bytes: the order of the Lua code."""
+    return (record.timestamp, record.id.encode("utf-8"))
+
+
+def score_key(item: tuple[str, float]) -> tuple[float, bytes]:
+    """Zset order: score, then member bytes."""
+    return (item[1], item[0].encode("utf-8"))
+
+
+@dataclass
+class TimelineState:
+    """A timeline's pending records and meta."""
+
+    records: dict[str, StoredRecord] = field(default_factory=dict)
+    dropped: int = 0  # trimmed since the last digest was opened
+    last_delivery: float | None = None
+    expired: bool = False  # earlier records of this still scheduled timeline expired
+    behind_open: bool = False  # started while a digest was open: its records wait behind it
+    cause: str | None = None  # why it is due (a REASON), when recorded
+
+
+@dataclass
+class DigestState:
+    """An open digest."""
+
+    id: str
+    opened_at: float
+    dropped: int
+    records: list[StoredRecord]  # newest first
+    last_delivery: float | None
+    expired: bool
+    reason: str
+
+
+@dataclass
+class PartitionState:
+    """One input partition: fence, schedule, timelines, open digests."""
+
+    fence: int | None = None
+    fence_topic: str | None = None
+    waiting: dict[str, float] = field(default_factory=dict)
+    ready: dict[str, float] = field(default_factory=dict)
+    timelines: dict[str, TimelineState] = field(default_factory=dict)
+    digests: dict[str, DigestState] = field(default_factory=dict)
+
+
+class MemoryState:
+    """The partitions of a ``MemoryStore``, its policies and the lookups every call uses."""
+
+    def __init__(
+        self,
+        *,
+        policy: TimelinePolicy | None = None,
+        resolver: PolicyResolver | None = None,
+    ) -> None:
+        default = policy if policy is not None else TimelinePolicy()
+        validate.policy(default, "<default>")
+        self.policy = default
+        self._resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
+        self._partitions: dict[int, PartitionState] = {}
+
+    def _partition(self, partition: int) -> PartitionState:
+        validate.partition(partition)
+        return self._partitions.setdefault(partition, PartitionState())
+
+    def _policy(self, timeline: str) -> TimelinePolicy:
+        return validate.policy(self._resolver(timeline), timeline)
+
+    @staticmethod
+    def _last_delivery(state: PartitionState, name: str) -> float | None:
+        timeline = state.timelines.get(name)
+        if timeline is not None and timeline.last_delivery is not None:
+            return timeline.last_delivery
+        digest = state.digests.get(name)
+        return digest.last_delivery if digest is not None else None

@@ -1,0 +1,62 @@
+"""The inspect, admin and fence calls of RedisStore (read-only ones use FCALL_RO)."""
+
+from __future__ import annotations
+
+from digest_stream.store import keys, replies, routing, validate
+from digest_stream.store.base import Fence, PartitionStats, TimelineInfo
+from digest_stream.store.redis_calls import RedisCalls
+from digest_stream.store.replies import integer
+
+
+class RedisAdmin(RedisCalls):
+    """``delete``, ``inspect``, ``stats``, ``server_time`` and the fence of ``RedisStore``."""
+
+    def delete(self, partition: int, timeline: str) -> bool:
+        """Remove the timeline and everything it owns; False when it did not exist."""
+        tag = self._tag(partition)
+        validate.name(timeline, "timeline")
+        return integer(self._fcall("ds_delete", keys.timeline_keys(tag, timeline), [timeline])) == 1
+
+    def inspect(self, partition: int, timeline: str) -> TimelineInfo:
+        """Describe one timeline (read-only)."""
+        tag = self._tag(partition)
+        validate.name(timeline, "timeline")
+        reply = self._fcall(
+            "ds_inspect", keys.timeline_keys(tag, timeline), [timeline], read_only=True
+        )
+        return replies.timeline_info(timeline, reply)
+
+    def stats(self, partition: int) -> PartitionStats:
+        """Count WAITING and READY timelines of a partition (read-only)."""
+        tag = self._tag(partition)
+        reply = self._fcall("ds_stats", keys.partition_keys(tag), [], read_only=True)
+        return replies.partition_stats(partition, reply)
+
+    def server_time(self) -> float:
+        """Redis's own clock (TIME on the first primary), in seconds since the epoch."""
+        (node, *_) = routing.primaries(self.client)
+        reply: object = routing.on_node(self.client, node, "TIME")
+        # redis-py parses TIME into a (seconds, microseconds) tuple.
+        if not isinstance(reply, list | tuple) or len(reply) != 2:
+            raise TypeError(f"unexpected TIME reply {reply!r}")
+        seconds, micros = (int(part) for part in reply)
+        return seconds + micros / 1e6
+
+    def applied_offset(self, partition: int) -> int | None:
+        """The partition's fence: last applied offset, or None when absent."""
+        return self.fence(partition).offset
+
+    def fence(self, partition: int) -> Fence:
+        """The partition's fence with the topic id it belongs to."""
+        tag = self._tag(partition)
+        reply = self._fcall("ds_fence_get", [keys.fence_key(tag)], [], read_only=True)
+        return replies.fence(reply)
+
+    def set_applied_offset(
+        self, partition: int, offset: int | None, *, topic_id: str | None = None
+    ) -> None:
+        """Write exactly this fence (a new topic, admin replays); both None remove it."""
+        tag = self._tag(partition)
+        value = "" if offset is None else str(validate.offset(offset))
+        topic = validate.topic_id(topic_id) or ""
+        self._fcall("ds_fence_set", [keys.fence_key(tag)], [value, topic])

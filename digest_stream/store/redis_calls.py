@@ -1,0 +1,134 @@
+"""RedisCalls: what every RedisStore call stands on: the client, the library check, one FCALL.
+
+Works unchanged over ``redis.Redis`` and ``redis.cluster.RedisCluster``: every call touches
+the keys of one input partition (one hash tag, one slot) and is routed by that tag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis.exceptions import ResponseError
+
+from digest_stream.store import keys, library, routing, validate
+from digest_stream.store.base import (
+    InvalidArgument,
+    LibraryVersionMismatch,
+    PolicyResolver,
+    TimelinePolicy,
+)
+from digest_stream.store.library import library_versions
+from digest_stream.store.replies import Reply, map_error
+
+LIBRARY_NAME = library.NAME
+LIBRARY_SOURCE = library.SOURCE
+#: Version of the library this code expects on the server.
+LIBRARY_VERSION = library.VERSION
+#: The client types RedisStore works over.
+RedisClient = routing.RedisClient
+
+#: Timelines with up to this many records live in one compact string (see digests.lua):
+#: most timelines hold a handful of records, and one allocation each saves the per-entry
+#: overhead of a hash. Past it (or past 8 KiB) a timeline becomes a hash.
+DEFAULT_INLINE_RECORDS = 16
+#: Same bound as INLINE_MAX_RECORDS in digests.lua.
+MAX_INLINE_RECORDS = 128
+
+
+class RedisCalls:
+    """The client, its namespace and policies, the library check, and one FCALL with retry."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        namespace: str = "d",
+        policy: TimelinePolicy | None = None,
+        resolver: PolicyResolver | None = None,
+        load_library: bool = True,
+        inline_records: int = DEFAULT_INLINE_RECORDS,
+    ) -> None:
+        if client.get_connection_kwargs().get("decode_responses"):
+            raise InvalidArgument("the Redis client must not decode responses: payloads are bytes")
+        self.client = client
+        self.namespace = validate.namespace(namespace)
+        default = policy if policy is not None else TimelinePolicy()
+        self.policy = validate.policy(default, "<default>")
+        self._resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
+        self._load_library = load_library
+        if isinstance(inline_records, bool) or not isinstance(inline_records, int):
+            raise InvalidArgument(f"inline_records must be an int, got {inline_records!r}")
+        if not 0 <= inline_records <= MAX_INLINE_RECORDS:
+            raise InvalidArgument(
+                f"inline_records must be in [0, {MAX_INLINE_RECORDS}], got {inline_records}"
+            )
+        self.inline_records = inline_records
+        self.ensure_library()
+
+    def ensure_library(self) -> None:
+        """Load (when allowed) and verify the library on every primary: its version, then
+        its code (any user granted FUNCTION LOAD can replace the server-wide library)."""
+        nodes = routing.primaries(self.client)
+        if self._load_library:
+            for node in nodes:
+                routing.on_node(self.client, node, "FUNCTION", "LOAD", "REPLACE", LIBRARY_SOURCE)
+        versions = library_versions(self.client)
+        for node in nodes:
+            where = routing.node_name(node)
+            found = versions.get(where)
+            if found is None:
+                raise LibraryVersionMismatch(
+                    f"Redis Functions library {LIBRARY_NAME!r} is not loaded on {where}; "
+                    f"this code needs version {LIBRARY_VERSION} "
+                    "(construct RedisStore with load_library=True to load it)"
+                )
+            if found != LIBRARY_VERSION:
+                raise LibraryVersionMismatch(
+                    f"Redis Functions library {LIBRARY_NAME!r} on {where} is version {found}, "
+                    f"this code needs version {LIBRARY_VERSION} "
+                    "(construct RedisStore with load_library=True to replace it)"
+                )
+            listed = routing.on_node(
+                self.client,
+                node,
+                "FUNCTION",
+                "LIST",
+                "LIBRARYNAME",
+                LIBRARY_NAME,
+                "WITHCODE",
+            )
+            code = library.code_in(listed)
+            if code != LIBRARY_SOURCE:
+                seen = "none" if code is None else library.fingerprint(code)
+                raise LibraryVersionMismatch(
+                    f"Redis Functions library {LIBRARY_NAME!r} on {where} says version {found} "
+                    f"but its code is not this version's (sha256 {seen}, expected "
+                    f"{library.FINGERPRINT}): replaced by someone; an administrator must reload it"
+                )
+
+    def _fcall(
+        self,
+        function: str,
+        call_keys: list[str],
+        args: Sequence[str | bytes],
+        *,
+        read_only: bool = False,
+    ) -> Reply:
+        command = "FCALL_RO" if read_only else "FCALL"
+        try:
+            return routing.fcall(self.client, command, function, call_keys, args)
+        except ResponseError as error:
+            if "Function not found" in str(error) and self._load_library:
+                # A primary that restarted empty or joined the cluster: load, retry once.
+                self.ensure_library()
+                try:
+                    return routing.fcall(self.client, command, function, call_keys, args)
+                except ResponseError as retry_error:
+                    raise map_error(retry_error) from retry_error
+            raise map_error(error) from error
+
+    def _tag(self, partition: int) -> str:
+        return keys.partition_tag(self.namespace, validate.partition(partition))
+
+    def _policy(self, timeline: str) -> TimelinePolicy:
+        return validate.policy(self._resolver(timeline), timeline)

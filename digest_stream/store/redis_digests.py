@@ -1,0 +1,156 @@
+"""Opening and closing digests over Redis: one FCALL per partition per batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis.exceptions import ResponseError
+
+from digest_stream.store import keys, replies, routing, validate
+from digest_stream.store.base import DigestTarget, InvalidState, OpenDigest, TimelinePolicy
+from digest_stream.store.redis_calls import RedisCalls
+from digest_stream.store.replies import Reply, arg, array, integer, map_error
+from digest_stream.store.routing import Call
+
+#: Targets per ds_open_many / ds_close_many call: one partition's share of a delivery batch
+#: in one call, yet a bound on how long one call (with large digests) holds Redis.
+MANY_CHUNK = 256
+
+
+class RedisDigests(RedisCalls):
+    """``open``, ``close`` and their batch forms of ``RedisStore``."""
+
+    def _checked(
+        self, target: DigestTarget, now: float
+    ) -> tuple[list[str], list[str | bytes], TimelinePolicy]:
+        """A digest call's keys, its leading arguments (timeline, id, now) and the policy."""
+        partition, timeline, digest_id = target
+        tag = self._tag(partition)
+        validate.name(timeline, "timeline")
+        validate.digest_id(digest_id)
+        now = validate.time_value(now, "now")
+        return (
+            keys.timeline_keys(tag, timeline),
+            [timeline, digest_id, arg(now)],
+            self._policy(timeline),
+        )
+
+    def _open_call(self, target: DigestTarget, now: float) -> Call:
+        call_keys, args, policy = self._checked(target, now)
+        return call_keys, [*args, arg(policy.ttl)]
+
+    def _close_call(self, target: DigestTarget, now: float) -> Call:
+        call_keys, args, policy = self._checked(target, now)
+        fire = policy.next_fire(now)
+        return call_keys, [
+            *args,
+            arg(policy.minimum_delay),
+            arg(policy.ttl),
+            arg(self.policy.ttl),
+            "" if fire is None else arg(fire),
+        ]
+
+    def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
+        """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
+        call = self._open_call((partition, timeline, digest_id), now)
+        return replies.open_digest(timeline, self._fcall("ds_open", *call))
+
+    def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
+        """Close that digest; False when the id is unknown or already closed."""
+        call = self._close_call((partition, timeline, digest_id), now)
+        return integer(self._fcall("ds_close", *call)) == 1
+
+    def open_many(
+        self, targets: Sequence[DigestTarget], now: float
+    ) -> list[OpenDigest | InvalidState]:
+        """open() for several timelines: one FCALL per partition (ds_open_many), pipelined in
+        one round trip per Redis node; each open atomic on its own, in order."""
+        now = validate.time_value(now, "now")
+        fields: list[list[str | bytes]] = []
+        for target in targets:
+            timeline, digest_id, policy = self._target(target)
+            fields.append([timeline, digest_id, arg(policy.ttl)])
+        found = self._many("ds_open_many", targets, [arg(now)], fields)
+        return [
+            InvalidState(f"timeline is not ready: {target[1]}")
+            if reply == 0
+            else replies.open_digest(target[1], reply)
+            for target, reply in zip(targets, found, strict=True)
+        ]
+
+    def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
+        """close() for several digests: one FCALL per partition (ds_close_many), pipelined the
+        same way."""
+        now = validate.time_value(now, "now")
+        fields: list[list[str | bytes]] = []
+        for target in targets:
+            timeline, digest_id, policy = self._target(target)
+            fire = policy.next_fire(now)
+            fields.append(
+                [
+                    timeline,
+                    digest_id,
+                    arg(policy.minimum_delay),
+                    arg(policy.ttl),
+                    "" if fire is None else arg(fire),
+                ]
+            )
+        found = self._many("ds_close_many", targets, [arg(now), arg(self.policy.ttl)], fields)
+        return [integer(reply) == 1 for reply in found]
+
+    def _target(self, target: DigestTarget) -> tuple[str, str, TimelinePolicy]:
+        _, timeline, digest_id = target
+        validate.name(timeline, "timeline")
+        validate.digest_id(digest_id)
+        return timeline, digest_id, self._policy(timeline)
+
+    def _many(
+        self,
+        function: str,
+        targets: Sequence[DigestTarget],
+        head: list[str | bytes],
+        fields: Sequence[list[str | bytes]],
+    ) -> list[Reply]:
+        """One FCALL per partition (at most MANY_CHUNK targets each), pipelined by node;
+        the per-target replies in target order."""
+        groups: dict[int, list[int]] = {}
+        for index, (partition, _, _) in enumerate(targets):
+            groups.setdefault(partition, []).append(index)
+        calls: list[Call] = []
+        members: list[list[int]] = []
+        for partition, indexes in groups.items():
+            tag = self._tag(partition)
+            call_keys = [keys.waiting_key(tag), keys.ready_key(tag)]
+            for first in range(0, len(indexes), MANY_CHUNK):
+                chunk = indexes[first : first + MANY_CHUNK]
+                args = list(head)
+                for index in chunk:
+                    args += fields[index]
+                calls.append((call_keys, args))
+                members.append(chunk)
+        out: list[Reply] = [None] * len(targets)
+        for chunk, reply in zip(members, self._fcall_many(function, calls), strict=True):
+            for index, value in zip(chunk, array(reply), strict=True):
+                out[index] = value
+        return out
+
+    def _fcall_many(self, function: str, calls: Sequence[Call]) -> list[Reply]:
+        """Pipelined FCALLs, one round trip per node, replies in call order.
+
+        A reply the pipeline cannot settle (the library missing on a node, a cluster
+        redirection while slots move) is redone by _fcall, which handles both.
+        """
+        found: list[Reply] = []
+        for call, reply in zip(
+            calls, routing.fcall_pipelined(self.client, function, calls), strict=True
+        ):
+            if isinstance(reply, ResponseError):
+                mapped = map_error(reply)
+                if mapped is not reply:
+                    raise mapped from reply
+                found.append(self._fcall(function, *call))
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                found.append(reply)
+        return found
