@@ -10,11 +10,14 @@ stack's Redis is shared, so a round counts only if FCALL's call count went up by
 between, and the round is redone with fresh record ids (up to ATTEMPTS attempts per round; the
 printout says how many were redone).
 
-Shapes: 1,000 records on 1,000 timelines per call (the ingest benchmark's shape: every record
-touches a timeline of its own), repeated so each timeline grows by one record per round; and
-1,000 records on 50 timelines (20 per timeline per call). Prints ms per 1,000 records for each
-round. Then `ds_open` of one bulk-imported timeline (20,000 records, 1,000-byte ids sharing a
-prefix, equal timestamps, no capacity): ms of Redis time for the open and for a reopen.
+Shapes (the three of issue 13): 1,000 records on 1,000 timelines per call (the ingest
+benchmark's shape: every record touches a timeline of its own), repeated so each timeline grows
+by one record per round; 1,000 records on 50 timelines (20 per timeline per call); and 1,000
+records on one timeline (1,000 per timeline per call). Prints ms of Redis time per 1,000 records
+for each round, then the median [min..max] of the client's side (the whole `store.add` call,
+argument packing and round trip included, less Redis's time). Then `ds_open` of one
+bulk-imported timeline (20,000 records, 1,000-byte ids sharing a prefix, equal timestamps, no
+capacity): ms of Redis time for the open and for a reopen.
 Uses its own namespace on the stack's Redis and removes it.
 """
 
@@ -22,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
+import time
 import uuid
 from collections.abc import Callable
 
@@ -32,6 +37,8 @@ from bench.common import T0, delete_namespace, stack, unique
 from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
 
 RECORDS = 1_000
+#: (label, timelines per call of RECORDS records): 1, 20 and 1,000 records per timeline.
+SHAPES = (("1,000 timelines x 1", 1_000), ("50 timelines x 20", 50), ("1 timeline x 1,000", 1))
 ATTEMPTS = 20  # per round: tries to get an FCALL window that no other client's FCALL shares
 
 
@@ -41,13 +48,13 @@ def fcall_stats(client: redis.Redis) -> tuple[int, int]:
     return int(stats.get("calls", 0)), int(stats.get("usec", 0))
 
 
-def shape(client: redis.Redis, timelines: int, rounds: int) -> tuple[list[float], int]:
-    """ms of Redis time per call of 1,000 records over `timelines`, one figure per round, and
-    how many attempts were redone."""
+def shape(client: redis.Redis, timelines: int, rounds: int) -> tuple[list[float], list[float], int]:
+    """ms of Redis time per call of 1,000 records over `timelines`, one figure per round, the
+    client's ms per call beside it, and how many attempts were redone."""
     namespace = unique("lua")
     store = RedisStore(client, namespace=namespace)
     payload = os.urandom(200)
-    offset, costs, redone = 0, [], 0
+    offset, costs, client_costs, redone = 0, [], [], 0
     try:
         for _ in range(rounds):
             for _ in range(ATTEMPTS):
@@ -59,10 +66,13 @@ def shape(client: redis.Redis, timelines: int, rounds: int) -> tuple[list[float]
                 ]
                 offset += RECORDS
                 calls, usec = fcall_stats(client)
+                started = time.perf_counter()
                 store.add(0, batch, T0)
+                elapsed = (time.perf_counter() - started) * 1000
                 calls_after, usec_after = fcall_stats(client)
                 if calls_after - calls == 1:
                     costs.append((usec_after - usec) / 1000)
+                    client_costs.append(elapsed - costs[-1])
                     break
                 redone += 1
             else:
@@ -71,7 +81,12 @@ def shape(client: redis.Redis, timelines: int, rounds: int) -> tuple[list[float]
                 )
     finally:
         delete_namespace(client, namespace)
-    return costs, redone
+    return costs, client_costs, redone
+
+
+def spread(values: list[float]) -> str:
+    """median [min..max], one decimal."""
+    return f"{statistics.median(values):.1f} [{min(values):.1f}..{max(values):.1f}]"
 
 
 def measured(client: redis.Redis, call: Callable[[], object]) -> float | None:
@@ -107,12 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     client = redis.Redis.from_url(stack().redis_url)
     try:
-        for label, timelines in (("1,000 timelines x 1", 1_000), ("50 timelines x 20", 50)):
-            costs, redone = shape(client, timelines, args.rounds)
+        for label, timelines in SHAPES:
+            costs, client_costs, redone = shape(client, timelines, args.rounds)
             print(
                 f"{label}: "
                 + " ".join(f"{c:.1f}" for c in costs)
-                + " ms per 1,000 records"
+                + f" ms per 1,000 records (median {spread(costs)}; client side "
+                + f"{spread(client_costs)})"
                 + (f" ({redone} attempts redone: other clients' FCALLs)" if redone else "")
             )
         first, again = open_cost(client)
