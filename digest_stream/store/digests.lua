@@ -30,7 +30,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '12'
+local LIBRARY_VERSION = '13'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -42,11 +42,16 @@ local MAX_TOPIC_ID_BYTES = 64
 -- Redis caps the number of Lua stack slots unpack() may use; chunk below it.
 -- Even, so no chunk splits a field/value or score/member pair (HSET, ZADD).
 local UNPACK_CHUNK = 1000
--- Fields of one record in the add batch: timeline index, id, timestamp, offset, payload.
-local RECORD_WIDTH = 5
--- Fields of one timeline policy: name, minimum, increment, maximum, ttl, capacity,
--- flush_at (0 = off), next_fire ("" = no calendar schedule).
-local POLICY_WIDTH = 8
+-- ds_add takes its timelines and its records each as ONE packed argument (struct formats,
+-- big-endian): one argument per record field cost the client more than the Lua did.
+-- A timeline: policy index (1-based), name length, name.
+local TIMELINE_FORMAT = '>I4Hc0'
+-- A record: timeline index (1-based), id length, id, timestamp, offset (a double: exact
+-- up to MAX_OFFSET), payload length, payload.
+local RECORD_FORMAT = '>I4Hc0ddI4c0'
+-- Fields of one distinct policy of an add call: minimum, increment, maximum, ttl,
+-- capacity, flush_at (0 = off), next_fire ("" = no calendar schedule).
+local POLICY_WIDTH = 7
 -- flush_at never makes a timeline due sooner than this after its last delivery (seconds;
 -- FLUSH_AT_FLOOR in store/base.py).
 local FLUSH_AT_FLOOR = 1
@@ -179,40 +184,30 @@ local function parse_ttl(value)
     return ttl
 end
 
+-- The POLICY_WIDTH fields of a policy from args[base].
 local function parse_policy(args, base)
     local policy = {
-        timeline = parse_name(args[base], 'timeline'),
-        minimum = parse_time(args[base + 1], 'minimum_delay'),
-        increment = parse_time(args[base + 2], 'increment_delay'),
-        maximum = parse_time(args[base + 3], 'maximum_delay'),
-        ttl = parse_ttl(args[base + 4]),
+        minimum = parse_time(args[base], 'minimum_delay'),
+        increment = parse_time(args[base + 1], 'increment_delay'),
+        maximum = parse_time(args[base + 2], 'maximum_delay'),
+        ttl = parse_ttl(args[base + 3]),
         -- 0 means "no capacity limit"
-        capacity = parse_integer(args[base + 5], 'capacity', 0, MAX_OFFSET),
+        capacity = parse_integer(args[base + 4], 'capacity', 0, MAX_OFFSET),
         -- 0 means "no flush_at"
-        flush_at = parse_integer(args[base + 6], 'flush_at', 0, MAX_OFFSET),
+        flush_at = parse_integer(args[base + 5], 'flush_at', 0, MAX_OFFSET),
     }
-    if args[base + 7] ~= '' then
+    if args[base + 6] ~= '' then
         -- the calendar schedule's next fire time, computed by the caller (no cron in Lua)
-        policy.next_fire = parse_time(args[base + 7], 'next fire')
+        policy.next_fire = parse_time(args[base + 6], 'next fire')
     end
     if policy.ttl <= policy.maximum then
-        invalid_argument('ttl (' .. args[base + 4] .. ') must exceed maximum_delay ('
-            .. args[base + 3] .. ')')
+        invalid_argument('ttl (' .. args[base + 3] .. ') must exceed maximum_delay ('
+            .. args[base + 2] .. ')')
     end
     return policy
 end
 
--- Timelines of one batch mostly share a policy (the default): while a timeline's
--- policy fields are the very strings of the one before, its parsed values are reused.
-local function same_policy_fields(args, base, other)
-    for offset = 1, POLICY_WIDTH - 1 do
-        if args[base + offset] ~= args[other + offset] then
-            return false
-        end
-    end
-    return true
-end
-
+-- A timeline's own copy of its (shared) policy's values.
 local function reuse_policy(policy, timeline)
     return {
         timeline = timeline,
@@ -847,66 +842,87 @@ end
 -- apply_record run the state machine record by record (in memory), write_back stores
 -- each touched timeline once, and advance_fence moves the fence.
 
--- The timelines of an add call: their policies (parsed once per distinct policy) and keys.
-local function parse_timelines(args, tag, policy_count)
-    local timelines, seen, last = {}, {}, nil
-    for i = 1, policy_count do
-        local base = 8 + (i - 1) * POLICY_WIDTH
-        local policy
-        if last ~= nil and same_policy_fields(args, base, last.base) then
-            policy = reuse_policy(last, parse_name(args[base], 'timeline'))
-        else
-            policy = parse_policy(args, base)
+-- Runs `decode` (which walks a packed argument with struct.unpack); a packed argument
+-- that ends early or holds too little is refused as one, the guards' own errors pass.
+local function unpacked(decode, what)
+    local ok, err = pcall(decode)
+    if not ok then
+        -- pcall hands a guard's error({err = ...}) back as its "ERR ..." string; a struct
+        -- error is a plain message ("<script>: bad argument ...")
+        if type(err) == 'table' then
+            error(err)
+        elseif type(err) == 'string' and string.sub(err, 1, 4) == 'ERR ' then
+            error({err = err})
         end
-        policy.base = base
-        last = policy
-        if seen[policy.timeline] then
-            invalid_argument('timeline listed twice: ' .. policy.timeline)
-        end
-        seen[policy.timeline] = true
-        policy.key = timeline_key(tag, policy.timeline)
-        policy.batch = nil -- set by begin_timeline on the timeline's first record
-        timelines[i] = policy
+        invalid_argument('malformed ' .. what)
     end
+end
+
+-- The timelines of an add call (one packed argument): each with its policy (parsed once
+-- per distinct policy) and key.
+local function parse_timelines(packed, tag, policies)
+    local timelines, seen = {}, {}
+    unpacked(function()
+        local position, size = 1, #packed
+        while position <= size do
+            local index, name
+            index, name, position = struct.unpack(TIMELINE_FORMAT, packed, position)
+            local policy = policies[index]
+            if policy == nil then
+                parse_integer(index, 'policy index', 1, #policies)
+            end
+            parse_name(name, 'timeline')
+            if seen[name] then
+                invalid_argument('timeline listed twice: ' .. name)
+            end
+            seen[name] = true
+            local timeline = reuse_policy(policy, name)
+            timeline.key = timeline_key(tag, name)
+            timeline.batch = nil -- set by begin_timeline on the timeline's first record
+            timelines[#timelines + 1] = timeline
+        end
+    end, 'timelines')
     return timelines
 end
 
--- The records of an add call, each pointing at its timeline.
+-- The records of an add call (one packed argument), each pointing at its timeline.
 -- Per record, the checks run inline and the parse_* helpers only raise the error:
 -- this loop is the one part of the library that runs once per record.
-local function parse_records(args, records_base, timelines, policy_count, through_offset)
+local function parse_records(packed, timelines, through_offset)
     local records = {}
-    for base = records_base, #args, RECORD_WIDTH do
-        -- a table lookup: nil unless an integer in 1..policy_count
-        local timeline = timelines[tonumber(args[base])]
-        if timeline == nil then
-            parse_integer(args[base], 'timeline index', 1, policy_count)
+    unpacked(function()
+        local position, size = 1, #packed
+        while position <= size do
+            local index, id, timestamp, offset, payload
+            index, id, timestamp, offset, payload, position =
+                struct.unpack(RECORD_FORMAT, packed, position)
+            -- a table lookup: nil unless an integer in 1..#timelines
+            local timeline = timelines[index]
+            if timeline == nil then
+                parse_integer(index, 'timeline index', 1, #timelines)
+            end
+            if #id == 0 or #id > MAX_NAME_BYTES then
+                parse_name(id, 'record id')
+            end
+            if not (timestamp >= 0 and timestamp < math.huge) then
+                parse_time(timestamp, 'record timestamp')
+            end
+            if not (offset >= 0 and offset <= MAX_OFFSET) or offset ~= math.floor(offset) then
+                parse_integer(offset, 'offset', 0, MAX_OFFSET)
+            end
+            if through_offset ~= nil and offset > through_offset then
+                invalid_argument('record offset ' .. format_integer(offset)
+                    .. ' is past through_offset ' .. format_integer(through_offset))
+            end
+            records[#records + 1] = {
+                timeline = timeline,
+                id = id,
+                timestamp = timestamp,
+                offset = offset,
+                payload = payload,
+            }
         end
-        local id = args[base + 1]
-        if #id == 0 or #id > MAX_NAME_BYTES then
-            parse_name(id, 'record id')
-        end
-        local timestamp = tonumber(args[base + 2])
-        if timestamp == nil or not (timestamp >= 0 and timestamp < math.huge) then
-            parse_time(args[base + 2], 'record timestamp')
-        end
-        local offset = tonumber(args[base + 3])
-        if offset == nil or not (offset >= 0 and offset <= MAX_OFFSET)
-                or offset ~= math.floor(offset) then
-            parse_integer(args[base + 3], 'offset', 0, MAX_OFFSET)
-        end
-        if through_offset ~= nil and offset > through_offset then
-            invalid_argument('record offset ' .. format_integer(offset)
-                .. ' is past through_offset ' .. format_integer(through_offset))
-        end
-        records[#records + 1] = {
-            timeline = timeline,
-            id = id,
-            timestamp = timestamp,
-            offset = offset,
-            payload = args[base + 4],
-        }
-    end
+    end, 'records')
     return records
 end
 
@@ -930,14 +946,17 @@ local function parse_add(keys, args)
         call.through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
     end
     call.topic = parse_topic_id(args[6])
-    local policy_count = parse_integer(args[7], 'timeline count', 0, #args)
-    local records_base = 8 + policy_count * POLICY_WIDTH
-    if records_base - 1 > #args or (#args - records_base + 1) % RECORD_WIDTH ~= 0 then
-        invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per timeline and '
-            .. RECORD_WIDTH .. ' per record')
+    local policy_count = parse_integer(args[7], 'policy count', 0, #args)
+    if #args ~= 9 + policy_count * POLICY_WIDTH then
+        invalid_argument('add expects ' .. POLICY_WIDTH
+            .. ' fields per policy, then the packed timelines and the packed records')
     end
-    local timelines = parse_timelines(args, tag, policy_count)
-    call.records = parse_records(args, records_base, timelines, policy_count, call.through_offset)
+    local policies = {}
+    for i = 1, policy_count do
+        policies[i] = parse_policy(args, 8 + (i - 1) * POLICY_WIDTH)
+    end
+    local timelines = parse_timelines(args[#args - 1], tag, policies)
+    call.records = parse_records(args[#args], timelines, call.through_offset)
     return call
 end
 
@@ -1091,7 +1110,8 @@ end
 
 -- KEYS: fence, waiting, ready.
 -- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
---       topic_id|"", T, T x policy (POLICY_WIDTH), N x record (RECORD_WIDTH).
+--       topic_id|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
+--       each), records (packed, RECORD_FORMAT each).
 -- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
 -- Redis lost writes: nothing is applied and the caller replays from the fence found.
 -- through_offset: the batch's last offset; the fence advances to it even for input

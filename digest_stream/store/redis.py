@@ -7,6 +7,8 @@ that tag. One FCALL per operation per partition batch, never one per record.
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Sequence
 
 from digest_stream.store import keys, replies, validate
@@ -34,6 +36,14 @@ __all__ = [
     "RedisClient",
     "RedisStore",
 ]
+
+
+#: Packed forms of ds_add's timelines and records (TIMELINE_FORMAT and RECORD_FORMAT in
+#: digests.lua), written without their variable-length strings, which follow each head.
+#: One argument per record field cost the client more than the Lua did (bench.lua_cost).
+_TIMELINE_HEAD = struct.Struct(">IH").pack  # policy index, name length; then the name
+_RECORD_HEAD = struct.Struct(">IH").pack  # timeline index, id length; then the id
+_RECORD_TAIL = struct.Struct(">ddI").pack  # timestamp, offset, payload length; then payload
 
 
 def _short_ascii(value: object) -> bool:
@@ -76,15 +86,16 @@ class RedisStore(RedisDigests, RedisAdmin):
         topic: str | None,
     ) -> AddResult:
         """One ds_add; a batch holding controls goes to _add_with_controls instead."""
-        index: dict[str, str] = {}
+        index: dict[str, int] = {}
         policy_args: list[str | bytes] = []
-        record_args: list[str | bytes] = []
+        timeline_parts: list[bytes] = []
+        record_parts: list[bytes] = []
         # Hot path (bench/hotpath_bench.py): a batch's timelines mostly share one policy
         # object (the default), so each object is checked and formatted once per call, not
         # once per timeline. The dict holds the object, so its id cannot be reused meanwhile.
-        formatted: dict[int, tuple[object, list[str]]] = {}
-        # A batch's records mostly share a few timestamps (milliseconds): format each once.
-        stamps: dict[float, str] = {}
+        formatted: dict[int, tuple[object, int]] = {}
+        # Equal policies of distinct objects are sent once too: their index by fields.
+        policies: dict[tuple[str, ...], int] = {}
         last = MAX_OFFSET if through is None else through
         checked = False  # validate.records ran over the whole batch
         for record in records:
@@ -103,32 +114,39 @@ class RedisStore(RedisDigests, RedisAdmin):
                     return self._add_with_controls(tag, records, now, expected, through, topic)
                 checked = True
             timestamp = record.timestamp
-            stamp = stamps.get(timestamp) if type(timestamp) is float else None
-            if stamp is None:
+            if not (type(timestamp) is float and 0.0 <= timestamp < math.inf):
                 timestamp = validate.time_value(timestamp, "record timestamp")
-                stamp = stamps[timestamp] = arg(timestamp)
             position = index.get(record.timeline)
             if position is None:
-                position = index[record.timeline] = str(len(index) + 1)
+                position = index[record.timeline] = len(index) + 1
                 resolved = self._resolver(record.timeline)
                 cached = formatted.get(id(resolved))
                 if cached is None:
                     policy = validate.policy(resolved, record.timeline)
-                    cached = formatted[id(resolved)] = (
-                        resolved,
-                        [
-                            arg(policy.minimum_delay),
-                            arg(policy.increment_delay),
-                            arg(policy.maximum_delay),
-                            arg(policy.ttl),
-                            str(policy.capacity or 0),
-                            str(policy.flush_at or 0),
-                            "" if policy.schedule is None else arg(policy.next_fire(now) or now),
-                        ],
+                    fields = (
+                        arg(policy.minimum_delay),
+                        arg(policy.increment_delay),
+                        arg(policy.maximum_delay),
+                        arg(policy.ttl),
+                        str(policy.capacity or 0),
+                        str(policy.flush_at or 0),
+                        "" if policy.schedule is None else arg(policy.next_fire(now) or now),
                     )
-                policy_args.append(record.timeline)
-                policy_args += cached[1]
-            record_args += (position, record.id, stamp, str(record.offset), record.payload)
+                    number = policies.get(fields)
+                    if number is None:
+                        number = policies[fields] = len(policies) + 1
+                        policy_args += fields
+                    cached = formatted[id(resolved)] = (resolved, number)
+                name = record.timeline.encode()
+                timeline_parts += (_TIMELINE_HEAD(cached[1], len(name)), name)
+            record_id = record.id.encode()
+            payload = record.payload
+            record_parts += (
+                _RECORD_HEAD(position, len(record_id)),
+                record_id,
+                _RECORD_TAIL(timestamp, record.offset, len(payload)),
+                payload,
+            )
         reply = self._fcall(
             "ds_add",
             [keys.fence_key(tag), keys.waiting_key(tag), keys.ready_key(tag)],
@@ -139,9 +157,10 @@ class RedisStore(RedisDigests, RedisAdmin):
                 "" if expected is None else str(expected),
                 "" if through is None else str(through),
                 topic or "",
-                str(len(index)),
+                str(len(policies)),
                 *policy_args,
-                *record_args,
+                b"".join(timeline_parts),
+                b"".join(record_parts),
             ],
         )
         return replies.add_result(reply)

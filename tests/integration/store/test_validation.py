@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -137,7 +138,28 @@ def policy_args(
     flush_at: object = 0,
     next_fire: object = "",
 ) -> list[object]:
-    return ["t", minimum, increment, maximum, ttl, capacity, flush_at, next_fire]
+    return [minimum, increment, maximum, ttl, capacity, flush_at, next_fire]
+
+
+def packed_timelines(*timelines: tuple[int, str]) -> bytes:
+    """ds_add's packed timelines: (policy index, name) each (TIMELINE_FORMAT in digests.lua)."""
+    return b"".join(
+        struct.pack(">IH", index, len(name.encode())) + name.encode() for index, name in timelines
+    )
+
+
+def packed_records(*records: tuple[int, str, float, float, bytes]) -> bytes:
+    """ds_add's packed records: (timeline index, id, timestamp, offset, payload) each."""
+    return b"".join(
+        struct.pack(">IH", index, len(record_id.encode()))
+        + record_id.encode()
+        + struct.pack(">ddI", timestamp, offset, len(payload))
+        + payload
+        for index, record_id, timestamp, offset, payload in records
+    )
+
+
+ONE_TIMELINE = packed_timelines((1, "t"))
 
 
 def guard(client: RedisClient, function: str, call_keys: list[str], *args: object) -> str:
@@ -166,8 +188,9 @@ def test_lua_refuses_bad_policies(
     client: RedisClient, tag: str, policy: list[object], expected: str
 ) -> None:
     message = guard(
-        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", 1, *policy, 1, "a", T0, 0, b"p"
-    )
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", 1, *policy, ONE_TIMELINE,
+        packed_records((1, "a", T0, 0, b"p")),
+    )  # fmt: skip
     assert message.startswith("invalid_argument: ")
     assert expected in message
 
@@ -175,21 +198,26 @@ def test_lua_refuses_bad_policies(
 @pytest.mark.parametrize(
     ("record", "expected"),
     [
-        ([1, "", T0, 0, b"p"], "record id must be"),
-        ([1, "a", -1, 0, b"p"], "record timestamp must be >= 0"),
-        ([1, "a", T0, -1, b"p"], "offset must be an integer"),
-        ([1, "a", T0, 2**53 + 2, b"p"], "offset must be an integer"),
-        ([2, "a", T0, 0, b"p"], "timeline index must be"),
-        ([1, "a", T0, 0], "fields per timeline"),
+        (packed_records((1, "", T0, 0, b"p")), "record id must be"),
+        (packed_records((1, "a", -1, 0, b"p")), "record timestamp must be >= 0"),
+        (packed_records((1, "a", math.nan, 0, b"p")), "record timestamp must be a finite"),
+        (packed_records((1, "a", math.inf, 0, b"p")), "record timestamp must be a finite"),
+        (packed_records((1, "a", T0, -1, b"p")), "offset must be an integer"),
+        (packed_records((1, "a", T0, 1.5, b"p")), "offset must be an integer"),
+        (packed_records((1, "a", T0, 2**53 + 2, b"p")), "offset must be an integer"),
+        (packed_records((2, "a", T0, 0, b"p")), "timeline index must be"),
+        (packed_records((1, "a", T0, 0, b"payload"))[:-1], "malformed records"),
+        (packed_records((1, "a", T0, 0, b"p")) + b"\x00", "malformed records"),
     ],
 )
 def test_lua_refuses_bad_records_and_writes_nothing(
-    client: RedisClient, tag: str, record: list[object], expected: str
+    client: RedisClient, tag: str, record: bytes, expected: str
 ) -> None:
-    good = [1, "ok", T0, 0, b"p"]
+    good = packed_records((1, "ok", T0, 0, b"p"))
     message = guard(
-        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", 1, *policy_args(), *good, *record
-    )
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", 1, *policy_args(),
+        ONE_TIMELINE, good + record,
+    )  # fmt: skip
     assert expected in message
     assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
 
@@ -204,7 +232,8 @@ def test_lua_refuses_bad_records_and_writes_nothing(
         ([T0, 3600, 16, "", 1.5, "", 0], "through offset must be an integer"),
         ([T0, 3600, 16, "", "", "a|b", 0], "topic id must be"),
         ([T0, 3600, 16, "", "", "x" * 65, 0], "topic id must be"),
-        ([T0, 3600, 16, "", "", "", 2], "fields per timeline"),
+        ([T0, 3600, 16, "", "", "", 2], "fields per policy"),
+        ([T0, 3600, 16, "", "", "", 0, b"", b"", b""], "fields per policy"),
     ],
 )
 def test_lua_refuses_bad_add_headers(
@@ -215,8 +244,30 @@ def test_lua_refuses_bad_add_headers(
 
 def test_lua_refuses_records_past_through_offset(client: RedisClient, tag: str) -> None:
     head = [T0, 3600, 16, "", 4, "", 1]
-    message = guard(client, "ds_add", add_keys(tag), *head, *policy_args(), 1, "a", T0, 5, b"")
+    records = packed_records((1, "a", T0, 5, b""))
+    message = guard(client, "ds_add", add_keys(tag), *head, *policy_args(), ONE_TIMELINE, records)
     assert "invalid_argument: record offset 5 is past through_offset 4" in message
+
+
+@pytest.mark.parametrize(
+    ("timelines", "expected"),
+    [
+        (packed_timelines((2, "t")), "policy index must be"),
+        (packed_timelines((1, "")), "timeline must be"),
+        (packed_timelines((1, "t"), (1, "t")), "timeline listed twice: t"),
+        (ONE_TIMELINE[:-1], "malformed timelines"),
+        (ONE_TIMELINE + b"\x00\x00", "malformed timelines"),
+    ],
+)
+def test_lua_refuses_bad_timelines_and_writes_nothing(
+    client: RedisClient, tag: str, timelines: bytes, expected: str
+) -> None:
+    head = [T0, 3600, 16, "", "", "", 1, *policy_args()]
+    records = packed_records((1, "a", T0, 0, b"p"))
+    message = guard(client, "ds_add", add_keys(tag), *head, timelines, records)
+    assert message.startswith("invalid_argument: ")
+    assert expected in message
+    assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
 
 
 def test_lua_refuses_bad_digest_ids(client: RedisClient, tag: str) -> None:

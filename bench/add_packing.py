@@ -1,0 +1,89 @@
+"""Client-side cost of `RedisStore.add` per record, by batch shape, with no Redis call.
+
+    python -m bench.add_packing [--rounds N]
+
+Two parts, in microseconds per record: building ds_add's arguments (`store.add` with the
+FCALL replaced by a stub that keeps the arguments), and redis-py packing them into one command
+(`Connection.pack_command`, what every real call pays before the bytes leave). Same shapes as
+`bench.lua_cost`: 1,000 records per call on 1,000, 50 and 1 timelines. Prints median
+[min..max] over the rounds. Needs a Redis only to load the library at construction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+import redis
+
+from bench.common import T0, stack, unique
+from bench.lua_cost import RECORDS, SHAPES
+from digest_stream.store import NewRecord, RedisStore
+from digest_stream.store.replies import Reply
+
+
+class StubStore(RedisStore):
+    """A RedisStore whose FCALL keeps its command instead of sending it."""
+
+    sent: tuple[object, ...] = ()
+
+    def _fcall(
+        self,
+        function: str,
+        call_keys: list[str],
+        args: Sequence[str | bytes],
+        *,
+        read_only: bool = False,
+    ) -> Reply:
+        self.sent = ("FCALL", function, len(call_keys), *call_keys, *args)
+        return [[], RECORDS, 0, 0, None, str(RECORDS - 1).encode(), None]
+
+
+def spread(values: list[float]) -> str:
+    """median [min..max] of seconds per call, as us per record."""
+    scale = 1e6 / RECORDS
+    return (
+        f"{statistics.median(values) * scale:.2f} "
+        f"[{min(values) * scale:.2f}..{max(values) * scale:.2f}]"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args(argv)
+    client = redis.Redis.from_url(stack().redis_url)
+    store = StubStore(client, namespace=unique("pack"))
+    connection = client.connection_pool.get_connection()
+    payload = os.urandom(200)
+    try:
+        for label, timelines in SHAPES:
+            batch = [
+                NewRecord(f"tl-{i % timelines}", f"r-{i}", T0 + 0.001 * (i // 50), payload, i)
+                for i in range(RECORDS)
+            ]
+            build: list[float] = []
+            pack: list[float] = []
+            for _ in range(args.rounds):
+                started = time.perf_counter()
+                store.add(0, batch, T0)
+                build.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                connection.pack_command(*store.sent)
+                pack.append(time.perf_counter() - started)
+            print(
+                f"{label}: building arguments {spread(build)} us per record, "
+                f"redis-py packing {spread(pack)} us per record"
+            )
+    finally:
+        client.connection_pool.release(connection)
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
