@@ -28,7 +28,14 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
@@ -380,7 +387,7 @@ class Output:
         self._consumer = _consumer(settings.kafka_bootstrap_servers, settings.output_topic)
         self.digest_ids: dict[str, set[str]] = {}  # record id -> digest ids
         self.first_opened: dict[str, float] = {}  # record id -> earliest opened_at (s)
-        self.first_seen: dict[str, float] = {}  # record id -> wall time this reader first saw it
+        self.first_seen: dict[str, float] = {}  # record id -> publish time of its first digest
         self.dropped: dict[str, int] = {}  # digest id -> dropped (reported on part 1)
         self.timeline: dict[str, str] = {}  # digest id -> timeline
         self.copies: dict[str, int] = {}  # digest id -> messages (parts and repeats)
@@ -393,7 +400,10 @@ class Output:
         for message in self._consumer.consume(5000, timeout=timeout):
             if message.error() is not None:
                 continue
-            seen = time.time()
+            # When the digest was published (the producer's CreateTime), not when this reader
+            # got to it: the reader does not poll while a scenario waits for its load.
+            kind, stamp = message.timestamp()
+            seen = stamp / 1000 if kind != TIMESTAMP_NOT_AVAILABLE else time.time()
             self.messages += 1
             value = message.value() or b""
             raw_headers = message.headers() or []
@@ -548,6 +558,7 @@ class Figures:
     dropped_reason: str = ""  # e.g. "capacity", "max_age"
     all_out_after: float | None = None  # s from the fault's end to the last event out
     deadline: float | None = None  # the bound all_out_after must meet
+    slowest: list[tuple[float, str, str]] = field(default_factory=list)  # for failures
 
     def line(self) -> str:
         """The one-line summary."""
@@ -570,7 +581,9 @@ class Figures:
         if self.deadline is None:
             return
         assert self.all_out_after is not None, f"{self.line()}: events never came out"
-        assert self.all_out_after <= self.deadline, f"{self.line()}: recovery too slow"
+        assert self.all_out_after <= self.deadline, (
+            f"{self.line()}: recovery too slow; slowest (s, id, timeline): {self.slowest}"
+        )
 
 
 @dataclass
@@ -613,6 +626,16 @@ class Accounting:
             if record_id in load.timeline_of:
                 return load.timeline_of[record_id]
         raise KeyError(record_id)
+
+    def slowest(self, ids: set[str]) -> list[tuple[float, str, str]]:
+        """The five slowest of these ids: (out after, id, timeline), for failure messages."""
+        tracked, seen = self.tracked(), self.output.first_seen
+        late = sorted(
+            (seen[rid] - max(tracked[rid].at, self.fault_end), rid, self.timeline_of(rid))
+            for rid in ids
+            if rid in seen and rid in tracked
+        )
+        return late[-5:]
 
     def fault_ended(self) -> None:
         """Mark now as the end of the (last) fault."""
@@ -731,6 +754,7 @@ class Accounting:
             dropped_reason=dropped_reason,
             all_out_after=self.all_out_after(ours) if not missing else None,
             deadline=deadline,
+            slowest=self.slowest(ours) if deadline is not None else [],
         )
 
 
