@@ -236,6 +236,15 @@ def rolling_restart(settings: Settings, size: Size, every: float = 4.0) -> Figur
 # --------------------------------------------------------------------------- 4 Redis rollback
 
 
+STRANDED_AFTER_ROLLBACK = (
+    "bug: after Redis rolls back (restart from an older snapshot, failover to a lagging "
+    "replica) a timeline the snapshot holds as READY, whose schedule entry was consumed "
+    "since, is announced by nobody: events added to it (READY is left untouched) wait for "
+    "maintenance (maintenance_timeout 300 s + interval); the ingest replays on a fence "
+    "behind, but only a partition assignment announces READY timelines (RECOVERED)"
+)
+
+
 def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: float = 5.0) -> Figures:
     """BGSAVE, run on, SHUTDOWN NOSAVE, restart from the snapshot: fence behind -> replay."""
     with scenario(settings) as (services, output, dlq):
@@ -798,7 +807,7 @@ def service_env(settings: Settings) -> dict[str, str]:
 PARSED_REPLY = (
     "bug: redis-py parses OOM/READONLY/NOPERM replies into OutOfMemoryError/ReadOnlyError/"
     "NoPermissionError whose text no longer starts with the code, so roles/retry.py "
-    "`unavailable()` does not retry them and the role stops (the unit tests build "
+    "unavailable() does not retry them and the role stops (the unit tests build "
     "ResponseError('OOM ...') by hand, which the real client never does)"
 )
 
