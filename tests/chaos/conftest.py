@@ -1,4 +1,11 @@
-"""Chaos fixtures: scenario settings on fresh topics, and servers of our own to break."""
+"""Chaos fixtures: scenario settings on fresh topics, and servers of our own to break.
+
+Every scenario runs on a redis-server of its own (`own_redis`), never on the shared Redis of
+the local stack: each service start loads this checkout's Functions library (FUNCTION LOAD
+REPLACE, server-wide), which would flip the library under other engineers' runs, and theirs
+under ours. Only the cluster scenario uses the shared cluster, with the library preloaded
+(`redis_load_library=false`).
+"""
 
 from __future__ import annotations
 
@@ -16,18 +23,20 @@ from tests.chaos.harness import (
     chaos_settings,
     delete_topics,
 )
+from tests.support.proxy import TcpProxy
 
 
 @pytest.fixture
 def make_settings(
-    kafka_bootstrap: str, redis_url: str, namespace: str
+    kafka_bootstrap: str, own_redis: OwnRedis, namespace: str
 ) -> Iterator[SettingsFactory]:
-    """Scenario settings on fresh topics of the shared broker (or `bootstrap=`); topics removed."""
+    """Scenario settings on fresh topics of the shared broker (or `bootstrap=`) and the test's
+    own Redis (or `redis=`); topics removed."""
     made: list[Settings] = []
 
     def make(bootstrap: str | None = None, redis: str | None = None, **changes: Any) -> Settings:
         settings = chaos_settings(
-            bootstrap or kafka_bootstrap, redis or redis_url, namespace, **changes
+            bootstrap or kafka_bootstrap, redis or own_redis.url, namespace, **changes
         )
         made.append(settings)
         return settings
@@ -50,6 +59,14 @@ def own_redis() -> Iterator[OwnRedis]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def redis_proxy(own_redis: OwnRedis) -> Iterator[TcpProxy]:
+    """A proxy in front of the test's own Redis (this folder's scenarios never use the shared
+    one); closed at the end."""
+    with TcpProxy("127.0.0.1", own_redis.port) as proxy:
+        yield proxy
 
 
 @pytest.fixture

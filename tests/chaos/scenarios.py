@@ -7,18 +7,29 @@ lost == 0 (and, where the contract promises it, duplicated == 0).
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from digest_stream.settings import Settings
+import redis
+from confluent_kafka.admin import AdminClient
+
+from digest_stream.settings import Settings, env_name
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
 from tests.chaos.harness import (
     Accounting,
+    CommitWatcher,
     DeadLetterLog,
     Figures,
     Hostile,
@@ -26,11 +37,16 @@ from tests.chaos.harness import (
     Output,
     OwnKafka,
     OwnRedis,
+    ScheduleLog,
     Services,
+    Shape,
+    delete_topics,
+    end_offsets_of,
+    recovery_deadline,
     report,
     scenario,
 )
-from tests.support import wait_until
+from tests.support import REPO_ROOT, unique, wait_until
 from tests.support.crash_hooks import pause_before_close_env
 from tests.support.kafka import committed_offsets
 from tests.support.pipeline import ServiceProcess
@@ -48,8 +64,8 @@ class Size:
 
     @property
     def seconds(self) -> float:
-        """Duration of the load."""
-        return self.events / self.rate
+        """Duration of the load (0 for a load sent as fast as the broker takes it)."""
+        return self.events / self.rate if self.rate > 0 else 0.0
 
 
 INGEST = "ingest,scheduler"
@@ -57,6 +73,12 @@ ALL = "ingest,scheduler,delivery"
 
 FULL = Size(events=50_000, timelines=300, rate=1000.0, drain=300.0)
 SLICE = Size(events=4_000, timelines=100, rate=400.0, drain=90.0)
+#: Sizes of the issue-12 scenarios (each run a few minutes on the 2-core box).
+SHORT_TTL = Size(events=6_000, timelines=300, rate=200.0, drain=120.0)
+ACL = Size(events=20_000, timelines=100, rate=1000.0, drain=120.0)
+REFUSING = Size(events=30_000, timelines=300, rate=1000.0, drain=180.0)
+OVERSIZE = Size(events=600, timelines=10, rate=60.0, drain=60.0)
+DEAD_LETTERS = Size(events=5_000, timelines=100, rate=500.0, drain=120.0)
 
 
 def pace(seconds: float, output: Output, dlq: DeadLetterLog) -> None:
@@ -92,16 +114,25 @@ def _finish(
     *,
     note: str = "",
     allow_duplicates: bool = False,
+    deadline: float | None = None,
+    **counts: Any,
 ) -> Figures:
-    acc.load.wait_acked(timeout=size.seconds * 4 + 300)
+    """Wait for every event, report the line, assert lost == 0, no duplicates (unless allowed)
+    and the recovery deadline (by default the settings' `recovery_deadline`). `counts` go to
+    `Accounting.figures` (dead_lettered=, dropped_counted=)."""
+    for load in acc.loads():
+        load.wait_acked(timeout=size.seconds * 4 + 300)
     acc.wait_complete(size.drain)
-    figures = acc.figures(name, note=note)
+    figures = acc.figures(
+        name, note=note, deadline=deadline or recovery_deadline(acc.load.settings), **counts
+    )
     report(figures)
     missing = sorted(acc.missing())
     assert figures.lost == 0, f"{figures.line()}; e.g. {missing[:5]}"
     if not allow_duplicates:
         dup = acc.duplicated()
         assert not dup, f"{figures.line()}; records under two digest ids: {list(dup.items())[:3]}"
+    figures.check_recovery()
     return figures
 
 
@@ -128,6 +159,7 @@ def ingest_sigkill(settings: Settings, size: Size, every: float = 3.0) -> Figure
                 services.kill(ingests[slot])
                 kills += 1
                 ingests[slot] = services.start(INGEST)
+                acc.fault_ended()
             figures = _finish("1 ingest SIGKILL", acc, size, note=f"{kills} kills every {every}s")
         finally:
             load.stop()
@@ -157,7 +189,8 @@ def delivery_sigkill_before_close(settings: Settings, size: Size, tmp: Path) -> 
                 services.kill(hooked)  # published and acknowledged, never closed
                 kills += 1
                 paused += marker.read_text().split()
-            services.wait_started(services.start("delivery"))
+            services.start("delivery")
+            acc.fault_ended()
             figures = _finish(
                 "2 delivery SIGKILL before close",
                 acc,
@@ -192,6 +225,7 @@ def rolling_restart(settings: Settings, size: Size, every: float = 4.0) -> Figur
                 instances[slot] = services.start()
                 services.wait_started(instances[slot])
                 restarts += 1
+                acc.fault_ended()
             figures = _finish("3 rolling restart x3", acc, size, note=f"{restarts} restarts")
         finally:
             load.stop()
@@ -200,6 +234,15 @@ def rolling_restart(settings: Settings, size: Size, every: float = 4.0) -> Figur
 
 
 # --------------------------------------------------------------------------- 4 Redis rollback
+
+
+STRANDED_AFTER_ROLLBACK = (
+    "bug: after Redis rolls back (restart from an older snapshot, failover to a lagging "
+    "replica) a timeline the snapshot holds as READY, whose schedule entry was consumed "
+    "since, is announced by nobody: events added to it (READY is left untouched) wait for "
+    "maintenance (maintenance_timeout 300 s + interval); the ingest replays on a fence "
+    "behind, but only a partition assignment announces READY timelines (RECOVERED)"
+)
 
 
 def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: float = 5.0) -> Figures:
@@ -213,6 +256,7 @@ def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: floa
             redis.shutdown_nosave()
             redis.start()  # loads the snapshot: every write since it is gone
             up_at = time.time()
+            acc.fault_ended()
             acc.load.wait_acked(timeout=size.seconds * 4 + 300)
             acc.wait_complete(size.drain)
             dup = acc.duplicated()
@@ -220,9 +264,11 @@ def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: floa
                 "4a Redis rolled back to a snapshot",
                 note=f"snapshot, {run_on:.0f}s on, SHUTDOWN NOSAVE, restart; "
                 f"{len(dup)} re-published under a new id (their close was rolled back)",
+                deadline=recovery_deadline(settings),
             )
             report(figures)
             assert figures.lost == 0, f"{figures.line()}; e.g. {sorted(acc.missing())[:5]}"
+            figures.check_recovery()
         finally:
             load.stop()
         logs = services.logs()
@@ -249,6 +295,7 @@ def redis_restarted_empty(settings: Settings, size: Size, redis: OwnRedis, mode:
             down_at = time.time()
             redis.wipe_snapshot()
             redis.start()
+            acc.fault_ended()
             before = {rid for rid, sent in load.acked_copy().items() if sent.at <= down_at}
             acc.load.wait_acked(timeout=size.seconds * 4 + 300)
             if mode == "replay":
@@ -264,6 +311,7 @@ def redis_restarted_empty(settings: Settings, size: Size, redis: OwnRedis, mode:
                     if mode == "replay"
                     else "records Redis held at the wipe are lost, by contract"
                 ),
+                deadline=recovery_deadline(settings),
             )
             if mode == "continue":
                 # Only what Redis held at the wipe may be lost (forfeited by the setting);
@@ -271,6 +319,8 @@ def redis_restarted_empty(settings: Settings, size: Size, redis: OwnRedis, mode:
                 missing = acc.missing()
                 figures.forfeited = len(missing & before)
                 figures.lost = len(missing - before)
+                delivered = set(acc.tracked()) - missing - acc.dead_lettered_ids()
+                figures.all_out_after = acc.all_out_after(delivered) if not figures.lost else None
             report(figures)
         finally:
             load.stop()
@@ -283,6 +333,7 @@ def redis_restarted_empty(settings: Settings, size: Size, redis: OwnRedis, mode:
         else:
             # Only what Redis held at the wipe may be lost; everything sent after is delivered.
             assert figures.lost == 0, f"lost records sent after the wipe: {sorted(missing)[:5]}"
+        figures.check_recovery()
         _all_alive(services)
         return figures
 
@@ -312,6 +363,7 @@ def redis_unreachable(
                 assert offsets() == frozen, "committed offsets moved while Redis was down"
                 samples += 1
             proxy.unblock()
+            acc.fault_ended()
             figures = _finish(
                 "5 Redis unreachable",
                 acc,
@@ -339,6 +391,7 @@ def kafka_restart(settings: Settings, size: Size, kafka: OwnKafka, down: float =
             kafka.stop()
             time.sleep(down)  # the fault: broker down (nothing to read meanwhile)
             kafka.start()
+            acc.fault_ended()
             figures = _finish(
                 "6 Kafka broker restarted", acc, size, note=f"broker down {down:.0f}s"
             )
@@ -511,6 +564,7 @@ def hostile_input(settings: Settings, size: Size, every: int = 50) -> Figures:
             dead_lettered=dead,
             duplicates_exclude={e for e in duplicates_by_producer if e},
             note=", ".join(f"{k}={v}" for k, v in sorted(by_kind.items())),
+            deadline=recovery_deadline(settings),
         )
         report(figures)
         assert not wrong, f"hostile messages that did not end as they must: {wrong[:10]}"
@@ -520,4 +574,537 @@ def hostile_input(settings: Settings, size: Size, every: int = 50) -> Figures:
         assert not acc.duplicated({e for e in duplicates_by_producer if e})
         good_letters = acc.dead_lettered_ids()
         assert not good_letters, f"good events dead-lettered: {sorted(good_letters)[:5]}"
+        figures.check_recovery()
+        return figures
+
+
+# --------------------------------------------------------------------------- 8 kill points
+
+
+@dataclass(frozen=True)
+class Bursts:
+    """Rounds of bursts on new timelines (the kill-point scenario)."""
+
+    rounds: int
+    timelines: int  # new timelines per burst
+    per_timeline: int
+
+    @property
+    def events(self) -> int:
+        """Events per burst."""
+        return self.timelines * self.per_timeline
+
+
+#: Where the single ingest process is killed, round after round: "commit" = as soon as the
+#: group's commit covers the burst (between the commit and the broker's ack of the IMMEDIATE
+#: entries), "mid-burst" = halfway through sending it, a number = that many seconds after
+#: the burst was acknowledged.
+KILL_POINTS: tuple[str | float, ...] = ("commit", 0.0, "mid-burst", "commit", 0.05, 0.2,
+                                        "commit", 0.5, 1.0, "commit", 2.0, "commit")  # fmt: skip
+BURSTS = Bursts(rounds=12, timelines=300, per_timeline=10)
+BURSTS_SLICE = Bursts(rounds=3, timelines=100, per_timeline=5)
+
+
+def _assigned(proc: ServiceProcess) -> bool:
+    return "] assigned " in proc.log()
+
+
+def ingest_sigkill_points(
+    settings: Settings, bursts: Bursts, points: tuple[str | float, ...] = KILL_POINTS
+) -> Figures:
+    """One ingest process; each round a burst on new timelines, SIGKILL at a point, restart.
+
+    Each round's events must all be out within the recovery deadline of that round's restart
+    (the next round waits for it), so every kill point is measured on its own.
+    """
+    partitions = 8
+    with scenario(settings) as (services, output, dlq):
+        schedule = ScheduleLog(settings)
+        watcher = CommitWatcher(settings, partitions)
+        deadline = recovery_deadline(settings)
+        services.wait_started(services.start("delivery"))
+        ingest = services.start(INGEST)
+        services.wait_started(ingest)
+        wait_until(partial(_assigned, ingest), 60, "the ingest to own the partitions")
+        acc: Accounting | None = None
+        worst: list[tuple[str, float]] = []
+        try:
+            for r in range(bursts.rounds):
+                point = points[r % len(points)]
+                load = Load(settings, bursts.events, bursts.timelines, 0.0).start()
+                if acc is None:
+                    acc = Accounting(load, output, dlq)
+                else:
+                    acc.more.append(load)
+                if point == "mid-burst":
+                    load.wait_progress(0.5, 60)
+                else:
+                    load.wait_acked(60)
+                    if point == "commit":
+                        ends = end_offsets_of(load)
+                        wait_until(partial(watcher.covers, ends), 60, "the burst's commit", 0)
+                    else:
+                        pace(float(point), output, dlq)
+                services.kill(ingest)
+                ingest = services.start(INGEST)
+                acc.fault_ended()
+                load.wait_acked(60)
+                ids = set(load.acked_copy())
+
+                def out(ids: set[str] = ids, a: Accounting = acc) -> bool:
+                    a.output.poll(0.1)
+                    return a.all_out_after(ids) is not None
+
+                wait_until(out, deadline + 60, f"round {r} ({point}) out", 0)
+                took = acc.all_out_after(ids) or 0.0
+                worst.append((str(point), took))
+                assert took <= deadline, f"round {r}, kill at {point}: out after {took:.1f}s"
+                wait_until(partial(_assigned, ingest), 60, "the restarted ingest to be assigned")
+            assert acc is not None
+            schedule.poll(1.0)
+            # Timelines of the bursts never announced IMMEDIATE: their announcement was lost
+            # with the kill (the window of item 1); only the take-over announced them.
+            bursts_timelines = {acc.timeline_of(rid) for rid in acc.tracked()}
+            stranded = sum(
+                1
+                for t in bursts_timelines
+                if "IMMEDIATE" not in schedule.reasons.get(t, [])
+                and "RECOVERED" in schedule.reasons.get(t, [])
+            )
+            per_point = ", ".join(f"{p}:{t:.1f}s" for p, t in worst)
+            figures = _finish(
+                "8 ingest SIGKILL at many points",
+                acc,
+                Size(bursts.events * bursts.rounds, bursts.timelines, 1000.0, drain=60.0),
+                note=f"{bursts.rounds} kills; {stranded} timelines announced only by the "
+                f"take-over; out after, per kill point: {per_point}",
+            )
+            figures.all_out_after = max(t for _, t in worst)
+        finally:
+            schedule.close()
+            watcher.close()
+        _all_alive(services)
+        return figures
+
+
+# --------------------------------------------------------------------------- 9 short TTL
+
+
+def short_ttl_settings(maximum_delay: float = 2.0, ttl: float = 60.0) -> dict[str, float]:
+    """A short `ttl` the service accepts: maintenance re-announces (and refreshes the TTL of)
+    a stranded READY timeline just in time, `ttl` > maximum_delay + timeout + interval."""
+    interval = 1.0
+    return {
+        "ttl": ttl,
+        "maintenance_interval": interval,
+        "maintenance_timeout": ttl - maximum_delay - interval - 1.0,
+    }
+
+
+def delivery_down_past_ttl(settings: Settings, size: Size, down: float) -> Figures:
+    """Only ingest,scheduler run for `down` s (> 2 x ttl); then delivery starts: nothing
+    expired, nothing dropped, everything out within the deadline."""
+    assert down > 2 * settings.ttl, "the outage must outlast the ttl twice"
+    with scenario(settings) as (services, output, dlq):
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, INGEST)
+        started = time.monotonic()
+        try:
+            load.wait_acked(timeout=size.seconds * 4 + 120)
+            pace(down - (time.monotonic() - started), output, dlq)
+            assert not output.messages, "a digest came out with no delivery running"
+            services.start("delivery")
+            acc.fault_ended()
+            figures = _finish(
+                "9 delivery down past a short ttl",
+                acc,
+                size,
+                note=f"ttl {settings.ttl:.0f}s, maintenance_timeout "
+                f"{settings.maintenance_timeout:.0f}s, delivery down {down:.0f}s",
+            )
+        finally:
+            load.stop()
+        codes = services.stop_all()
+        assert codes == [0] * len(codes), f"exit codes {codes}"
+        assert figures.dropped == 0, figures.line()
+        expired = services.counter("digest_timelines_expired_total")
+        assert expired == 0, f"{expired:.0f} timelines expired: {figures.line()}"
+        return figures
+
+
+# --------------------------------------------------------------------------- 10 ACL user
+
+
+def acl_user(admins: list[redis.Redis], url: str, namespace: str, cluster: bool) -> tuple[str, str]:
+    """Create the README's ACL user (single or cluster line) for this namespace on every
+    node in `admins` (ACL users are per node); (its URL on `url`'s host, its name)."""
+    readme = (REPO_ROOT / "README.md").read_text("utf-8")
+    lines = re.findall(r"^\s*ACL SETUSER digest-stream (.+)$", readme, re.MULTILINE)
+    assert len(lines) == 2, "README: two ACL SETUSER lines (single Redis, cluster)"
+    name, password = unique("chaos-acl"), uuid.uuid4().hex
+    rules = [
+        r.replace("~{d:*", f"~{{{namespace}:*").replace(">CHANGE-ME", f">{password}")
+        for r in lines[1 if cluster else 0].split()
+    ]
+    for admin in admins:
+        admin.execute_command("ACL", "SETUSER", name, *rules)
+    parts = urlsplit(url)
+    netloc = f"{name}:{password}@{parts.hostname}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc)), name
+
+
+def acl_capacity(settings: Settings, size: Size, admin_settings: Settings | None) -> Figures:
+    """The service as the README's restricted user (library preloaded by an admin, as the
+    README recommends) with capacity trimming under load, one SIGKILL + restart (replay
+    behind the fence): every undelivered event is a counted capacity drop."""
+    where = "cluster" if settings.redis_cluster else "single Redis"
+    if admin_settings is not None:
+        # The admin loads the library (any command does, run with an admin URL). Not on the
+        # shared cluster: the stack loaded it, and a load there would touch every tenant.
+        preload = subprocess.run(
+            [sys.executable, "-m", "digest_stream.cli", "stats"],
+            env={**os.environ, **service_env(admin_settings)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert preload.returncode == 0, preload.stderr
+    with scenario(settings) as (services, output, dlq):
+        (first, _), load, acc = _start_under_load(settings, size, services, output, dlq, ALL, ALL)
+        acc.capacity_drops = True
+        try:
+            load.wait_progress(0.5)
+            services.kill(first)
+            services.start(ALL)
+            acc.fault_ended()
+            figures = _finish(
+                f"10 restricted ACL user, capacity {settings.capacity}, {where}",
+                acc,
+                size,
+                note="README ACL line, library preloaded; one SIGKILL + restart at 50%",
+            )
+        finally:
+            load.stop()
+        assert figures.dropped > 0, f"capacity trimming never ran: {figures.line()}"
+        assert figures.sent == figures.delivered + figures.dropped, figures.line()
+        assert "NOPERM" not in services.logs(), services.logs()[-3000:]
+        codes = services.stop_all()
+        assert codes == [0] * len(codes), f"exit codes {codes}"
+        assert services.counter("digest_events_dropped_total", reason="capacity") > 0
+        return figures
+
+
+def service_env(settings: Settings) -> dict[str, str]:
+    """The environment that gives a `digest-stream` command these settings."""
+    env: dict[str, str] = {}
+    for name, value in settings.model_dump(mode="json").items():
+        if value is not None:
+            env[env_name(name)] = value if isinstance(value, str) else json.dumps(value)
+    return env
+
+
+# --------------------------------------------------------------------------- 11 Redis refusing
+
+PARSED_REPLY = (
+    "bug: redis-py parses OOM/READONLY/NOPERM replies into OutOfMemoryError/ReadOnlyError/"
+    "NoPermissionError whose text no longer starts with the code, so roles/retry.py "
+    "unavailable() does not retry them and the role stops (the unit tests build "
+    "ResponseError('OOM ...') by hand, which the real client never does)"
+)
+
+
+def redis_refusing(
+    settings: Settings, size: Size, redis_server: OwnRedis, kind: str, seconds: float = 15.0
+) -> Figures:
+    """Redis refuses calls for `seconds` (OOM, READONLY or BUSY, see OwnRedis.refusing):
+    both processes pause and retry, none exits, nothing is lost; the catch-up is measured."""
+    with scenario(settings) as (services, output, dlq):
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, ALL, ALL)
+        try:
+            load.wait_progress(0.3)
+            with redis_server.refusing(kind, seconds):
+                pace(seconds, output, dlq)
+                _all_alive(services)
+            acc.fault_ended()
+            figures = _finish(
+                f"11 Redis {kind}", acc, size, note=f"{seconds:.0f}s of {kind} replies"
+            )
+        finally:
+            load.stop()
+        _all_alive(services)
+        logs = services.logs()
+        assert "Redis unreachable or refusing" in logs, f"the {kind} replies were never noticed"
+        codes = services.stop_all()
+        assert codes == [0] * len(codes), f"exit codes {codes}:\n{logs[-3000:]}"
+        return figures
+
+
+# --------------------------------------------------------------------------- 12 oversize
+
+
+#: Output limits of the oversize scenario: 64 KiB messages, events as large as the settings
+#: allow (max_event_bytes leaves the 16 KiB the settings require).
+OVERSIZE_MESSAGE = 65_536
+OVERSIZE_EVENT = OVERSIZE_MESSAGE - 16_384
+#: The output topic's max.message.bytes as an operator would set it: the service's limit.
+OVERSIZE_TOPIC = {"output_topic": {"max.message.bytes": str(OVERSIZE_MESSAGE)}}
+BATCHED_PARTS = (
+    "bug: the delivery producer batches several digest messages per partition up to librdkafka's "
+    "batch.size (1 MB; kafka.py sets only message.max.bytes = max_message_bytes + 64,000), so "
+    "with the output topic's max.message.bytes = max_message_bytes the broker refuses batches "
+    "of parts that each fit (MSG_SIZE_TOO_LARGE), 5 attempts, publish-failed, the digest waits "
+    "for maintenance (300 s) and fails again"
+)
+HEAVY_HEADERS = (
+    "bug: carried headers up to 16 names x 64 values x 4,000 B exceed the 16 KiB the settings "
+    "reserve; sized_parts keeps them while the budget is >= 4,096 B, so a part holding one "
+    "record near max_event_bytes plus the headers exceeds max_message_bytes and is refused"
+)
+
+
+def oversize_settings() -> dict[str, object]:
+    """Settings of the oversize scenario (carried headers, 64 KiB messages)."""
+    return {
+        "max_message_bytes": OVERSIZE_MESSAGE,
+        "max_event_bytes": OVERSIZE_EVENT,
+        "carry_headers": ["traceparent", "baggage"],
+    }
+
+
+def oversize_output(
+    settings: Settings, size: Size, baggage: bool, topic_limit: bool = False
+) -> Figures:
+    """Events near max_event_bytes with carried headers: a traceparent each, and with
+    `baggage` a distinct 4,000-byte `baggage` header too (`topic_limit`: the output topic's
+    max.message.bytes is max_message_bytes, only named in the line). Every message fits
+    max_message_bytes, nothing is lost, delivery never exits."""
+    payload = b"x" * (settings.max_event_bytes - 200)
+    traceparent = ("traceparent", b"00-" + b"a" * 51)
+    with scenario(settings) as (services, output, dlq):
+        services.wait_started(services.start(ALL))
+        load = _CarriedHeaders(settings, size, payload, traceparent, baggage).start()
+        acc = Accounting(load, output, dlq)
+        try:
+            acc.wait_complete(size.drain)
+            figures = _finish(
+                f"12a oversize output ({'traceparent + baggage' if baggage else 'traceparent'}"
+                f"{', output topic max.message.bytes = max_message_bytes' if topic_limit else ''})",
+                acc,
+                size,
+                note=f"events of {len(payload)} B payload, max_message_bytes "
+                f"{settings.max_message_bytes}; largest message seen {output.largest} B",
+            )
+        finally:
+            load.stop()
+        assert output.largest <= settings.max_message_bytes, output.largest
+        assert output.carried.get("traceparent", 0) > 0, "carried headers never came out"
+        _all_alive(services)
+        return figures
+
+
+class _CarriedHeaders(Load):
+    """A load whose events carry a traceparent, and optionally a distinct 4,000-byte
+    `baggage` header each (a digest of a few records then carries several of them)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        size: Size,
+        payload: bytes,
+        traceparent: tuple[str, bytes],
+        baggage: bool,
+    ) -> None:
+        shape = Shape(payload=payload, headers=(traceparent,))
+        super().__init__(settings, size.events, size.timelines, size.rate, shape=shape)
+        self._baggage = baggage
+
+    def headers_for(self, i: int) -> list[tuple[str, str | bytes | None]]:
+        """The traceparent, plus a distinct baggage value when asked."""
+        headers = super().headers_for(i)
+        if self._baggage:
+            headers.append(("baggage", f"{i:08d}".encode().ljust(4000, b"b")))
+        return headers
+
+
+DLQ_LIMIT = 4_096
+
+
+def oversize_dead_letters(settings: Settings, size: Size, every: int = 25) -> Figures:
+    """Undecodable messages of sizes around the DLQ topic's small max.message.bytes: each is
+    dead-lettered, with its value when it fits, with coordinates and `dlq.value-dropped`
+    when it cannot; the partition never sticks, good events all come out."""
+    sizes = list(range(DLQ_LIMIT - 600, DLQ_LIMIT + 200, 50))
+    with scenario(settings) as (services, output, dlq):
+        load = Load(settings, size.events, size.timelines, size.rate)
+
+        def hostile(i: int) -> Hostile | None:
+            if i % every != every - 1:
+                return None
+            n = i // every
+            whole = _event(f"{load.prefix}-bad{n}", int(time.time() * 1000), b"y" * 10_000)
+            value = whole[: sizes[n % len(sizes)]]
+            return Hostile("truncated", f"c:{load.prefix}:0".encode(), value,
+                           frozenset({"truncated"}))  # fmt: skip
+
+        load._hostile = hostile
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, ALL, load=load)
+        try:
+            load.wait_acked(timeout=size.seconds * 4 + 120)
+            hostiles = list(load.hostile_acked)
+
+            def lettered() -> bool:
+                dlq.poll(0.2)
+                return all((s.partition, s.offset) in dlq.by_source for _, s in hostiles)
+
+            wait_until(lettered, recovery_deadline(settings) + 60, "every dead letter")
+            figures = _finish(
+                "12b oversize dead letters",
+                acc,
+                size,
+                dead_lettered=len(hostiles),
+                note=f"DLQ max.message.bytes {DLQ_LIMIT}; {len(hostiles)} undecodable of "
+                f"{sizes[0]}-{sizes[-1]} B; "
+                f"{sum(1 for x in dlq.letters if x.value_dropped)} sent without their value",
+            )
+        finally:
+            load.stop()
+        for _, sent in hostiles:
+            letter = dlq.by_source[(sent.partition, sent.offset)]
+            assert letter.reason == "truncated", letter
+            assert letter.size <= DLQ_LIMIT, letter
+        assert any(x.value_dropped for x in dlq.letters), "no letter was too large for the DLQ"
+        assert any(not x.value_dropped for x in dlq.letters), "every letter lost its value"
+        _all_alive(services)
+        return figures
+
+
+# --------------------------------------------------------------------------- 13 READY backlog
+
+#: The backlog scenario: maintenance re-announces READY timelines after 30 s (every 5 s), so
+#: during the outage it re-announces the whole backlog, in slices, as in issue 12 item 7.
+BACKLOG_SETTINGS: dict[str, object] = {"maintenance_timeout": 30.0, "maintenance_interval": 5.0}
+BACKLOG_TIMELINES = int(os.environ.get("DIGEST_STREAM_CHAOS_BACKLOG", "150000"))
+BACKLOG_DOWN = 60.0
+#: Digests per second the delivery must sustain through the backlog (one process, 2 cores).
+BACKLOG_FLOOR_RATE = 1000.0
+
+
+def backlog_deadline(settings: Settings, timelines: int) -> float:
+    """The catch-up bound: the recovery deadline plus the backlog at the floor rate."""
+    return recovery_deadline(settings) + timelines / BACKLOG_FLOOR_RATE
+
+
+def ready_backlog(settings: Settings, timelines: int, down: float, deadline: float) -> Figures:
+    """`timelines` first events on distinct timelines while only ingest,scheduler run (every
+    one READY, maintenance re-announcing them), then delivery starts: no crash, and every
+    event out within `deadline` s of delivery starting."""
+    size = Size(events=timelines, timelines=timelines, rate=0.0, drain=deadline + 60)
+    with scenario(settings) as (services, output, dlq):
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, INGEST)
+        started = time.monotonic()
+        try:
+            load.wait_acked(timeout=600)
+            loaded = time.monotonic() - started
+            pace(max(0.0, down - loaded), output, dlq)
+            _all_alive(services)
+            services.start("delivery")
+            acc.fault_ended()
+            acc.wait_complete(size.drain)
+        finally:
+            load.stop()
+        _all_alive(services)
+        codes = services.stop_all()
+        assert codes == [0] * len(codes), f"exit codes {codes}"
+        recovered = services.counter("digest_schedule_entries_total", reason="RECOVERED")
+        waits = services.counter("digest_producer_queue_full_total")
+        return _finish(
+            f"13 {timelines} timelines READY at once",
+            acc,
+            size,
+            deadline=deadline,
+            note=f"sent in {loaded:.0f}s, delivery down {max(down, loaded):.0f}s; "
+            f"{recovered:.0f} re-announcements by maintenance; producer waited for room "
+            f"{waits:.0f} times",
+        )
+
+
+# --------------------------------------------------------------------------- 14 long ids
+
+
+def long_id_timeline(
+    settings: Settings, records: int, redis_server: OwnRedis, stall: float = 2.5
+) -> Figures:
+    """One timeline of `records` events with 1,000-byte ids sharing a prefix and one event
+    time, opened as one digest (delivery starts after they are applied): no Redis call
+    longer than `stall` s (SLOWLOG; half the 5 s after which Redis answers BUSY to everyone
+    else, and the issue measured 35 s), nothing lost."""
+    shape = Shape(timestamp_ms=int(time.time() * 1000), id_pad=1000)
+    size = Size(events=records, timelines=1, rate=0.0, drain=180.0)
+    with scenario(settings) as (services, output, dlq):
+        load = Load(settings, records, 1, 0.0, shape=shape)
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, INGEST, load=load)
+        try:
+            load.wait_acked(timeout=300)
+            ends = end_offsets_of(load)
+            watcher = CommitWatcher(settings, 8)
+            try:
+                wait_until(lambda: watcher.covers(ends), 120, "the timeline applied", 0.2)
+            finally:
+                watcher.close()
+            services.start("delivery")
+            acc.fault_ended()
+            acc.wait_complete(size.drain)
+            slowest, command = redis_server.slowest_call()
+            figures = _finish(
+                f"14 one timeline of {records} records, 1,000-byte ids",
+                acc,
+                size,
+                note=f"slowest Redis call {slowest:.3f}s ({command}); "
+                f"{len(output.copies)} digest(s) in {output.messages} messages",
+            )
+        finally:
+            load.stop()
+        assert slowest < stall, f"a Redis call ran {slowest:.2f}s ({command})"
+        _all_alive(services)
+        return figures
+
+
+# --------------------------------------------------------------------------- 15 topic recreated
+
+TOPIC_RECREATED = (
+    "issue 12 item 3, fixed in branch `fence`: the fence does not know its topic id, so the "
+    "recreated topic's offsets are skipped as already applied"
+)
+
+
+def topic_recreated(settings: Settings, first: int = 20, then: int = 5) -> Figures:
+    """`first` events processed; the events topic deleted and recreated with
+    `digest-stream topics create`; `then` new events must come out too (issue 12 item 3)."""
+    size = Size(events=first, timelines=first, rate=0.0, drain=60.0)
+    with scenario(settings) as (services, output, dlq):
+        _, _, acc = _start_under_load(settings, size, services, output, dlq, ALL)
+        acc.wait_complete(60)
+        assert not acc.missing(), "the first events did not come out"
+        delete_topics(settings.kafka_bootstrap_servers, [settings.events_topic])
+        admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap_servers})
+        wait_until(
+            lambda: settings.events_topic not in admin.list_topics(timeout=5).topics,
+            60,
+            "the events topic to be gone",
+        )
+        created = subprocess.run(
+            [sys.executable, "-m", "digest_stream.cli", "topics", "create", "--partitions", "8"],
+            env={**os.environ, **service_env(settings)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert created.returncode == 0, created.stderr
+        assert f"created {settings.events_topic}" in created.stdout, created.stdout
+        acc.fault_ended()
+        later = Load(settings, then, then, 0.0).start()
+        acc.more.append(later)
+        figures = _finish(
+            "15 events topic recreated", acc, size, note=f"{first} events, recreate, {then} more"
+        )
+        _all_alive(services)
         return figures

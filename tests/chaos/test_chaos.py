@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from redis.cluster import RedisCluster
 
 from tests.chaos import scenarios
-from tests.chaos.harness import OwnKafka, OwnRedis, SettingsFactory, need_chaos
+from tests.chaos.harness import OwnKafka, OwnRedis, SettingsFactory, known_bug, need_chaos
 from tests.chaos.scenarios import FULL, SLICE
 from tests.support.proxy import TcpProxy
 
@@ -64,6 +65,9 @@ def test_chaos_3_rolling_restart(make_settings: SettingsFactory) -> None:
 
 
 @full_run
+# Not strict: it fails only when the snapshot holds a READY timeline that gets events after the
+# rollback (most runs); test_regressions has the deterministic, strict version.
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=scenarios.STRANDED_AFTER_ROLLBACK)
 def test_chaos_4a_redis_rollback(make_settings: SettingsFactory, own_redis: OwnRedis) -> None:
     scenarios.redis_rollback(make_settings(redis=own_redis.url), FULL, own_redis)
 
@@ -92,3 +96,123 @@ def test_chaos_6_kafka_restart(make_settings: SettingsFactory, own_kafka: OwnKaf
 def test_chaos_7_hostile_input(make_settings: SettingsFactory) -> None:
     settings = make_settings(max_event_age=scenarios.MAX_EVENT_AGE)
     scenarios.hostile_input(settings, FULL, every=50)
+
+
+# ------------------------------------------------------------------ issue 12 (make chaos)
+
+
+@full_run
+def test_chaos_8_ingest_sigkill_points(make_settings: SettingsFactory) -> None:
+    scenarios.ingest_sigkill_points(make_settings(), scenarios.BURSTS)
+
+
+@full_run
+def test_chaos_9_delivery_down_past_short_ttl(make_settings: SettingsFactory) -> None:
+    settings = make_settings(**scenarios.short_ttl_settings())
+    scenarios.delivery_down_past_ttl(settings, scenarios.SHORT_TTL, down=2 * settings.ttl + 10)
+
+
+@full_run
+def test_chaos_10a_acl_user_capacity_single(
+    make_settings: SettingsFactory, own_redis: OwnRedis, namespace: str
+) -> None:
+    url, _ = scenarios.acl_user([own_redis.client()], own_redis.url, namespace, cluster=False)
+    settings = make_settings(redis=url, capacity=5, redis_load_library=False)
+    admin = make_settings(redis=own_redis.url)
+    scenarios.acl_capacity(settings, scenarios.ACL, admin)
+
+
+@full_run
+def test_chaos_10b_acl_user_capacity_cluster(
+    make_settings: SettingsFactory, redis_cluster: RedisCluster, namespace: str
+) -> None:
+    nodes = [redis_cluster.get_redis_connection(n) for n in redis_cluster.get_nodes()]
+    seed = redis_cluster.get_nodes()[0]
+    url, name = scenarios.acl_user(
+        nodes, f"redis://{seed.host}:{seed.port}/0", namespace, cluster=True
+    )
+    try:
+        settings = make_settings(
+            redis=url, redis_cluster=True, capacity=5, redis_load_library=False
+        )
+        scenarios.acl_capacity(settings, scenarios.ACL, None)
+    finally:
+        for node in nodes:
+            node.acl_deluser(name)
+
+
+@full_run
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(
+            "OOM",
+            marks=known_bug(scenarios.PARSED_REPLY),
+        ),
+        pytest.param(
+            "READONLY",
+            marks=known_bug(scenarios.PARSED_REPLY),
+        ),
+        "BUSY",
+    ],
+)
+def test_chaos_11_redis_refusing(
+    make_settings: SettingsFactory, own_redis: OwnRedis, kind: str
+) -> None:
+    settings = make_settings(redis=own_redis.url)
+    scenarios.redis_refusing(settings, scenarios.REFUSING, own_redis, kind, seconds=15.0)
+
+
+@full_run
+@pytest.mark.parametrize(
+    ("baggage", "topic_limit"),
+    [
+        pytest.param(False, False, id="traceparent-broker-default-limit"),
+        pytest.param(
+            False,
+            True,
+            id="traceparent-topic-limit",
+            marks=known_bug(scenarios.BATCHED_PARTS),
+        ),
+        pytest.param(
+            True,
+            False,
+            id="baggage-broker-default-limit",
+            marks=known_bug(scenarios.HEAVY_HEADERS),
+        ),
+    ],
+)
+def test_chaos_12a_oversize_output(
+    make_settings: SettingsFactory, baggage: bool, topic_limit: bool
+) -> None:
+    config = scenarios.OVERSIZE_TOPIC if topic_limit else None
+    settings = make_settings(topic_config=config, **scenarios.oversize_settings())
+    scenarios.oversize_output(settings, scenarios.OVERSIZE, baggage, topic_limit)
+
+
+@full_run
+def test_chaos_12b_oversize_dead_letters(make_settings: SettingsFactory) -> None:
+    config = {"dlq_topic": {"max.message.bytes": str(scenarios.DLQ_LIMIT)}}
+    settings = make_settings(topic_config=config)
+    scenarios.oversize_dead_letters(settings, scenarios.DEAD_LETTERS)
+
+
+@full_run
+def test_chaos_13_ready_backlog(make_settings: SettingsFactory) -> None:
+    settings = make_settings(**scenarios.BACKLOG_SETTINGS)
+    scenarios.ready_backlog(
+        settings, scenarios.BACKLOG_TIMELINES, down=scenarios.BACKLOG_DOWN,
+        deadline=scenarios.backlog_deadline(settings, scenarios.BACKLOG_TIMELINES),
+    )  # fmt: skip
+
+
+@full_run
+def test_chaos_14_long_id_timeline(make_settings: SettingsFactory, own_redis: OwnRedis) -> None:
+    settings = make_settings(redis=own_redis.url, capacity=25_000)
+    scenarios.long_id_timeline(settings, 20_000, own_redis)
+
+
+@full_run
+@known_bug(scenarios.TOPIC_RECREATED)
+def test_chaos_15_topic_recreated(make_settings: SettingsFactory) -> None:
+    scenarios.topic_recreated(make_settings())

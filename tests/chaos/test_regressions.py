@@ -9,11 +9,32 @@ from confluent_kafka import Producer
 
 from digest_stream.wire import codec
 from digest_stream.wire.models import ScheduleEntry, ScheduleReason
-from tests.chaos.harness import OwnRedis, Services, SettingsFactory
+from tests.chaos import scenarios
+from tests.chaos.harness import (
+    OwnRedis,
+    Services,
+    SettingsFactory,
+    known_bug,
+    recovery_deadline,
+)
 from tests.support import free_port, wait_until
 from tests.support.http import get, metric
 from tests.support.kafka import Collector, committed_offsets, end_offsets, send_events
+from tests.support.pipeline import ServiceProcess
 from tests.support.proxy import TcpProxy
+
+
+def _running_with_first_digests(
+    services: Services, out: Collector, name: str
+) -> tuple[ServiceProcess, list[str], list[str]]:
+    """One service started, 8 timelines with one event each, their digests out:
+    (the process, the timelines, the first ids)."""
+    service = services.start()
+    services.wait_started(service)
+    timelines = [f"{name}:{i}" for i in range(8)]
+    first = send_events(services.settings, timelines)
+    out.wait_for(lambda: set(first) <= out.record_ids(), 60, "the first digests")
+    return service, timelines, first
 
 
 def _open_attempts(port: int) -> float:
@@ -41,7 +62,6 @@ def test_rolled_back_fence_is_noticed_when_redis_was_down_at_assignment(
             minimum_delay=15.0,
             increment_delay=0.1,
             maximum_delay=20.0,
-            ttl=120.0,
         )
         services = Services(settings)
         out = Collector(settings, settings.output_topic)
@@ -98,11 +118,7 @@ def test_sigterm_during_a_redis_outage_stops_cleanly_and_loses_nothing(
     services = Services(settings)
     out = Collector(settings, settings.output_topic)
     try:
-        service = services.start()
-        services.wait_started(service)
-        timelines = [f"term:{i}" for i in range(8)]
-        first = send_events(settings, timelines)
-        out.wait_for(lambda: set(first) <= out.record_ids(), 60, "the first digests")
+        service, timelines, first = _running_with_first_digests(services, out, "term")
         more = send_events(settings, timelines)  # ingested and scheduled, not yet delivered
         redis_proxy.block()
         during = send_events(settings, timelines)
@@ -135,6 +151,72 @@ def test_sigterm_during_a_redis_outage_stops_cleanly_and_loses_nothing(
         service = services.start()
         services.wait_started(service)
         out.wait_for(lambda: set(first + more + during) <= out.record_ids(), 90, "every record")
+    finally:
+        services.cleanup()
+        out.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@known_bug(scenarios.PARSED_REPLY)
+@pytest.mark.parametrize("kind", ["OOM", "READONLY"])
+def test_a_refusing_redis_pauses_the_service_instead_of_stopping_it(
+    make_settings: SettingsFactory, own_redis: OwnRedis, kind: str
+) -> None:
+    """Issue 12 item 5 through the real client: OOM (noeviction) and READONLY (a replica)."""
+    settings = make_settings(redis=own_redis.url, partitions=2)
+    services = Services(settings)
+    out = Collector(settings, settings.output_topic)
+    try:
+        service, timelines, first = _running_with_first_digests(services, out, "refuse")
+        with own_redis.refusing(kind, 10.0):
+            during = send_events(settings, timelines)
+
+            def noticed() -> bool:
+                return service.popen.poll() is not None or "refusing" in service.log()
+
+            wait_until(noticed, 30, f"the service to meet the {kind} replies")
+            # Observe a window (asserting something does *not* happen): a stopped role takes
+            # the process down within it.
+            until = time.monotonic() + 3.0
+            while time.monotonic() < until:
+                assert service.popen.poll() is None, f"exited on {kind}:\n{service.log()[-2000:]}"
+                out.poll(0.1)
+        out.wait_for(lambda: set(first + during) <= out.record_ids(), 60, "every record")
+    finally:
+        services.cleanup()
+        out.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@known_bug(scenarios.STRANDED_AFTER_ROLLBACK)
+def test_a_timeline_ready_in_a_rolled_back_snapshot_is_announced_again(
+    make_settings: SettingsFactory, own_redis: OwnRedis
+) -> None:
+    """Chaos 4a found it: all out 306 s after a rollback, with maintenance_timeout 300 s."""
+    settings = make_settings(partitions=2)
+    services = Services(settings)
+    out = Collector(settings, settings.output_topic)
+    try:
+        ingest = services.start("ingest,scheduler")
+        services.wait_started(ingest)
+        timelines = [f"rolled:{i}" for i in range(8)]
+        first = send_events(settings, timelines)  # READY, announced, nobody delivering yet
+        ends = end_offsets(settings, range(2))
+        wait_until(lambda: committed_offsets(settings, range(2)) == ends, 30, "applied")
+        own_redis.snapshot()  # every timeline READY in the snapshot
+        services.wait_started(services.start("delivery"))
+        out.wait_for(lambda: set(first) <= out.record_ids(), 60, "the first digests")
+        own_redis.shutdown_nosave()
+        own_redis.start()  # READY again, their entries consumed and committed
+        later = send_events(settings, timelines)
+        rolled_back_at = time.monotonic()
+        deadline = recovery_deadline(settings)
+        while not set(later) <= out.record_ids() and time.monotonic() - rolled_back_at < deadline:
+            out.poll(0.2)
+        missing = set(later) - out.record_ids()
+        assert not missing, f"{len(missing)} events not out {deadline:.0f}s after the rollback"
     finally:
         services.cleanup()
         out.close()
