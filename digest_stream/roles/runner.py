@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from prometheus_client import Counter
 from tenacity import RetryCallState
 
-from digest_stream.kafka import consumer_config
+from digest_stream.kafka import consumer_config, incremental
 from digest_stream.roles.retry import until_redis_answers
 from digest_stream.settings import Settings
 
@@ -45,8 +45,12 @@ class RoleConsumer:
         self._rebalances = rebalances
         self.topic = topic
         self.role = role
+        config = consumer_config(settings, group_id)
+        # A user may choose cooperative-sticky (kafka_config); the handlers then assign
+        # incrementally, as librdkafka requires.
+        self._incremental = incremental(config)
         # Injectable: broker-free unit tests hand in a fake that records seeks and commits.
-        self._consumer: Consumer = consumer or Consumer(consumer_config(settings, group_id))
+        self._consumer: Consumer = consumer or Consumer(config)
         self._paused = False
 
     @property
@@ -71,7 +75,10 @@ class RoleConsumer:
                 return
             self._count("assigned", partitions)
             starts = on_assign(partitions) if on_assign is not None else partitions
-            self._consumer.incremental_assign(starts)
+            if self._incremental:
+                self._consumer.incremental_assign(starts)
+            else:
+                self._consumer.assign(starts)
             if self._paused:
                 # Assigned during an outage: stays paused like the rest until it ends.
                 self._consumer.pause(starts)

@@ -42,9 +42,14 @@ class FakeConsumer:
         return cast(Consumer, self)
 
     # -- what the tests drive
-    def assign(self, partitions: list[int]) -> None:
-        """Run the assignment callback as librdkafka would, inside poll."""
-        self.callbacks["on_assign"](self, [TopicPartition(self.topic, p) for p in partitions])
+    def assign(self, partitions: list[int] | list[TopicPartition]) -> None:
+        """Tests: run the assignment callback as librdkafka would, inside poll (partition
+        numbers). The role: set the whole assignment (TopicPartitions), as Consumer.assign."""
+        if partitions and isinstance(partitions[0], TopicPartition):
+            self.assigned = [tp for tp in partitions if isinstance(tp, TopicPartition)]
+            return
+        numbers = [p for p in partitions if isinstance(p, int)]
+        self.callbacks["on_assign"](self, [TopicPartition(self.topic, p) for p in numbers])
 
     def revoke(self, partitions: list[int]) -> None:
         """Run the revocation callback."""
