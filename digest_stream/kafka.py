@@ -65,6 +65,10 @@ def producer_config(settings: Settings) -> dict[str, Any]:
         "acks": "all",
         "linger.ms": 5,
         "message.max.bytes": settings.max_message_bytes + 64_000,
+        # A batch of messages must fit the topic's max.message.bytes too (the broker checks
+        # the whole record batch): an operator who sets it to max_message_bytes must not see
+        # batches of parts refused that each fit.
+        "batch.size": settings.max_message_bytes,
     }
     return {**config, **_base(settings)}
 

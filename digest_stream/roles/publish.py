@@ -20,7 +20,7 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.dlq import DeadLetters
 from digest_stream.roles.retry import backoff_delay
 from digest_stream.roles.runner import produce_waiting_for_room
-from digest_stream.settings import Settings
+from digest_stream.settings import MESSAGE_OVERHEAD_BYTES, Settings
 from digest_stream.store.base import OpenDigest
 from digest_stream.wire import codec, registry
 from digest_stream.wire.models import Digest, ScheduleEntry
@@ -35,6 +35,10 @@ PUBLISH_TIMEOUT = 30.0
 HEADER_OVERHEAD = 16
 # The smallest split budget worth keeping carried headers for: below it they are left off.
 MIN_PART_BUDGET = 4096
+# Carried headers ride on every part beside records of up to max_event_bytes, which the
+# settings keep MESSAGE_OVERHEAD_BYTES under max_message_bytes: half of that room is theirs,
+# the rest is the key's and the digest's own fields'. Heavier headers are left off.
+MAX_CARRIED_HEADER_BYTES = MESSAGE_OVERHEAD_BYTES // 2
 
 
 @dataclass
@@ -64,7 +68,7 @@ def sized_parts(
     matter more than the headers that came with them.
     """
     budget = max_bytes - len(whole.timeline.encode()) - headers_size(headers)
-    if headers and budget < MIN_PART_BUDGET:
+    if headers and (budget < MIN_PART_BUDGET or headers_size(headers) > MAX_CARRIED_HEADER_BYTES):
         log.warning(
             "digest %s of %s: carried headers (%d bytes) leave no room; sent without them",
             whole.id, whole.timeline, headers_size(headers),
@@ -85,8 +89,10 @@ def encoded_parts(
 def part_budget(timeline: str, headers: list[tuple[str, bytes]], max_bytes: int) -> int:
     """Bytes one part's value may take next to its key and headers (as sized_parts budgets);
     below MIN_PART_BUDGET with headers, sized_parts decides what to do."""
-    budget = max_bytes - len(timeline.encode()) - headers_size(headers)
-    return budget if not headers or budget >= MIN_PART_BUDGET else -1
+    size = headers_size(headers)
+    budget = max_bytes - len(timeline.encode()) - size
+    fits = budget >= MIN_PART_BUDGET and size <= MAX_CARRIED_HEADER_BYTES
+    return budget if not headers or fits else -1
 
 
 class Publisher:

@@ -22,12 +22,22 @@ REDIS_DOWN: tuple[type[BaseException], ...] = (
 REFUSING_FOR_NOW = ("OOM", "BUSY", "READONLY", "LOADING", "MASTERDOWN", "NOREPLICAS", "NOPERM")
 
 
+#: redis-py turns some of those replies into classes of their own, with the code word cut
+#: off the message: they are matched by class, the rest by their first word.
+REFUSING_CLASSES: tuple[type[BaseException], ...] = (
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.NoPermissionError,
+    redis.exceptions.MasterDownError,
+)
+
+
 def unavailable(exc: BaseException) -> bool:
     """Redis cannot serve this call now (unreachable, or refusing for a while): retry it.
 
     Anything else (a wrong argument, a store invariant) is a bug and stops the role.
     """
-    if isinstance(exc, REDIS_DOWN):
+    if isinstance(exc, REDIS_DOWN + REFUSING_CLASSES):
         return True
     if isinstance(exc, redis.ResponseError):
         words = str(exc).split(maxsplit=1)

@@ -147,14 +147,20 @@ class RoleConsumer:
         *,
         give_up: Callable[[], bool],
         errors: Counter,
+        recovered: Callable[[], None] | None = None,
     ) -> T:
         """Run ``call``, retrying with backoff while Redis is unreachable, serving the group.
 
-        Each failed attempt is counted in ``errors`` and logged (the first loudly). Raises the
-        last error when ``give_up()`` says so (a stop, a partition that left).
+        Each failed attempt is counted in ``errors`` and logged (the first loudly); after an
+        outage ``recovered()`` runs. Raises the last error when ``give_up()`` says so (a stop,
+        a partition that left).
         """
 
+        failed = False
+
         def down(state: RetryCallState) -> None:
+            nonlocal failed
+            failed = True
             errors.inc()
             wait = state.next_action.sleep if state.next_action else 0.0
             log.log(
@@ -175,7 +181,10 @@ class RoleConsumer:
             on_retry=down,
         )
         try:
-            return retrying(call)
+            result = retrying(call)
+            if failed and recovered is not None:
+                recovered()  # the outage is over: Redis may have come back with older state
+            return result
         finally:
             self.resume()
 

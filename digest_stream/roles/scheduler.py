@@ -150,9 +150,10 @@ class Scheduler:
         if maintain:
             self._next_maintenance = started + self._settings.maintenance_interval
         emitted = 0
+        owned = sorted(partitions)
         try:
             self.emitter.retry_refused()
-            for partition in sorted(partitions):
+            for partition in owned:
                 emitted += self._tick_partition(partition, now, maintain)
         except redis.RedisError as exc:
             if not unavailable(exc):
@@ -164,8 +165,12 @@ class Scheduler:
             self._store_down = True
             return emitted
         if self._store_down:
-            log.info("scheduler: Redis reachable again")
+            # An outage may have been a restart from an older snapshot or a failover to a
+            # lagging replica: READY timelines whose announcements were consumed since would
+            # be stranded. Announce every READY timeline again (repeats are harmless).
+            log.warning("scheduler: Redis reachable again; announcing READY timelines again")
             self._store_down = False
+            self.take_over(owned)
         return emitted
 
     def _tick_partition(self, partition: int, now: float, maintain: bool) -> int:

@@ -236,15 +236,6 @@ def rolling_restart(settings: Settings, size: Size, every: float = 4.0) -> Figur
 # --------------------------------------------------------------------------- 4 Redis rollback
 
 
-STRANDED_AFTER_ROLLBACK = (
-    "bug: after Redis rolls back (restart from an older snapshot, failover to a lagging "
-    "replica) a timeline the snapshot holds as READY, whose schedule entry was consumed "
-    "since, is announced by nobody: events added to it (READY is left untouched) wait for "
-    "maintenance (maintenance_timeout 300 s + interval); the ingest replays on a fence "
-    "behind, but only a partition assignment announces READY timelines (RECOVERED)"
-)
-
-
 def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: float = 5.0) -> Figures:
     """BGSAVE, run on, SHUTDOWN NOSAVE, restart from the snapshot: fence behind -> replay."""
     with scenario(settings) as (services, output, dlq):
@@ -804,13 +795,6 @@ def service_env(settings: Settings) -> dict[str, str]:
 
 # --------------------------------------------------------------------------- 11 Redis refusing
 
-PARSED_REPLY = (
-    "bug: redis-py parses OOM/READONLY/NOPERM replies into OutOfMemoryError/ReadOnlyError/"
-    "NoPermissionError whose text no longer starts with the code, so roles/retry.py "
-    "unavailable() does not retry them and the role stops (the unit tests build "
-    "ResponseError('OOM ...') by hand, which the real client never does)"
-)
-
 
 def redis_refusing(
     settings: Settings, size: Size, redis_server: OwnRedis, kind: str, seconds: float = 15.0
@@ -847,18 +831,6 @@ OVERSIZE_MESSAGE = 65_536
 OVERSIZE_EVENT = OVERSIZE_MESSAGE - 16_384
 #: The output topic's max.message.bytes as an operator would set it: the service's limit.
 OVERSIZE_TOPIC = {"output_topic": {"max.message.bytes": str(OVERSIZE_MESSAGE)}}
-BATCHED_PARTS = (
-    "bug: the delivery producer batches several digest messages per partition up to librdkafka's "
-    "batch.size (1 MB; kafka.py sets only message.max.bytes = max_message_bytes + 64,000), so "
-    "with the output topic's max.message.bytes = max_message_bytes the broker refuses batches "
-    "of parts that each fit (MSG_SIZE_TOO_LARGE), 5 attempts, publish-failed, the digest waits "
-    "for maintenance (300 s) and fails again"
-)
-HEAVY_HEADERS = (
-    "bug: carried headers up to 16 names x 64 values x 4,000 B exceed the 16 KiB the settings "
-    "reserve; sized_parts keeps them while the budget is >= 4,096 B, so a part holding one "
-    "record near max_event_bytes plus the headers exceeds max_message_bytes and is refused"
-)
 
 
 def oversize_settings() -> dict[str, object]:
@@ -1069,11 +1041,6 @@ def long_id_timeline(
 
 
 # --------------------------------------------------------------------------- 15 topic recreated
-
-TOPIC_RECREATED = (
-    "issue 12 item 3, fixed in branch `fence`: the fence does not know its topic id, so the "
-    "recreated topic's offsets are skipped as already applied"
-)
 
 
 def topic_recreated(settings: Settings, first: int = 20, then: int = 5) -> Figures:

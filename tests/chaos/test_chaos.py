@@ -15,7 +15,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from tests.chaos import scenarios
-from tests.chaos.harness import OwnKafka, OwnRedis, SettingsFactory, known_bug, need_chaos
+from tests.chaos.harness import OwnKafka, OwnRedis, SettingsFactory, need_chaos
 from tests.chaos.scenarios import FULL, SLICE
 from tests.support.proxy import TcpProxy
 
@@ -65,9 +65,6 @@ def test_chaos_3_rolling_restart(make_settings: SettingsFactory) -> None:
 
 
 @full_run
-# Not strict: it fails only when the snapshot holds a READY timeline that gets events after the
-# rollback (most runs); test_regressions has the deterministic, strict version.
-@pytest.mark.xfail(strict=False, raises=AssertionError, reason=scenarios.STRANDED_AFTER_ROLLBACK)
 def test_chaos_4a_redis_rollback(make_settings: SettingsFactory, own_redis: OwnRedis) -> None:
     scenarios.redis_rollback(make_settings(redis=own_redis.url), FULL, own_redis)
 
@@ -145,14 +142,8 @@ def test_chaos_10b_acl_user_capacity_cluster(
 @pytest.mark.parametrize(
     "kind",
     [
-        pytest.param(
-            "OOM",
-            marks=known_bug(scenarios.PARSED_REPLY),
-        ),
-        pytest.param(
-            "READONLY",
-            marks=known_bug(scenarios.PARSED_REPLY),
-        ),
+        "OOM",
+        "READONLY",
         "BUSY",
     ],
 )
@@ -172,13 +163,11 @@ def test_chaos_11_redis_refusing(
             False,
             True,
             id="traceparent-topic-limit",
-            marks=known_bug(scenarios.BATCHED_PARTS),
         ),
         pytest.param(
             True,
             False,
             id="baggage-broker-default-limit",
-            marks=known_bug(scenarios.HEAVY_HEADERS),
         ),
     ],
 )
@@ -213,6 +202,5 @@ def test_chaos_14_long_id_timeline(make_settings: SettingsFactory, own_redis: Ow
 
 
 @full_run
-@known_bug(scenarios.TOPIC_RECREATED)
 def test_chaos_15_topic_recreated(make_settings: SettingsFactory) -> None:
     scenarios.topic_recreated(make_settings())

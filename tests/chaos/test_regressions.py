@@ -9,12 +9,10 @@ from confluent_kafka import Producer
 
 from digest_stream.wire import codec
 from digest_stream.wire.models import ScheduleEntry, ScheduleReason
-from tests.chaos import scenarios
 from tests.chaos.harness import (
     OwnRedis,
     Services,
     SettingsFactory,
-    known_bug,
     recovery_deadline,
 )
 from tests.support import free_port, wait_until
@@ -158,7 +156,6 @@ def test_sigterm_during_a_redis_outage_stops_cleanly_and_loses_nothing(
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@known_bug(scenarios.PARSED_REPLY)
 @pytest.mark.parametrize("kind", ["OOM", "READONLY"])
 def test_a_refusing_redis_pauses_the_service_instead_of_stopping_it(
     make_settings: SettingsFactory, own_redis: OwnRedis, kind: str
@@ -190,7 +187,6 @@ def test_a_refusing_redis_pauses_the_service_instead_of_stopping_it(
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@known_bug(scenarios.STRANDED_AFTER_ROLLBACK)
 def test_a_timeline_ready_in_a_rolled_back_snapshot_is_announced_again(
     make_settings: SettingsFactory, own_redis: OwnRedis
 ) -> None:

@@ -39,8 +39,12 @@ class Applier:
         outputs: Outputs,
         stopping: Callable[[], bool],
         topics: TopicProbe,
+        restored: Callable[[int], None] = lambda _partition: None,
     ) -> None:
         self._store = store
+        # Told when Redis turned out to have lost or rolled back a partition's state: READY
+        # timelines restored with it may have had their announcements consumed already.
+        self._restored = restored
         self._topics = topics
         self._policy = policy
         self._metrics = metrics
@@ -142,6 +146,7 @@ class Applier:
                 lambda: self.timed_add(batch),
                 give_up=lambda: self._stopping() or not self._ledger.owns(batch.partition),
                 errors=self._metrics.redis_errors,
+                recovered=self._after_outage,
             )
         except redis.RedisError as exc:
             if not unavailable(exc):
@@ -150,6 +155,12 @@ class Applier:
                 # Not applied but read: read it again, so nothing after it is applied first.
                 self.seek(batch.partition, batch.first)
             return None
+
+    def _after_outage(self) -> None:
+        # Redis may have restarted from an older snapshot: its READY timelines may be ones
+        # whose announcements were already consumed.
+        for partition in sorted(self._ledger.owned):
+            self._restored(partition)
 
     def note(self, decision: fence.Decision) -> None:
         """Count and log a fence decision."""
@@ -161,6 +172,8 @@ class Applier:
     def act(self, partition: int, decision: fence.Decision) -> None:
         """Carry out a fence decision about a running partition: note it, seek if it says so."""
         self.note(decision)
+        if decision.cause is not None:
+            self._restored(partition)
         if decision.reset:
             self.reset_fence(partition, decision.expected, retry=True)
         if decision.offset is not None:

@@ -99,6 +99,7 @@ class Ingest:
             self._outputs,
             self._is_stopping,
             self._topics,
+            self._announce_ready_again,
         )
         self._schemas = None if schemas is None else SchemaFetcher(
             schemas, self._kafka, metrics.schema_registry_errors, self._applier.seek,
@@ -120,6 +121,11 @@ class Ingest:
         self._kafka.subscribe(
             on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
         )
+
+    def _announce_ready_again(self, partition: int) -> None:
+        """After a rollback or loss of Redis state: re-announce the partition's READY ones."""
+        if self._scheduler is not None:
+            self._scheduler.take_over([partition])
 
     def _is_stopping(self) -> bool:
         return self._stopping()  # start() sets the predicate after construction

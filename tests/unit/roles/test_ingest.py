@@ -133,6 +133,11 @@ def test_an_assignment_starts_at_the_fence_when_nothing_is_committed() -> None:
         redis.ResponseError("BUSY Redis is busy running a script."),
         redis.ResponseError("READONLY You can't write against a read only replica."),
         redis.ResponseError("NOPERM User u has no permissions to run the 'hdel' command"),
+        # What redis-py really raises for those replies: its own classes, code word cut off.
+        redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
+        redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
+        redis.exceptions.NoPermissionError("User u has no permissions to run the 'hdel' command"),
+        redis.exceptions.MasterDownError("Link with MASTER is down"),
     ],
 )
 def test_a_redis_outage_pauses_keeps_polling_and_resumes_without_losing_the_batch(
