@@ -67,14 +67,14 @@ def sized_parts(
     Carried headers too large to leave a sensible budget are left off (logged): the records
     matter more than the headers that came with them.
     """
-    budget = max_bytes - len(whole.timeline.encode()) - headers_size(headers)
-    if headers and (budget < MIN_PART_BUDGET or headers_size(headers) > MAX_CARRIED_HEADER_BYTES):
+    budget = part_budget(whole.timeline, headers, max_bytes)
+    if budget < 0:
         log.warning(
             "digest %s of %s: carried headers (%d bytes) leave no room; sent without them",
             whole.id, whole.timeline, headers_size(headers),
         )  # fmt: skip
         headers = []
-        budget = max_bytes - len(whole.timeline.encode())
+        budget = part_budget(whole.timeline, headers, max_bytes)
     return codec.split_digest(whole, budget), headers
 
 
@@ -87,8 +87,8 @@ def encoded_parts(
 
 
 def part_budget(timeline: str, headers: list[tuple[str, bytes]], max_bytes: int) -> int:
-    """Bytes one part's value may take next to its key and headers (as sized_parts budgets);
-    below MIN_PART_BUDGET with headers, sized_parts decides what to do."""
+    """Bytes one part's value may take next to its key and headers; -1 when the headers are
+    too heavy to carry (sized_parts then leaves them off)."""
     size = headers_size(headers)
     budget = max_bytes - len(timeline.encode()) - size
     fits = budget >= MIN_PART_BUDGET and size <= MAX_CARRIED_HEADER_BYTES
