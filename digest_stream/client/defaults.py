@@ -35,8 +35,11 @@ CONSUMER_DEFAULTS: Final[Mapping[str, Any]] = {
     # A new group starts from the oldest retained digest: nothing published before the first
     # start is lost. Override with "latest" to skip history.
     "auto.offset.reset": "earliest",
-    # Rebalances move only the partitions that change owner; the others keep flowing.
-    "partition.assignment.strategy": "cooperative-sticky",
+    # Eager, like the service's consumers: with cooperative-sticky, librdkafka can leave the
+    # member that keeps its partitions committing under a stale generation after a rebalance
+    # (ILLEGAL_GENERATION until the next one; confluentinc/librdkafka#4059), so its offsets
+    # would freeze and a restart would re-read everything since.
+    "partition.assignment.strategy": "range",
     "client.id": "digest-stream-digest-reader",
     "logger": LIBRDKAFKA_LOGGER,
 }

@@ -74,7 +74,7 @@ CHAOS_SETTINGS: dict[str, Any] = {
 }
 #: The issue's recovery property: every event is out within session timeout + maximum_delay +
 #: 15 s of the fault ending. Slack on top, for this 2-core box: a restarted process needs about
-#: 3 s to import and join its group, a cooperative rebalance takes two rounds (~1-2 s each), and
+#: 3 s to import and join its group, an eager rebalance takes one round of ~1-3 s, and
 #: the box also runs the 1,000 events/s load generator and the readers.
 RECOVERY_MARGIN = 15.0
 RECOVERY_SLACK = 10.0
