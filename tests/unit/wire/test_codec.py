@@ -14,6 +14,7 @@ import fastavro
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from digest_stream.wire.codec import (
     DECODE_REASONS,
@@ -28,6 +29,7 @@ from digest_stream.wire.codec import (
     encode_digest,
     encode_event,
     encode_schedule_entry,
+    encode_schedule_fields,
     encoded_digest_size,
     split_digest,
 )
@@ -228,6 +230,34 @@ def test_digest_round_trip_property(digest: Digest) -> None:
 @given(schedule_entries)
 def test_schedule_entry_round_trip_property(entry: ScheduleEntry) -> None:
     assert decode_schedule_entry(encode_schedule_entry(entry)) == entry
+
+
+@given(schedule_entries)
+def test_schedule_fields_encode_exactly_as_the_model(entry: ScheduleEntry) -> None:
+    fields = (entry.timeline, entry.partition, entry.scheduled_at, entry.reason)
+    assert encode_schedule_fields(*fields) == encode_schedule_entry(entry)
+
+
+@pytest.mark.parametrize(
+    ("timeline", "partition", "scheduled_at"),
+    [
+        ("", 0, T0),  # empty timeline
+        ("t" * 1025, 0, T0),  # past MAX_TIMELINE_LENGTH
+        ("\u00e9" * 513, 0, T0),  # 513 characters, 1026 bytes of UTF-8
+        ("\ud800", 0, T0),  # a lone surrogate: not UTF-8
+        ("t", -1, T0),
+        ("t", INT_MAX + 1, T0),
+        ("t", 0, -1),
+        ("t", 0, LONG_MAX + 1),
+        ("t", True, T0),  # a bool is no int (strict, like the model)
+        ("t", 0, float(T0)),
+    ],
+)
+def test_schedule_fields_the_model_refuses_are_refused_by_it(
+    timeline: Any, partition: Any, scheduled_at: Any
+) -> None:
+    with pytest.raises(ValidationError):
+        encode_schedule_fields(timeline, partition, scheduled_at, ScheduleReason.IMMEDIATE)
 
 
 # ---------------------------------------------------------------------------------- evolution
