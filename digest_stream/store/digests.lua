@@ -30,7 +30,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '13'
+local LIBRARY_VERSION = '14'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -727,43 +727,66 @@ local function trim_victims(tag, records, damaged, capacity)
     return victims
 end
 
+-- The msgpack header of a string of `length` bytes, as cmsgpack writes it (fixstr, str8,
+-- str16, str32), so a record packed by hand reads back exactly like one cmsgpack packed.
+local function string_header(length)
+    if length < 32 then
+        return string.char(0xa0 + length)
+    elseif length <= 0xff then
+        return string.char(0xd9, length)
+    elseif length <= 0xffff then
+        return struct.pack('>BH', 0xda, length)
+    end
+    return struct.pack('>BI4', 0xdb, length)
+end
+
 -- The common case of an inline (or missing) container, without decoding it: the
 -- batch's ids are new to it and it stays inline and under capacity, so the records
 -- are appended to the blob's bytes. `written` bounds the records it holds, and the
 -- blob's length bounds their ids and payloads, so these checks never pass where the
 -- general path would choose otherwise. Returns false to send the caller there.
+-- Making a Lua string costs a hash over every byte of it (Redis's Lua hashes whole
+-- strings), so the new value is made once: the search runs on the blob as read, and
+-- the meta, the stored records and the new ones are joined in one table.concat.
 local function append_inline(key, head, batch, capacity, inline_records, ms)
-    local tail = ''
+    local start = 1
     if head.kind == 'inline' then
         if head.start == nil then
             return false
         end
-        tail = string.sub(head.blob, head.start)
+        start = head.start
     end
     local meta = parse_timeline_meta(head.meta)
     local count = meta.written + #batch
     if count > inline_records or (capacity > 0 and count > capacity) then
         return false
     end
-    local size, values, ids = #tail, {}, {}
+    local blob = head.blob or ''
+    -- parts[1] and [2]: the new meta and the records stored (below)
+    local size, parts, ids = #blob - start + 1, {'', ''}, {}
     for _, record in ipairs(batch) do
         local packed_id = cmsgpack.pack(record.id)
         -- a payload may contain these bytes too: a false alarm only costs the general path
-        if ids[record.id] or string.find(tail, packed_id, 1, true) then
+        if ids[record.id] or string.find(blob, packed_id, start, true) then
             return false
         end
         ids[record.id] = true
         size = size + #record.id + #record.payload
-        values[#values + 1] = record.id
-        values[#values + 1] = record.timestamp
-        values[#values + 1] = record.payload
+        -- byte for byte what cmsgpack.pack(id, timestamp, payload) writes, joined once below
+        parts[#parts + 1] = packed_id
+        parts[#parts + 1] = cmsgpack.pack(record.timestamp)
+        parts[#parts + 1] = string_header(#record.payload)
+        parts[#parts + 1] = record.payload
     end
     if size > INLINE_MAX_BYTES then
         return false
     end
     meta.written = count
-    redis.call('SET', key, cmsgpack.pack(format_timeline_meta(meta)) .. tail
-        .. cmsgpack.pack(unpack(values)), 'PX', ms)
+    -- SET, not SETRANGE + APPEND: APPEND leaves the string room to grow (twice its length),
+    -- which doubled the memory of a timeline that gets one record per batch
+    parts[1] = cmsgpack.pack(format_timeline_meta(meta))
+    parts[2] = string.sub(blob, start)
+    redis.call('SET', key, table.concat(parts), 'PX', ms)
     return count
 end
 
@@ -1077,6 +1100,9 @@ end
 -- longest ttl among the timelines (for the partition-level keys).
 local function write_back(tag, touched, call)
     local dropped, partition_ttl = 0, call.partition_ttl
+    -- nothing below reads the schedule: its entries are written together at the end, one
+    -- ZADD per set instead of one per timeline
+    local now, became_ready, due_changed = format_float(call.now), {}, {}
     for _, timeline in ipairs(touched) do
         local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
             timeline.capacity, call.inline_records, ttl_ms(timeline.ttl))
@@ -1086,14 +1112,18 @@ local function write_back(tag, touched, call)
             mark_cause(timeline.key, timeline.mark)
         end
         if timeline.became_ready then
-            redis.call('ZADD', ready_key(tag), format_float(call.now), timeline.timeline)
+            became_ready[#became_ready + 1] = now
+            became_ready[#became_ready + 1] = timeline.timeline
         elseif timeline.due_changed then
-            redis.call('ZADD', waiting_key(tag), format_float(timeline.due), timeline.timeline)
+            due_changed[#due_changed + 1] = format_float(timeline.due)
+            due_changed[#due_changed + 1] = timeline.timeline
         end
         if timeline.ttl > partition_ttl then
             partition_ttl = timeline.ttl
         end
     end
+    call_chunked('ZADD', ready_key(tag), became_ready)
+    call_chunked('ZADD', waiting_key(tag), due_changed)
     return dropped, partition_ttl
 end
 
