@@ -207,18 +207,17 @@ local function parse_policy(args, base)
     return policy
 end
 
--- A timeline's own copy of its (shared) policy's values.
-local function reuse_policy(policy, timeline)
-    return {
-        timeline = timeline,
-        minimum = policy.minimum,
-        increment = policy.increment,
-        maximum = policy.maximum,
-        ttl = policy.ttl,
-        capacity = policy.capacity,
-        flush_at = policy.flush_at,
-        next_fire = policy.next_fire,
-    }
+-- A timeline of an add call: its own state, its (shared) policy's values read through a
+-- metatable, one per distinct policy, instead of copied into each timeline (an add call
+-- makes one timeline per distinct timeline, so this is per-record work at one record per
+-- timeline). The state fields begin_timeline sets are made here, so the table is
+-- allocated at its final size once.
+local function reuse_policy(policy, timeline, key)
+    if policy.reader == nil then
+        policy.reader = {__index = policy}
+    end
+    return setmetatable({timeline = timeline, key = key, ready = false, due_changed = false,
+        became_ready = false, head = false}, policy.reader)
 end
 
 -- Encoding -------------------------------------------------------------------
@@ -230,6 +229,24 @@ end
 
 local function format_integer(number)
     return string.format('%.0f', number)
+end
+
+-- format_integer's text of the counts every timeline meta holds, each made once (filled
+-- as they come: the library's load cannot call string functions). Integers only: any
+-- other number is not a key of it; 0 is kept apart from -0, which formats as "-0".
+local COUNT_TEXT = {}
+local COUNT_TEXT_MAX = 1023
+
+local function format_count(number)
+    local text = COUNT_TEXT[number]
+    if text == nil or (number == 0 and 1 / number < 0) then
+        text = format_integer(number)
+        if number >= 0 and number <= COUNT_TEXT_MAX and number == math.floor(number)
+                and text ~= '-0' then
+            COUNT_TEXT[number] = text
+        end
+    end
+    return text
 end
 
 local function ttl_ms(ttl)
@@ -299,6 +316,15 @@ end
 -- written counts the records the container should hold, so records that
 -- vanished (evicted, deleted by hand) are detected and reported as dropped.
 local function parse_timeline_meta(raw)
+    -- the common metas, read without splitting them: none yet, and "written|dropped|"
+    if raw == nil then
+        return {written = 0, dropped = 0, expired = false, behind_open = false}
+    end
+    local written, dropped = string.match(raw, '^(%d+)|(%d+)|$')
+    if written ~= nil then
+        return {written = tonumber(written), dropped = tonumber(dropped), expired = false,
+            behind_open = false}
+    end
     local parts = split_meta(raw)
     return {
         written = tonumber(parts[1] or '') or 0,
@@ -311,7 +337,7 @@ local function parse_timeline_meta(raw)
 end
 
 local function format_timeline_meta(meta)
-    return format_integer(meta.written) .. '|' .. format_integer(meta.dropped) .. '|'
+    return format_count(meta.written) .. '|' .. format_count(meta.dropped) .. '|'
         .. optional_float(meta.last_delivery) .. mark_suffix(meta)
 end
 
@@ -729,11 +755,16 @@ end
 
 -- The msgpack header of a string of `length` bytes, as cmsgpack writes it (fixstr, str8,
 -- str16, str32), so a record packed by hand reads back exactly like one cmsgpack packed.
+local SHORT_STRING_HEADER = {} -- by length, filled as they come (as COUNT_TEXT)
+
 local function string_header(length)
-    if length < 32 then
-        return string.char(0xa0 + length)
-    elseif length <= 0xff then
-        return string.char(0xd9, length)
+    if length <= 0xff then
+        local header = SHORT_STRING_HEADER[length]
+        if header == nil then
+            header = length < 32 and string.char(0xa0 + length) or string.char(0xd9, length)
+            SHORT_STRING_HEADER[length] = header
+        end
+        return header
     elseif length <= 0xffff then
         return struct.pack('>BH', 0xda, length)
     end
@@ -899,8 +930,7 @@ local function parse_timelines(packed, tag, policies)
                 invalid_argument('timeline listed twice: ' .. name)
             end
             seen[name] = true
-            local timeline = reuse_policy(policy, name)
-            timeline.key = timeline_key(tag, name)
+            local timeline = reuse_policy(policy, name, timeline_key(tag, name))
             timeline.batch = nil -- set by begin_timeline on the timeline's first record
             timelines[#timelines + 1] = timeline
         end
