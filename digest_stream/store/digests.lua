@@ -210,14 +210,14 @@ end
 -- A timeline of an add call: its own state, its (shared) policy's values read through a
 -- metatable, one per distinct policy, instead of copied into each timeline (an add call
 -- makes one timeline per distinct timeline, so this is per-record work at one record per
--- timeline). The state fields begin_timeline sets are made here, so the table is
+-- timeline). The state fields add and begin_timelines set are made here, so the table is
 -- allocated at its final size once.
 local function reuse_policy(policy, timeline, key)
     if policy.reader == nil then
         policy.reader = {__index = policy}
     end
     return setmetatable({timeline = timeline, key = key, ready = false, due_changed = false,
-        became_ready = false, head = false}, policy.reader)
+        became_ready = false, head = false, batch = false, touched = false}, policy.reader)
 end
 
 -- Encoding -------------------------------------------------------------------
@@ -892,9 +892,10 @@ end
 
 -- Commands ---------------------------------------------------------------------
 
--- ds_add, in four steps: parse_add checks the whole call, begin_timeline and
--- apply_record run the state machine record by record (in memory), write_back stores
--- each touched timeline once, and advance_fence moves the fence.
+-- ds_add, in four steps: parse_add checks the whole call, begin_timelines reads the
+-- state of every timeline the batch touches and apply_record runs the state machine
+-- record by record (in memory), write_back stores each touched timeline once, and
+-- advance_fence moves the fence.
 
 -- Runs `decode` (which walks a packed argument with struct.unpack); a packed argument
 -- that ends early or holds too little is refused as one, the guards' own errors pass.
@@ -931,7 +932,6 @@ local function parse_timelines(packed, tag, policies)
             end
             seen[name] = true
             local timeline = reuse_policy(policy, name, timeline_key(tag, name))
-            timeline.batch = nil -- set by begin_timeline on the timeline's first record
             timelines[#timelines + 1] = timeline
         end
     end, 'timelines')
@@ -1013,32 +1013,100 @@ local function parse_add(keys, args)
     return call
 end
 
--- Step 2a, on a timeline's first record of the batch: its state (READY, WAITING with
--- a due time, or absent) and its container's head, each read once for the whole batch.
-local function begin_timeline(tag, timeline)
-    timeline.batch = {}
-    timeline.ready = redis.call('ZSCORE', ready_key(tag), timeline.timeline) ~= false
-    if not timeline.ready then
-        -- a READY timeline ignores its due time: skip the lookup
-        local due = redis.call('ZSCORE', waiting_key(tag), timeline.timeline)
-        timeline.due = due ~= false and tonumber(due) or nil
+-- Replies of a command that answers one value per item (ZMSCORE, MGET), the items
+-- UNPACK_CHUNK at a time after `key` (nil: no key before them), in one list.
+local function call_listed(command, key, items)
+    local replies = {}
+    for first = 1, #items, UNPACK_CHUNK do
+        local last = math.min(first + UNPACK_CHUNK - 1, #items)
+        local reply
+        if key == nil then
+            reply = redis.call(command, unpack(items, first, last))
+        else
+            reply = redis.call(command, key, unpack(items, first, last))
+        end
+        for i = 1, #reply do
+            replies[#replies + 1] = reply[i]
+        end
     end
-    timeline.due_changed = false
-    timeline.became_ready = false
-    -- the one read of its container this batch: write_back writes from it
-    timeline.head = read_head(timeline.key)
-    if timeline.head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
-        -- Scheduled, yet no records: either they are in its open digest (these records
-        -- wait behind it), or they expired (or were evicted) with any digest. Marked either
-        -- way, so the next digest reports a loss instead of hiding it.
-        local open_digest = redis.call('EXISTS', digest_key(tag, timeline.timeline)) == 1
-        timeline.head.meta = format_timeline_meta({
-            written = 0, dropped = 0, expired = not open_digest, behind_open = open_digest,
-        })
+    return replies
+end
+
+-- How many of `keys` exist.
+local function count_existing(keys)
+    local count = 0
+    for first = 1, #keys, UNPACK_CHUNK do
+        local last = math.min(first + UNPACK_CHUNK - 1, #keys)
+        count = count + redis.call('EXISTS', unpack(keys, first, last))
     end
-    if timeline.due ~= nil and not timeline.ready then
-        timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
-            parse_timeline_meta(timeline.head.meta))
+    return count
+end
+
+-- Step 2a, for the timelines the batch touches: each one's state (READY, WAITING with a
+-- due time, or absent) and its container's head, read once for the whole batch. Nothing
+-- is written before write_back, so the reads are made together, one command per kind of
+-- read for all the timelines (ZMSCORE, MGET) instead of several per timeline: with one
+-- record per timeline, those calls were most of the Lua's time.
+local function begin_timelines(tag, touched)
+    if #touched == 0 then
+        return
+    end
+    local names, keys = {}, {}
+    for i, timeline in ipairs(touched) do
+        names[i] = timeline.timeline
+        keys[i] = timeline.key
+    end
+    local ready = call_listed('ZMSCORE', ready_key(tag), names)
+    local waiting, waiting_names = {}, {}
+    for i, timeline in ipairs(touched) do
+        timeline.ready = ready[i] ~= false
+        if not timeline.ready then
+            -- a READY timeline ignores its due time: only the others are looked up
+            waiting[#waiting + 1] = timeline
+            waiting_names[#waiting_names + 1] = timeline.timeline
+        end
+    end
+    local due = call_listed('ZMSCORE', waiting_key(tag), waiting_names)
+    for i, timeline in ipairs(waiting) do
+        timeline.due = due[i] ~= false and tonumber(due[i]) or nil
+    end
+    -- the one read of each container this batch (write_back writes from it): MGET answers
+    -- an inline container with its bytes and a missing key or a hash with nil; when EXISTS
+    -- finds any of the nil ones, each of those is read as read_head does
+    local blobs, unknown, unknown_keys = call_listed('MGET', nil, keys), {}, {}
+    for i, timeline in ipairs(touched) do
+        if blobs[i] ~= false then
+            local head = {kind = 'inline', blob = blobs[i]}
+            head.meta, head.start = inline_head(head.blob)
+            timeline.head = head
+        else
+            timeline.head = {kind = 'none'}
+            unknown[#unknown + 1] = timeline
+            unknown_keys[#unknown_keys + 1] = timeline.key
+        end
+    end
+    if #unknown_keys > 0 and count_existing(unknown_keys) > 0 then
+        for _, timeline in ipairs(unknown) do
+            timeline.head = read_head(timeline.key)
+        end
+    end
+    for _, timeline in ipairs(touched) do
+        timeline.batch = {}
+        timeline.due_changed = false
+        timeline.became_ready = false
+        if timeline.head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
+            -- Scheduled, yet no records: either they are in its open digest (these records
+            -- wait behind it), or they expired (or were evicted) with any digest. Marked
+            -- either way, so the next digest reports a loss instead of hiding it.
+            local open_digest = redis.call('EXISTS', digest_key(tag, timeline.timeline)) == 1
+            timeline.head.meta = format_timeline_meta({
+                written = 0, dropped = 0, expired = not open_digest, behind_open = open_digest,
+            })
+        end
+        if timeline.due ~= nil and not timeline.ready then
+            timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
+                parse_timeline_meta(timeline.head.meta))
+        end
     end
 end
 
@@ -1193,7 +1261,7 @@ local function add(keys, args)
         return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before or false}
     end
     local fence = fence_before or -1
-    local ready, touched = {}, {}
+    local applied, touched = {}, {}
     local added, skipped = 0, 0
     for _, record in ipairs(call.records) do
         if record.offset <= fence then
@@ -1201,13 +1269,18 @@ local function add(keys, args)
         else
             fence = record.offset
             added = added + 1
+            applied[added] = record
             local timeline = record.timeline
-            if timeline.batch == nil then
-                begin_timeline(tag, timeline)
+            if not timeline.touched then
+                timeline.touched = true
                 touched[#touched + 1] = timeline
             end
-            apply_record(timeline, record, ready)
         end
+    end
+    begin_timelines(tag, touched)
+    local ready = {}
+    for _, record in ipairs(applied) do
+        apply_record(record.timeline, record, ready)
     end
     local dropped, partition_ttl = write_back(tag, touched, call)
     local fence_after = advance_fence(tag, fence_before, topic_before,
