@@ -794,14 +794,17 @@ local function append_inline(key, head, batch, capacity, inline_records, ms)
     end
     local blob = head.blob or ''
     -- parts[1] and [2]: the new meta and the records stored (below)
-    local size, parts, ids = #blob - start + 1, {'', ''}, {}
+    -- ids: the batch's own ids so far, to find one repeated within it (none in one record)
+    local size, parts, ids = #blob - start + 1, {'', ''}, #batch > 1 and {} or nil
     for _, record in ipairs(batch) do
         local packed_id = cmsgpack.pack(record.id)
         -- a payload may contain these bytes too: a false alarm only costs the general path
-        if ids[record.id] or string.find(blob, packed_id, start, true) then
+        if (ids ~= nil and ids[record.id]) or string.find(blob, packed_id, start, true) then
             return false
         end
-        ids[record.id] = true
+        if ids ~= nil then
+            ids[record.id] = true
+        end
         size = size + #record.id + #record.payload
         -- byte for byte what cmsgpack.pack(id, timestamp, payload) writes, joined once below
         parts[#parts + 1] = packed_id
@@ -1007,6 +1010,9 @@ local function parse_add(keys, args)
     local policies = {}
     for i = 1, policy_count do
         policies[i] = parse_policy(args, 8 + (i - 1) * POLICY_WIDTH)
+        -- its containers' TTL as the text Redis reads: a number argument of redis.call is
+        -- formatted (%.17g) on every call
+        policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
     end
     local timelines = parse_timelines(args[#args - 1], tag, policies)
     call.records = parse_records(args[#args], timelines, call.through_offset)
@@ -1203,7 +1209,7 @@ local function write_back(tag, touched, call)
     local now, became_ready, due_changed = format_float(call.now), {}, {}
     for _, timeline in ipairs(touched) do
         local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
-            timeline.capacity, call.inline_records, ttl_ms(timeline.ttl))
+            timeline.capacity, call.inline_records, timeline.ttl_ms_text)
         dropped = dropped + lost
         apply_flush_at(timeline, call.now, written)
         if timeline.mark ~= nil then
