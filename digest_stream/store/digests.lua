@@ -207,17 +207,15 @@ local function parse_policy(args, base)
     return policy
 end
 
--- A timeline of an add call: its own state, its (shared) policy's values read through a
--- metatable, one per distinct policy, instead of copied into each timeline (an add call
--- makes one timeline per distinct timeline, so this is per-record work at one record per
--- timeline). The state fields add and begin_timelines set are made here, so the table is
+-- A timeline of an add call: its own state and its (shared) policy, not a copy of the
+-- policy's values (at one record per timeline, every per-timeline field is per-record
+-- work). The state fields add and begin_timelines set are made here, so the table is
 -- allocated at its final size once.
-local function reuse_policy(policy, timeline, key)
-    if policy.reader == nil then
-        policy.reader = {__index = policy}
-    end
-    return setmetatable({timeline = timeline, key = key, ready = false, due_changed = false,
-        became_ready = false, head = false, batch = false, touched = false}, policy.reader)
+local function new_timeline(policy, timeline, key)
+    return {
+        timeline = timeline, key = key, policy = policy, ready = false, due_changed = false,
+        became_ready = false, head = false, batch = false, touched = false,
+    }
 end
 
 -- Encoding -------------------------------------------------------------------
@@ -322,8 +320,10 @@ local function parse_timeline_meta(raw)
     end
     local written, dropped = string.match(raw, '^(%d+)|(%d+)|$')
     if written ~= nil then
-        return {written = tonumber(written), dropped = tonumber(dropped), expired = false,
-            behind_open = false}
+        return {
+            written = tonumber(written), dropped = tonumber(dropped), expired = false,
+            behind_open = false,
+        }
     end
     local parts = split_meta(raw)
     return {
@@ -934,7 +934,7 @@ local function parse_timelines(packed, tag, policies)
                 invalid_argument('timeline listed twice: ' .. name)
             end
             seen[name] = true
-            local timeline = reuse_policy(policy, name, timeline_key(tag, name))
+            local timeline = new_timeline(policy, name, timeline_key(tag, name))
             timelines[#timelines + 1] = timeline
         end
     end, 'timelines')
@@ -1133,7 +1133,7 @@ local function schedule_record(timeline)
     if timeline.due ~= nil then
         return
     end
-    timeline.due = timeline.next_fire
+    timeline.due = timeline.policy.next_fire
     timeline.due_changed = true
     if timeline.head.kind == 'none' then
         -- the container is new: its first write carries the cause
@@ -1147,8 +1147,8 @@ end
 -- After a timeline's records are written: a WAITING timeline holding flush_at records is
 -- due now (never sooner than FLUSH_AT_FLOOR after its last delivery).
 local function apply_flush_at(timeline, now, written)
-    if timeline.flush_at == 0 or timeline.ready or timeline.due == nil
-            or written < timeline.flush_at then
+    if timeline.policy.flush_at == 0 or timeline.ready or timeline.due == nil
+            or written < timeline.policy.flush_at then
         return
     end
     local due = now
@@ -1177,7 +1177,7 @@ local function apply_record(timeline, record, ready)
     if timeline.ready then
         return
     end
-    if timeline.next_fire ~= nil then
+    if timeline.policy.next_fire ~= nil then
         schedule_record(timeline)
         return
     end
@@ -1189,7 +1189,8 @@ local function apply_record(timeline, record, ready)
     end
     local due
     if timeline.last_delivery ~= nil then
-        due = math.min(timeline.due + timeline.increment, timeline.last_delivery + timeline.maximum)
+        local policy = timeline.policy
+        due = math.min(timeline.due + policy.increment, timeline.last_delivery + policy.maximum)
     else
         due = math.min(timeline.due, record.timestamp)
     end
@@ -1209,7 +1210,7 @@ local function write_back(tag, touched, call)
     local now, became_ready, due_changed = format_float(call.now), {}, {}
     for _, timeline in ipairs(touched) do
         local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
-            timeline.capacity, call.inline_records, timeline.ttl_ms_text)
+            timeline.policy.capacity, call.inline_records, timeline.policy.ttl_ms_text)
         dropped = dropped + lost
         apply_flush_at(timeline, call.now, written)
         if timeline.mark ~= nil then
@@ -1222,8 +1223,8 @@ local function write_back(tag, touched, call)
             due_changed[#due_changed + 1] = format_float(timeline.due)
             due_changed[#due_changed + 1] = timeline.timeline
         end
-        if timeline.ttl > partition_ttl then
-            partition_ttl = timeline.ttl
+        if timeline.policy.ttl > partition_ttl then
+            partition_ttl = timeline.policy.ttl
         end
     end
     call_chunked('ZADD', ready_key(tag), became_ready)
