@@ -1098,8 +1098,6 @@ local function begin_timelines(tag, touched)
     end
     for _, timeline in ipairs(touched) do
         timeline.batch = {}
-        timeline.due_changed = false
-        timeline.became_ready = false
         if timeline.head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
             -- Scheduled, yet no records: either they are in its open digest (these records
             -- wait behind it), or they expired (or were evicted) with any digest. Marked
