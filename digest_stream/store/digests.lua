@@ -30,7 +30,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '13'
+local LIBRARY_VERSION = '14'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -207,17 +207,14 @@ local function parse_policy(args, base)
     return policy
 end
 
--- A timeline's own copy of its (shared) policy's values.
-local function reuse_policy(policy, timeline)
+-- A timeline of an add call: its own state and its (shared) policy, not a copy of the
+-- policy's values (at one record per timeline, every per-timeline field is per-record
+-- work). The state fields add and begin_timelines set are made here, so the table is
+-- allocated at its final size once.
+local function new_timeline(policy, timeline, key)
     return {
-        timeline = timeline,
-        minimum = policy.minimum,
-        increment = policy.increment,
-        maximum = policy.maximum,
-        ttl = policy.ttl,
-        capacity = policy.capacity,
-        flush_at = policy.flush_at,
-        next_fire = policy.next_fire,
+        timeline = timeline, key = key, policy = policy, ready = false, due_changed = false,
+        became_ready = false, head = false, batch = false, touched = false,
     }
 end
 
@@ -230,6 +227,24 @@ end
 
 local function format_integer(number)
     return string.format('%.0f', number)
+end
+
+-- format_integer's text of the counts every timeline meta holds, each made once (filled
+-- as they come: the library's load cannot call string functions). Integers only: any
+-- other number is not a key of it; 0 is kept apart from -0, which formats as "-0".
+local COUNT_TEXT = {}
+local COUNT_TEXT_MAX = 1023
+
+local function format_count(number)
+    local text = COUNT_TEXT[number]
+    if text == nil or (number == 0 and 1 / number < 0) then
+        text = format_integer(number)
+        if number >= 0 and number <= COUNT_TEXT_MAX and number == math.floor(number)
+                and text ~= '-0' then
+            COUNT_TEXT[number] = text
+        end
+    end
+    return text
 end
 
 local function ttl_ms(ttl)
@@ -299,6 +314,17 @@ end
 -- written counts the records the container should hold, so records that
 -- vanished (evicted, deleted by hand) are detected and reported as dropped.
 local function parse_timeline_meta(raw)
+    -- the common metas, read without splitting them: none yet, and "written|dropped|"
+    if raw == nil then
+        return {written = 0, dropped = 0, expired = false, behind_open = false}
+    end
+    local written, dropped = string.match(raw, '^(%d+)|(%d+)|$')
+    if written ~= nil then
+        return {
+            written = tonumber(written), dropped = tonumber(dropped), expired = false,
+            behind_open = false,
+        }
+    end
     local parts = split_meta(raw)
     return {
         written = tonumber(parts[1] or '') or 0,
@@ -311,7 +337,7 @@ local function parse_timeline_meta(raw)
 end
 
 local function format_timeline_meta(meta)
-    return format_integer(meta.written) .. '|' .. format_integer(meta.dropped) .. '|'
+    return format_count(meta.written) .. '|' .. format_count(meta.dropped) .. '|'
         .. optional_float(meta.last_delivery) .. mark_suffix(meta)
 end
 
@@ -727,43 +753,74 @@ local function trim_victims(tag, records, damaged, capacity)
     return victims
 end
 
+-- The msgpack header of a string of `length` bytes, as cmsgpack writes it (fixstr, str8,
+-- str16, str32), so a record packed by hand reads back exactly like one cmsgpack packed.
+local SHORT_STRING_HEADER = {} -- by length, filled as they come (as COUNT_TEXT)
+
+local function string_header(length)
+    if length <= 0xff then
+        local header = SHORT_STRING_HEADER[length]
+        if header == nil then
+            header = length < 32 and string.char(0xa0 + length) or string.char(0xd9, length)
+            SHORT_STRING_HEADER[length] = header
+        end
+        return header
+    elseif length <= 0xffff then
+        return struct.pack('>BH', 0xda, length)
+    end
+    return struct.pack('>BI4', 0xdb, length)
+end
+
 -- The common case of an inline (or missing) container, without decoding it: the
 -- batch's ids are new to it and it stays inline and under capacity, so the records
 -- are appended to the blob's bytes. `written` bounds the records it holds, and the
 -- blob's length bounds their ids and payloads, so these checks never pass where the
 -- general path would choose otherwise. Returns false to send the caller there.
+-- Making a Lua string costs a hash over every byte of it (Redis's Lua hashes whole
+-- strings), so the new value is made once: the search runs on the blob as read, and
+-- the meta, the stored records and the new ones are joined in one table.concat.
 local function append_inline(key, head, batch, capacity, inline_records, ms)
-    local tail = ''
+    local start = 1
     if head.kind == 'inline' then
         if head.start == nil then
             return false
         end
-        tail = string.sub(head.blob, head.start)
+        start = head.start
     end
     local meta = parse_timeline_meta(head.meta)
     local count = meta.written + #batch
     if count > inline_records or (capacity > 0 and count > capacity) then
         return false
     end
-    local size, values, ids = #tail, {}, {}
+    local blob = head.blob or ''
+    -- parts[1] and [2]: the new meta and the records stored (below)
+    -- ids: the batch's own ids so far, to find one repeated within it (none in one record)
+    local size, parts, ids = #blob - start + 1, {'', ''}, #batch > 1 and {} or nil
     for _, record in ipairs(batch) do
         local packed_id = cmsgpack.pack(record.id)
         -- a payload may contain these bytes too: a false alarm only costs the general path
-        if ids[record.id] or string.find(tail, packed_id, 1, true) then
+        if (ids ~= nil and ids[record.id]) or string.find(blob, packed_id, start, true) then
             return false
         end
-        ids[record.id] = true
+        if ids ~= nil then
+            ids[record.id] = true
+        end
         size = size + #record.id + #record.payload
-        values[#values + 1] = record.id
-        values[#values + 1] = record.timestamp
-        values[#values + 1] = record.payload
+        -- byte for byte what cmsgpack.pack(id, timestamp, payload) writes, joined once below
+        parts[#parts + 1] = packed_id
+        parts[#parts + 1] = cmsgpack.pack(record.timestamp)
+        parts[#parts + 1] = string_header(#record.payload)
+        parts[#parts + 1] = record.payload
     end
     if size > INLINE_MAX_BYTES then
         return false
     end
     meta.written = count
-    redis.call('SET', key, cmsgpack.pack(format_timeline_meta(meta)) .. tail
-        .. cmsgpack.pack(unpack(values)), 'PX', ms)
+    -- SET, not SETRANGE + APPEND: APPEND leaves the string room to grow (twice its length),
+    -- which doubled the memory of a timeline that gets one record per batch
+    parts[1] = cmsgpack.pack(format_timeline_meta(meta))
+    parts[2] = string.sub(blob, start)
+    redis.call('SET', key, table.concat(parts), 'PX', ms)
     return count
 end
 
@@ -838,9 +895,10 @@ end
 
 -- Commands ---------------------------------------------------------------------
 
--- ds_add, in four steps: parse_add checks the whole call, begin_timeline and
--- apply_record run the state machine record by record (in memory), write_back stores
--- each touched timeline once, and advance_fence moves the fence.
+-- ds_add, in four steps: parse_add checks the whole call, begin_timelines reads the
+-- state of every timeline the batch touches and apply_record runs the state machine
+-- record by record (in memory), write_back stores each touched timeline once, and
+-- advance_fence moves the fence.
 
 -- Runs `decode` (which walks a packed argument with struct.unpack); a packed argument
 -- that ends early or holds too little is refused as one, the guards' own errors pass.
@@ -876,9 +934,7 @@ local function parse_timelines(packed, tag, policies)
                 invalid_argument('timeline listed twice: ' .. name)
             end
             seen[name] = true
-            local timeline = reuse_policy(policy, name)
-            timeline.key = timeline_key(tag, name)
-            timeline.batch = nil -- set by begin_timeline on the timeline's first record
+            local timeline = new_timeline(policy, name, timeline_key(tag, name))
             timelines[#timelines + 1] = timeline
         end
     end, 'timelines')
@@ -954,38 +1010,107 @@ local function parse_add(keys, args)
     local policies = {}
     for i = 1, policy_count do
         policies[i] = parse_policy(args, 8 + (i - 1) * POLICY_WIDTH)
+        -- its containers' TTL as the text Redis reads: a number argument of redis.call is
+        -- formatted (%.17g) on every call
+        policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
     end
     local timelines = parse_timelines(args[#args - 1], tag, policies)
     call.records = parse_records(args[#args], timelines, call.through_offset)
     return call
 end
 
--- Step 2a, on a timeline's first record of the batch: its state (READY, WAITING with
--- a due time, or absent) and its container's head, each read once for the whole batch.
-local function begin_timeline(tag, timeline)
-    timeline.batch = {}
-    timeline.ready = redis.call('ZSCORE', ready_key(tag), timeline.timeline) ~= false
-    if not timeline.ready then
-        -- a READY timeline ignores its due time: skip the lookup
-        local due = redis.call('ZSCORE', waiting_key(tag), timeline.timeline)
-        timeline.due = due ~= false and tonumber(due) or nil
+-- Replies of a command that answers one value per item (ZMSCORE, MGET), the items
+-- UNPACK_CHUNK at a time after `key` (nil: no key before them), in one list.
+local function call_listed(command, key, items)
+    local replies = {}
+    for first = 1, #items, UNPACK_CHUNK do
+        local last = math.min(first + UNPACK_CHUNK - 1, #items)
+        local reply
+        if key == nil then
+            reply = redis.call(command, unpack(items, first, last))
+        else
+            reply = redis.call(command, key, unpack(items, first, last))
+        end
+        for i = 1, #reply do
+            replies[#replies + 1] = reply[i]
+        end
     end
-    timeline.due_changed = false
-    timeline.became_ready = false
-    -- the one read of its container this batch: write_back writes from it
-    timeline.head = read_head(timeline.key)
-    if timeline.head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
-        -- Scheduled, yet no records: either they are in its open digest (these records
-        -- wait behind it), or they expired (or were evicted) with any digest. Marked either
-        -- way, so the next digest reports a loss instead of hiding it.
-        local open_digest = redis.call('EXISTS', digest_key(tag, timeline.timeline)) == 1
-        timeline.head.meta = format_timeline_meta({
-            written = 0, dropped = 0, expired = not open_digest, behind_open = open_digest,
-        })
+    return replies
+end
+
+-- How many of `keys` exist.
+local function count_existing(keys)
+    local count = 0
+    for first = 1, #keys, UNPACK_CHUNK do
+        local last = math.min(first + UNPACK_CHUNK - 1, #keys)
+        count = count + redis.call('EXISTS', unpack(keys, first, last))
     end
-    if timeline.due ~= nil and not timeline.ready then
-        timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
-            parse_timeline_meta(timeline.head.meta))
+    return count
+end
+
+-- Step 2a, for the timelines the batch touches: each one's state (READY, WAITING with a
+-- due time, or absent) and its container's head, read once for the whole batch. Nothing
+-- is written before write_back, so the reads are made together, one command per kind of
+-- read for all the timelines (ZMSCORE, MGET) instead of several per timeline: with one
+-- record per timeline, those calls were most of the Lua's time.
+local function begin_timelines(tag, touched)
+    if #touched == 0 then
+        return
+    end
+    local names, keys = {}, {}
+    for i, timeline in ipairs(touched) do
+        names[i] = timeline.timeline
+        keys[i] = timeline.key
+    end
+    local ready = call_listed('ZMSCORE', ready_key(tag), names)
+    local waiting, waiting_names = {}, {}
+    for i, timeline in ipairs(touched) do
+        timeline.ready = ready[i] ~= false
+        if not timeline.ready then
+            -- a READY timeline ignores its due time: only the others are looked up
+            waiting[#waiting + 1] = timeline
+            waiting_names[#waiting_names + 1] = timeline.timeline
+        end
+    end
+    local due = call_listed('ZMSCORE', waiting_key(tag), waiting_names)
+    for i, timeline in ipairs(waiting) do
+        timeline.due = due[i] ~= false and tonumber(due[i]) or nil
+    end
+    -- the one read of each container this batch (write_back writes from it): MGET answers
+    -- an inline container with its bytes and a missing key or a hash with nil; when EXISTS
+    -- finds any of the nil ones, each of those is read as read_head does
+    local blobs, unknown, unknown_keys = call_listed('MGET', nil, keys), {}, {}
+    for i, timeline in ipairs(touched) do
+        if blobs[i] ~= false then
+            local head = {kind = 'inline', blob = blobs[i]}
+            head.meta, head.start = inline_head(head.blob)
+            timeline.head = head
+        else
+            timeline.head = {kind = 'none'}
+            unknown[#unknown + 1] = timeline
+            unknown_keys[#unknown_keys + 1] = timeline.key
+        end
+    end
+    if #unknown_keys > 0 and count_existing(unknown_keys) > 0 then
+        for _, timeline in ipairs(unknown) do
+            timeline.head = read_head(timeline.key)
+        end
+    end
+    for _, timeline in ipairs(touched) do
+        timeline.batch = {}
+        if timeline.head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
+            -- Scheduled, yet no records: either they are in its open digest (these records
+            -- wait behind it), or they expired (or were evicted) with any digest. Marked
+            -- either way, so the next digest reports a loss instead of hiding it.
+            local open_digest = redis.call('EXISTS', digest_key(tag, timeline.timeline)) == 1
+            timeline.head.meta = format_timeline_meta({
+                written = 0, dropped = 0, expired = not open_digest, behind_open = open_digest,
+            })
+        end
+        if timeline.due ~= nil and not timeline.ready then
+            timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
+                parse_timeline_meta(timeline.head.meta))
+        end
     end
 end
 
@@ -1006,7 +1131,7 @@ local function schedule_record(timeline)
     if timeline.due ~= nil then
         return
     end
-    timeline.due = timeline.next_fire
+    timeline.due = timeline.policy.next_fire
     timeline.due_changed = true
     if timeline.head.kind == 'none' then
         -- the container is new: its first write carries the cause
@@ -1020,8 +1145,8 @@ end
 -- After a timeline's records are written: a WAITING timeline holding flush_at records is
 -- due now (never sooner than FLUSH_AT_FLOOR after its last delivery).
 local function apply_flush_at(timeline, now, written)
-    if timeline.flush_at == 0 or timeline.ready or timeline.due == nil
-            or written < timeline.flush_at then
+    if timeline.policy.flush_at == 0 or timeline.ready or timeline.due == nil
+            or written < timeline.policy.flush_at then
         return
     end
     local due = now
@@ -1050,7 +1175,7 @@ local function apply_record(timeline, record, ready)
     if timeline.ready then
         return
     end
-    if timeline.next_fire ~= nil then
+    if timeline.policy.next_fire ~= nil then
         schedule_record(timeline)
         return
     end
@@ -1062,7 +1187,8 @@ local function apply_record(timeline, record, ready)
     end
     local due
     if timeline.last_delivery ~= nil then
-        due = math.min(timeline.due + timeline.increment, timeline.last_delivery + timeline.maximum)
+        local policy = timeline.policy
+        due = math.min(timeline.due + policy.increment, timeline.last_delivery + policy.maximum)
     else
         due = math.min(timeline.due, record.timestamp)
     end
@@ -1077,23 +1203,30 @@ end
 -- longest ttl among the timelines (for the partition-level keys).
 local function write_back(tag, touched, call)
     local dropped, partition_ttl = 0, call.partition_ttl
+    -- nothing below reads the schedule: its entries are written together at the end, one
+    -- ZADD per set instead of one per timeline
+    local now, became_ready, due_changed = format_float(call.now), {}, {}
     for _, timeline in ipairs(touched) do
         local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
-            timeline.capacity, call.inline_records, ttl_ms(timeline.ttl))
+            timeline.policy.capacity, call.inline_records, timeline.policy.ttl_ms_text)
         dropped = dropped + lost
         apply_flush_at(timeline, call.now, written)
         if timeline.mark ~= nil then
             mark_cause(timeline.key, timeline.mark)
         end
         if timeline.became_ready then
-            redis.call('ZADD', ready_key(tag), format_float(call.now), timeline.timeline)
+            became_ready[#became_ready + 1] = now
+            became_ready[#became_ready + 1] = timeline.timeline
         elseif timeline.due_changed then
-            redis.call('ZADD', waiting_key(tag), format_float(timeline.due), timeline.timeline)
+            due_changed[#due_changed + 1] = format_float(timeline.due)
+            due_changed[#due_changed + 1] = timeline.timeline
         end
-        if timeline.ttl > partition_ttl then
-            partition_ttl = timeline.ttl
+        if timeline.policy.ttl > partition_ttl then
+            partition_ttl = timeline.policy.ttl
         end
     end
+    call_chunked('ZADD', ready_key(tag), became_ready)
+    call_chunked('ZADD', waiting_key(tag), due_changed)
     return dropped, partition_ttl
 end
 
@@ -1133,7 +1266,7 @@ local function add(keys, args)
         return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before or false}
     end
     local fence = fence_before or -1
-    local ready, touched = {}, {}
+    local applied, touched = {}, {}
     local added, skipped = 0, 0
     for _, record in ipairs(call.records) do
         if record.offset <= fence then
@@ -1141,13 +1274,18 @@ local function add(keys, args)
         else
             fence = record.offset
             added = added + 1
+            applied[added] = record
             local timeline = record.timeline
-            if timeline.batch == nil then
-                begin_timeline(tag, timeline)
+            if not timeline.touched then
+                timeline.touched = true
                 touched[#touched + 1] = timeline
             end
-            apply_record(timeline, record, ready)
         end
+    end
+    begin_timelines(tag, touched)
+    local ready = {}
+    for _, record in ipairs(applied) do
+        apply_record(record.timeline, record, ready)
     end
     local dropped, partition_ttl = write_back(tag, touched, call)
     local fence_after = advance_fence(tag, fence_before, topic_before,
