@@ -31,6 +31,11 @@ REFUSING_CLASSES: tuple[type[BaseException], ...] = (
     redis.exceptions.MasterDownError,
 )
 
+#: A command the library calls that the ACL user lacks is refused inside the script with a
+#: plain error (no NOPERM code word): e.g. a new library version needing a command the
+#: operator has not granted yet.
+SCRIPT_ACL_REFUSAL = "can't run this command or subcommand"
+
 
 def unavailable(exc: BaseException) -> bool:
     """Redis cannot serve this call now (unreachable, or refusing for a while): retry it.
@@ -41,7 +46,7 @@ def unavailable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, redis.ResponseError):
         words = str(exc).split(maxsplit=1)
-        return bool(words) and words[0] in REFUSING_FOR_NOW
+        return (bool(words) and words[0] in REFUSING_FOR_NOW) or SCRIPT_ACL_REFUSAL in str(exc)
     return False
 
 

@@ -49,9 +49,10 @@ LIBRARY_COMMANDS = [
 SERVICE_COMMANDS = ["fcall", "fcall_ro", "ping", "time", "function|list"]
 
 
-def acl_rules(namespace: str, *, load_library: bool) -> list[str]:
-    """The ACL SETUSER rules documented in the README, for one namespace."""
+def acl_rules(namespace: str, *, load_library: bool, without: tuple[str, ...] = ()) -> list[str]:
+    """The ACL SETUSER rules documented in the README, for one namespace (less `without`)."""
     commands = SERVICE_COMMANDS + (["function|load"] if load_library else []) + LIBRARY_COMMANDS
+    commands = [c for c in commands if c not in without]
     return [f"~{{{namespace}:*", "resetchannels", "-@all", *(f"+{c}" for c in commands)]
 
 
@@ -60,13 +61,15 @@ def acl_user(redis_client: redis.Redis) -> Iterator[Callable[..., str]]:
     """Create ACL users (name, password) and delete them afterwards."""
     made: list[str] = []
 
-    def make(namespace: str, redis_url: str, *, load_library: bool = True) -> str:
+    def make(
+        namespace: str, redis_url: str, *, load_library: bool = True, without: tuple[str, ...] = ()
+    ) -> str:
         name, password = unique("ds-acl"), uuid.uuid4().hex
         rules = [
             "on",
             f">{password}",
             "resetkeys",
-            *acl_rules(namespace, load_library=load_library),
+            *acl_rules(namespace, load_library=load_library, without=without),
         ]
         redis_client.execute_command("ACL", "SETUSER", name, *rules)
         made.append(name)
@@ -127,6 +130,31 @@ def test_service_runs_as_a_restricted_acl_user(
         client.execute_command("FCALL", "ds_fence_get", 1, f"{{{namespace}x:0}}:o")
     assert client.ping()
     client.close()
+
+
+def test_a_command_the_acl_lacks_pauses_the_service_until_granted(
+    pipeline_factory: Callable[..., Pipeline],
+    acl_user: Callable[..., str],
+    redis_client: redis.Redis,
+    redis_url: str,
+    namespace: str,
+) -> None:
+    """An upgrade whose library calls a command not granted yet: no exit, no loss, no skip."""
+    url = acl_user(namespace, redis_url, without=("mget",))
+    pipe = pipeline_factory(partitions=1)
+    proc = pipe.process(DIGEST_STREAM_REDIS_URL=url, DIGEST_STREAM_LOG_FORMAT="json")
+    output = pipe.output()
+    with pipe.producer() as producer:
+        producer.send("t-acl", "e1", b"{}")
+        producer.flush()
+    wait_until(lambda: "can't run this command" in proc.log(), 60, f"the refusal: {proc.log()}")
+    assert proc.popen.poll() is None, proc.log()[-3000:]
+    output.poll(1.0)
+    assert output.messages == [], "a digest went out without its records being stored"
+    redis_client.execute_command("ACL", "SETUSER", urlsplit(url).username, "+mget")
+    output.wait_for(lambda: len(output.messages) >= 1, 60, "the digest once MGET is granted")
+    output.close()
+    assert proc.stop() == 0, proc.log()[-3000:]
 
 
 def test_without_function_load_the_library_must_be_preloaded(
