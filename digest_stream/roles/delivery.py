@@ -379,13 +379,18 @@ class Delivery:
 
     def _published(self, published: list[Pending]) -> None:
         """Count and tell the hooks about digests the broker acknowledged."""
+        if not published:
+            return
         now = self._clock.now()
+        self._metrics.digests_published.inc(len(published))
+        self._metrics.digest_parts.inc(sum(len(item.parts) for item in published))
+        lateness = {}  # by reason: one labels() lookup per batch, not per digest
         for item in published:
-            self._metrics.digests_published.inc()
-            self._metrics.digest_parts.inc(len(item.parts))
             self._metrics.records_per_digest.observe(len(item.digest.records))
-            late = max(0.0, now - item.entry.scheduled_at / 1000)
-            self._metrics.delivery_lateness.labels(reason=item.entry.reason.value).observe(late)
+            why = item.entry.reason.value
+            if why not in lateness:
+                lateness[why] = self._metrics.delivery_lateness.labels(reason=why)
+            lateness[why].observe(max(0.0, now - item.entry.scheduled_at / 1000))
             if self._hooks and item.whole is not None:  # with hooks, every digest is built
                 self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
 
