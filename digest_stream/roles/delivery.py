@@ -10,6 +10,11 @@ works while the broker does). An open is idempotent, so a crash or a stop with t
 opened only leaves digests that its redelivered entries reopen under the same ids. A timeline
 of the batch in hand is not opened ahead: it is opened after that batch closed it, as if the
 batches ran one after the other (a repeated entry stays stale, not a second publication).
+
+When the next batch is in hand, this batch's closes run on the helper thread too (after the
+next batch's opens, before anything opened later) while the next batch is published; this
+batch's offsets are committed once its closes are done. With no batch in hand, a batch is
+closed and committed before step() returns, as before.
 """
 
 from __future__ import annotations
@@ -67,6 +72,16 @@ class Batch:
     ahead: list[int] = field(default_factory=list)  # indexes of targets opened there
 
 
+@dataclass
+class Closing:
+    """A published batch's digests closing on the helper thread, and its offsets to commit
+    once they are closed."""
+
+    digests: list[tuple[ScheduleEntry, OpenDigest]]
+    positions: dict[int, int]  # nothing when the batch must not be committed (cut short)
+    done: Future[list[bool]] | None
+
+
 def _digest_ids(count: int) -> list[str]:
     """Fresh random digest ids (32 lowercase hex characters each), one urandom call."""
     raw = os.urandom(16 * count).hex()
@@ -109,6 +124,7 @@ class Delivery:
         # entries of that partition (they are the next owner's).
         self._epochs: dict[int, int] = {}
         self._ahead: Batch | None = None  # the next batch, taken early, its opens under way
+        self._closing: Closing | None = None  # the last batch, its closes under way
         self._opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delivery-open")
         self._stopping: Callable[[], bool] = lambda: False
         self._publisher = Publisher(
@@ -142,11 +158,12 @@ class Delivery:
     def step(self) -> int:
         """Deliver one batch of schedule entries; returns digests published."""
         batch, self._ahead = self._ahead, None
-        if batch is None:
-            batch = self._take(self._settings.batch_timeout, busy=None)
-            if batch is None:
-                return 0
         try:
+            if batch is None:
+                self._settle()  # nothing to overlap the last closes with (it is also idle)
+                batch = self._take(self._settings.batch_timeout, busy=None)
+                if batch is None:
+                    return 0
             opened = self._opened(batch)
             # The next batch is taken now (without waiting) and opened while this one goes out.
             self._ahead = self._take(0.0, busy=batch)
@@ -155,8 +172,12 @@ class Delivery:
             published, cut_short = self._publisher.publish(pending)
             self._kafka.resume()
             self._published(published)
+            self._settle()  # the previous batch's closes, then its commit
             # One round trip closes the batch: what was published and the empty digests.
-            self._close(empty + [(item.entry, item.digest) for item in published])
+            digests = empty + [(item.entry, item.digest) for item in published]
+            self._closing = self._close(digests, {} if cut_short else highest_offsets(messages))
+            if self._ahead is None:
+                self._settle()
         except redis.RedisError as exc:
             if not unavailable(exc) or not self._stopping():
                 raise
@@ -164,8 +185,6 @@ class Delivery:
             # batch is not committed; its entries come back and reopen the same digest ids.
             log.warning("stopping while Redis is unreachable; this batch will be redelivered")
             return 0
-        if not cut_short:
-            self._commit(highest_offsets(messages), sync=False)
         return len(published)
 
     def close(self) -> None:
@@ -176,6 +195,10 @@ class Delivery:
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead.opening is not None:
             ahead.opening.exception()  # let its opens finish: nothing runs on after close
+        try:
+            self._settle()
+        except redis.RedisError as exc:  # given up (stopping): its entries are redelivered
+            log.warning("the last batch was not closed (%s); it will be redelivered", exc)
         self._opener.shutdown(wait=True)
         self._producer.flush(COMMIT_TIMEOUT)
         self._commit({}, sync=True)
@@ -238,6 +261,7 @@ class Delivery:
             batch.opening = None
         rest = [i for i in range(len(batch.targets)) if i not in found]
         if rest:
+            self._settle()  # the last batch's closes first: some of these may be its timelines
             targets = [batch.targets[i] for i in rest]
             # Retried whole while Redis is down: opens are idempotent (a reopen keeps its id).
             opened = self._with_redis(lambda: self._store.open_many(targets, batch.now), "open")
@@ -394,16 +418,46 @@ class Delivery:
             if self._hooks and item.whole is not None:  # with hooks, every digest is built
                 self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
 
-    def _close(self, digests: list[tuple[ScheduleEntry, OpenDigest]]) -> None:
-        if not digests:
+    def _close(
+        self, digests: list[tuple[ScheduleEntry, OpenDigest]], positions: dict[int, int]
+    ) -> Closing:
+        """Start closing the batch's digests on the helper thread (behind the opens already
+        asked for, so a later open of these timelines finds them closed)."""
+        done = None
+        if digests:
+            targets = [(entry.partition, entry.timeline, digest.id) for entry, digest in digests]
+            done = self._opener.submit(self._close_early, targets)
+        return Closing(digests, positions, done)
+
+    def _close_early(self, targets: list[DigestTarget]) -> list[bool]:
+        """close_many on the helper thread: one attempt; _settle retries a failure."""
+        with self._metrics.store_latency.labels(operation="close").time():
+            return self._store.close_many(targets, self._clock.now())
+
+    def _settle(self, *, retry: bool = True) -> None:
+        """Wait for the last batch's closes (retrying a failed call here, serving the group,
+        unless ``retry`` is off: then a failure stays pending), then commit its offsets."""
+        closing, self._closing = self._closing, None
+        if closing is None:
             return
-        targets = [(entry.partition, entry.timeline, digest.id) for entry, digest in digests]
-        closed = self._with_redis(
-            lambda: self._store.close_many(targets, self._clock.now()), "close"
-        )
-        if self._hooks:
-            for (entry, digest), done in zip(digests, closed, strict=True):
+        closed: list[bool] | None = None
+        if closing.done is not None:
+            try:
+                closed = closing.done.result()
+            except Exception:  # retried below (closes are idempotent: a closed id says False)
+                if not retry:
+                    self._closing = closing
+                    return
+        if closed is None and closing.digests:
+            targets = [(e.partition, e.timeline, d.id) for e, d in closing.digests]
+            closed = self._with_redis(
+                lambda: self._store.close_many(targets, self._clock.now()), "close"
+            )
+        if self._hooks and closed is not None:
+            for (entry, digest), done in zip(closing.digests, closed, strict=True):
                 self._hooks.on_close(entry.partition, entry.timeline, digest.id, done)
+        if closing.positions:
+            self._commit(closing.positions, sync=False)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -430,6 +484,9 @@ class Delivery:
         return partitions
 
     def _on_revoke(self, partitions: list[int]) -> None:
+        # A batch closing on the helper thread is committed first if its closes went through
+        # (no retry here, inside the consumer's callback); the next owner starts after it.
+        self._settle(retry=False)
         revoked = set(partitions)
         self._kafka.commit({p: o for p, o in self._positions.items() if p in revoked}, sync=True)
         self._forget(revoked)

@@ -239,15 +239,38 @@ def test_the_next_batch_is_opened_while_this_one_is_published() -> None:
     _entry(consumer, "t1", 0)
     _entry(consumer, "t2", 1)
     assert delivery.step() == 1
-    # t2's batch was taken and opened ahead, but not published nor committed yet.
+    # t2's batch was taken and opened ahead, but not published nor committed yet; t1's
+    # closes overlap t2's publishing, so t1 is committed once they are done, in the next step.
     assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
-    assert consumer.committed_offsets == {0: 1}
+    assert consumer.committed_offsets == {}
     t2 = store.inspect(0, "t2")
     assert t2 is not None
     assert t2.open_digest is not None
     assert delivery.step() == 1
     assert [key for key, _ in producer.on(OUTPUT)] == [b"t1", b"t2"]
-    assert consumer.committed_offsets == {0: 2}
+    assert consumer.committed_offsets == {0: 2}  # nothing in hand: closed before returning
+    for timeline in ("t1", "t2"):
+        info = store.inspect(0, timeline)
+        assert info is not None
+        assert info.state == "waiting"
+
+
+def test_a_stop_commits_the_closing_batch_and_leaves_the_one_opened_ahead() -> None:
+    store = MemoryStore()
+    consumer = FakeConsumer(SCHEDULE)
+    delivery, producer = _batched_rig(store, consumer)
+    _one_each(store, ["t1", "t2"])
+    _entry(consumer, "t1", 0)
+    _entry(consumer, "t2", 1)
+    assert delivery.step() == 1
+    delivery.close()
+    assert consumer.committed_offsets == {0: 1}  # t1: published, closed, committed
+    t1, t2 = store.inspect(0, "t1"), store.inspect(0, "t2")
+    assert t1 is not None
+    assert t1.state == "waiting"
+    assert t2 is not None
+    assert t2.open_digest is not None  # t2's entry comes back and reopens it, same id
+    assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
 
 
 def test_a_timeline_of_the_batch_in_hand_is_not_opened_ahead() -> None:
@@ -308,3 +331,18 @@ def test_a_failed_open_ahead_is_retried_in_order() -> None:
     assert store.failures == 0  # the one failure was an open ahead, retried
     assert [key for key, _ in producer.on(OUTPUT)] == [b"t1", b"t2", b"t3"]
     assert consumer.committed_offsets == {0: 3}
+
+
+def test_a_revocation_commits_the_closing_batch_before_the_next_owner_starts() -> None:
+    store = MemoryStore()
+    consumer = RevokingConsumer(SCHEDULE)
+    consumer.revoke_at_poll, consumer.revoking = 3, 0  # the next batch's poll in step 2
+    delivery, producer = _batched_rig(store, consumer)
+    _one_each(store, ["t1", "t2", "t3"])
+    for offset, timeline in enumerate(["t1", "t2", "t3"]):
+        _entry(consumer, timeline, offset)
+    assert delivery.step() == 1  # t1 published; its closes overlap t2's batch
+    assert consumer.committed_offsets == {}
+    assert delivery.step() == 0  # revoked while t2 was in hand: t2 is the next owner's
+    assert consumer.committed_offsets == {0: 1}  # t1 closed and committed on revocation
+    assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
