@@ -44,17 +44,30 @@ def _rig(store: MemoryStore) -> tuple[Delivery, FakeConsumer, FakeProducer, Metr
         retry_backoff_max=0.01,
     )
     consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
+    delivery = _started(settings, store, consumer, producer, metrics)
+    return delivery, consumer, producer, metrics
+
+
+def _started(
+    settings: Settings,
+    store: MemoryStore,
+    consumer: FakeConsumer,
+    producer: FakeProducer,
+    metrics: Metrics | None = None,
+    partitions: tuple[int, ...] = (0,),
+) -> Delivery:
+    """A started delivery on these fakes, assigned ``partitions``."""
     delivery = Delivery(
         settings,
         store,
         ManualClock(2000.0),
-        metrics,
+        metrics or Metrics(),
         producer.as_producer(),
         consumer=consumer.as_consumer(),
     )
     delivery.start(lambda: False)
-    consumer.assign([0])
-    return delivery, consumer, producer, metrics
+    consumer.assign(list(partitions))
+    return delivery
 
 
 def _ready(store: MemoryStore, timeline: str, n: int) -> None:
@@ -158,16 +171,7 @@ def test_an_output_the_producer_refuses_fails_the_attempt_not_the_role() -> None
         retry_backoff_max=0.01,
     )
     consumer, producer = FakeConsumer(SCHEDULE), TooLargeProducer()
-    delivery = Delivery(
-        settings,
-        store,
-        ManualClock(2000.0),
-        Metrics(),
-        producer.as_producer(),
-        consumer=consumer.as_consumer(),
-    )
-    delivery.start(lambda: False)
-    consumer.assign([0])
+    delivery = _started(settings, store, consumer, producer)
     _ready(store, "t1", 1)
     _entry(consumer, "t1", 0)
     assert delivery.step() == 0  # no exception: the entry is dead-lettered after 2 attempts
@@ -212,32 +216,27 @@ def _one_each(store: MemoryStore, timelines: list[str], first_offset: int = 0) -
     )
 
 
+def _queued(store: MemoryStore, consumer: FakeConsumer, timelines: list[str]) -> None:
+    """One record on each timeline, and its schedule entry at offsets 0, 1, ..."""
+    _one_each(store, timelines)
+    for offset, timeline in enumerate(timelines):
+        _entry(consumer, timeline, offset)
+
+
 def _batched_rig(store: MemoryStore, consumer: FakeConsumer) -> tuple[Delivery, FakeProducer]:
     """A delivery taking one entry per batch, so the next batch is taken ahead of each one."""
     settings = Settings(
         schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0, batch_size=1
     )
     producer = FakeProducer()
-    delivery = Delivery(
-        settings,
-        store,
-        ManualClock(2000.0),
-        Metrics(),
-        producer.as_producer(),
-        consumer=consumer.as_consumer(),
-    )
-    delivery.start(lambda: False)
-    consumer.assign([0, 1])
-    return delivery, producer
+    return _started(settings, store, consumer, producer, partitions=(0, 1)), producer
 
 
 def test_the_next_batch_is_opened_while_this_one_is_published() -> None:
     store = MemoryStore()
     consumer = FakeConsumer(SCHEDULE)
     delivery, producer = _batched_rig(store, consumer)
-    _one_each(store, ["t1", "t2"])
-    _entry(consumer, "t1", 0)
-    _entry(consumer, "t2", 1)
+    _queued(store, consumer, ["t1", "t2"])
     assert delivery.step() == 1
     # t2's batch was taken and opened ahead, but not published nor committed yet; t1's
     # closes overlap t2's publishing, so t1 is committed once they are done, in the next step.
@@ -259,9 +258,7 @@ def test_a_stop_commits_the_closing_batch_and_leaves_the_one_opened_ahead() -> N
     store = MemoryStore()
     consumer = FakeConsumer(SCHEDULE)
     delivery, producer = _batched_rig(store, consumer)
-    _one_each(store, ["t1", "t2"])
-    _entry(consumer, "t1", 0)
-    _entry(consumer, "t2", 1)
+    _queued(store, consumer, ["t1", "t2"])
     assert delivery.step() == 1
     delivery.close()
     assert consumer.committed_offsets == {0: 1}  # t1: published, closed, committed
@@ -319,9 +316,7 @@ def test_a_failed_open_ahead_is_retried_in_order() -> None:
     store = FlakyStore(failures=0)
     consumer = FakeConsumer(SCHEDULE)
     delivery, producer = _batched_rig(store, consumer)
-    _one_each(store, ["t1", "t2"])
-    _entry(consumer, "t1", 0)
-    _entry(consumer, "t2", 1)
+    _queued(store, consumer, ["t1", "t2"])
     delivery.step()
     store.failures = 1  # (t2 was opened ahead already; the next ahead open fails)
     _one_each(store, ["t3"], first_offset=2)
@@ -338,9 +333,7 @@ def test_a_revocation_commits_the_closing_batch_before_the_next_owner_starts() -
     consumer = RevokingConsumer(SCHEDULE)
     consumer.revoke_at_poll, consumer.revoking = 3, 0  # the next batch's poll in step 2
     delivery, producer = _batched_rig(store, consumer)
-    _one_each(store, ["t1", "t2", "t3"])
-    for offset, timeline in enumerate(["t1", "t2", "t3"]):
-        _entry(consumer, timeline, offset)
+    _queued(store, consumer, ["t1", "t2", "t3"])
     assert delivery.step() == 1  # t1 published; its closes overlap t2's batch
     assert consumer.committed_offsets == {}
     assert delivery.step() == 0  # revoked while t2 was in hand: t2 is the next owner's
