@@ -125,7 +125,9 @@ class Delivery:
         self._epochs: dict[int, int] = {}
         self._ahead: Batch | None = None  # the next batch, taken early, its opens under way
         self._closing: Closing | None = None  # the last batch, its closes under way
-        self._opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delivery-open")
+        # One thread, one store call at a time in the order asked: a later open never passes
+        # an earlier close of the same timeline.
+        self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delivery-store")
         self._stopping: Callable[[], bool] = lambda: False
         self._publisher = Publisher(
             settings,
@@ -199,7 +201,7 @@ class Delivery:
             self._settle()
         except redis.RedisError as exc:  # given up (stopping): its entries are redelivered
             log.warning("the last batch was not closed (%s); it will be redelivered", exc)
-        self._opener.shutdown(wait=True)
+        self._helper.shutdown(wait=True)
         self._producer.flush(COMMIT_TIMEOUT)
         self._commit({}, sync=True)
         self._kafka.close()
@@ -230,7 +232,7 @@ class Delivery:
             batch.ahead = [i for i, t in enumerate(targets) if (t[0], t[1]) not in mine]
             early = [targets[i] for i in batch.ahead]
             if early:
-                batch.opening = self._opener.submit(self._open_early, early, batch.now)
+                batch.opening = self._helper.submit(self._open_early, early, batch.now)
         return batch
 
     def _open_early(self, targets: list[DigestTarget], now: float) -> Opened:
@@ -426,7 +428,7 @@ class Delivery:
         done = None
         if digests:
             targets = [(entry.partition, entry.timeline, digest.id) for entry, digest in digests]
-            done = self._opener.submit(self._close_early, targets)
+            done = self._helper.submit(self._close_early, targets)
         return Closing(digests, positions, done)
 
     def _close_early(self, targets: list[DigestTarget]) -> list[bool]:
