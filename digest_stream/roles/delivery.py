@@ -3,13 +3,27 @@
 A digest keeps its id from open to close. Anything that fails before close (a crash, a
 rebalance, a publish error) leaves it open, and the redelivered entry reopens the same id with
 the same records, so downstream sees at most repeats of one id, never a record under two ids.
+
+The next batch's opens overlap this batch's publishing: while a batch is produced, acknowledged
+and closed, the next one is already taken and its digests opened on a helper thread (Redis
+works while the broker does). An open is idempotent, so a crash or a stop with the next batch
+opened only leaves digests that its redelivered entries reopen under the same ids. A timeline
+of the batch in hand is not opened ahead: it is opened after that batch closed it, as if the
+batches ran one after the other (a repeated entry stays stale, not a second publication).
+
+When the next batch is in hand, this batch's closes run on the helper thread too (after the
+next batch's opens, before anything opened later) while the next batch is published; this
+batch's offsets are committed once its closes are done. With no batch in hand, a batch is
+closed and committed before step() returns, as before.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import redis
@@ -41,6 +55,37 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 COMMIT_TIMEOUT = 10.0
+
+Opened = list[OpenDigest | InvalidState]
+
+
+@dataclass
+class Batch:
+    """Schedule entries taken together, one digest per timeline, and their opens."""
+
+    messages: list[Message]  # everything taken (dead-lettered entries included): the commit
+    picked: list[tuple[Message, ScheduleEntry]]  # one entry per (partition, timeline)
+    targets: list[DigestTarget]  # picked's digests to open, in the same order
+    now: float  # the time the opens were asked for
+    epochs: dict[int, int]  # each partition's assignment epoch when taken
+    opening: Future[Opened] | None = None  # the opens in flight on the helper thread
+    ahead: list[int] = field(default_factory=list)  # indexes of targets opened there
+
+
+@dataclass
+class Closing:
+    """A published batch's digests closing on the helper thread, and its offsets to commit
+    once they are closed."""
+
+    digests: list[tuple[ScheduleEntry, OpenDigest]]
+    positions: dict[int, int]  # nothing when the batch must not be committed (cut short)
+    done: Future[list[bool]] | None
+
+
+def _digest_ids(count: int) -> list[str]:
+    """Fresh random digest ids (32 lowercase hex characters each), one urandom call."""
+    raw = os.urandom(16 * count).hex()
+    return [raw[at : at + 32] for at in range(0, len(raw), 32)]
 
 
 class Delivery:
@@ -75,6 +120,14 @@ class Delivery:
         )
         self._assigned: set[int] = set()
         self._positions: dict[int, int] = {}  # next offset to commit, by assigned partition
+        # Bumped when a partition is revoked or lost: a batch taken before that drops its
+        # entries of that partition (they are the next owner's).
+        self._epochs: dict[int, int] = {}
+        self._ahead: Batch | None = None  # the next batch, taken early, its opens under way
+        self._closing: Closing | None = None  # the last batch, its closes under way
+        # One thread, one store call at a time in the order asked: a later open never passes
+        # an earlier close of the same timeline.
+        self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delivery-store")
         self._stopping: Callable[[], bool] = lambda: False
         self._publisher = Publisher(
             settings,
@@ -106,17 +159,27 @@ class Delivery:
 
     def step(self) -> int:
         """Deliver one batch of schedule entries; returns digests published."""
-        messages = self._kafka.take(self._settings.batch_size, self._settings.batch_timeout)
-        if not messages:
-            return 0
-        entries = self._decode(messages)
+        batch, self._ahead = self._ahead, None
         try:
-            pending, empty = self._open(entries)
+            if batch is None:
+                self._settle()  # nothing to overlap the last closes with (it is also idle)
+                batch = self._take(self._settings.batch_timeout, busy=None)
+                if batch is None:
+                    return 0
+            opened = self._opened(batch)
+            # The next batch is taken now (without waiting) and opened while this one goes out.
+            self._ahead = self._take(0.0, busy=batch)
+            picked, opened, messages = self._still_assigned(batch, opened)
+            pending, empty = self._prepare(picked, opened, batch.now)
             published, cut_short = self._publisher.publish(pending)
             self._kafka.resume()
             self._published(published)
+            self._settle()  # the previous batch's closes, then its commit
             # One round trip closes the batch: what was published and the empty digests.
-            self._close(empty + [(item.entry, item.digest) for item in published])
+            digests = empty + [(item.entry, item.digest) for item in published]
+            self._closing = self._close(digests, {} if cut_short else highest_offsets(messages))
+            if self._ahead is None:
+                self._settle()
         except redis.RedisError as exc:
             if not unavailable(exc) or not self._stopping():
                 raise
@@ -124,17 +187,58 @@ class Delivery:
             # batch is not committed; its entries come back and reopen the same digest ids.
             log.warning("stopping while Redis is unreachable; this batch will be redelivered")
             return 0
-        if not cut_short:
-            self._commit(highest_offsets(messages), sync=False)
         return len(published)
 
     def close(self) -> None:
-        """Graceful stop: the batch in hand was finished by step(); commit and leave."""
+        """Graceful stop: the batch in hand was finished by step(); commit and leave.
+
+        A batch taken ahead is not delivered: its entries are not committed, so they come back
+        and reopen the digests it opened, under the same ids."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.opening is not None:
+            ahead.opening.exception()  # let its opens finish: nothing runs on after close
+        try:
+            self._settle()
+        except redis.RedisError as exc:  # given up (stopping): its entries are redelivered
+            log.warning("the last batch was not closed (%s); it will be redelivered", exc)
+        self._helper.shutdown(wait=True)
         self._producer.flush(COMMIT_TIMEOUT)
         self._commit({}, sync=True)
         self._kafka.close()
 
     # ------------------------------------------------------------------ steps
+
+    def _take(self, timeout: float, busy: Batch | None) -> Batch | None:
+        """The next batch, its opens started on the helper thread when ``busy`` is in hand
+        (but for the timelines ``busy`` delivers: those open once it closed them)."""
+        messages = self._kafka.take(self._settings.batch_size, timeout)
+        if not messages:
+            return None
+        picked: list[tuple[Message, ScheduleEntry]] = []
+        seen: set[tuple[int, str]] = set()
+        for message, entry in self._decode(messages):
+            target = (entry.partition, entry.timeline)
+            if target in seen:
+                continue  # one digest per timeline per batch; the repeat would reopen it
+            seen.add(target)
+            picked.append((message, entry))
+        ids = _digest_ids(len(picked))
+        targets = [(e.partition, e.timeline, i) for (_, e), i in zip(picked, ids, strict=True)]
+        taken = {p for m in messages if (p := m.partition()) is not None}
+        epochs = {p: self._epochs.get(p, 0) for p in taken}
+        batch = Batch(messages, picked, targets, self._clock.now(), epochs)
+        if busy is not None and targets:
+            mine = {(target[0], target[1]) for target in busy.targets}
+            batch.ahead = [i for i, t in enumerate(targets) if (t[0], t[1]) not in mine]
+            early = [targets[i] for i in batch.ahead]
+            if early:
+                batch.opening = self._helper.submit(self._open_early, early, batch.now)
+        return batch
+
+    def _open_early(self, targets: list[DigestTarget], now: float) -> Opened:
+        """open_many on the helper thread: one attempt; _opened retries a failure."""
+        with self._metrics.store_latency.labels(operation="open").time():
+            return self._store.open_many(targets, now)
 
     def _decode(self, messages: Sequence[Message]) -> list[tuple[Message, ScheduleEntry]]:
         entries: list[tuple[Message, ScheduleEntry]] = []
@@ -147,25 +251,45 @@ class Delivery:
             entries.append((message, entry))
         return entries
 
-    def _open(
-        self, entries: list[tuple[Message, ScheduleEntry]]
+    def _opened(self, batch: Batch) -> Opened:
+        """The batch's opened digests, in target order: what the helper thread opened, and the
+        rest opened here (all of it again if the helper's call failed: opens are idempotent)."""
+        found: dict[int, OpenDigest | InvalidState] = {}
+        if batch.opening is not None:
+            try:
+                found = dict(zip(batch.ahead, batch.opening.result(), strict=True))
+            except Exception:  # retried here, serving the group (an outage, say)
+                found = {}
+            batch.opening = None
+        rest = [i for i in range(len(batch.targets)) if i not in found]
+        if rest:
+            self._settle()  # the last batch's closes first: some of these may be its timelines
+            targets = [batch.targets[i] for i in rest]
+            # Retried whole while Redis is down: opens are idempotent (a reopen keeps its id).
+            opened = self._with_redis(lambda: self._store.open_many(targets, batch.now), "open")
+            found.update(zip(rest, opened, strict=True))
+        return [found[i] for i in range(len(batch.targets))]
+
+    def _still_assigned(
+        self, batch: Batch, opened: Opened
+    ) -> tuple[list[tuple[Message, ScheduleEntry]], Opened, list[Message]]:
+        """The batch without the partitions revoked or lost since it was taken (the next
+        owner redelivers those entries; their digests stay open for it, under the same ids)."""
+        gone = {p for p, epoch in batch.epochs.items() if self._epochs.get(p, 0) != epoch}
+        if not gone:
+            return batch.picked, opened, batch.messages
+        kept = [
+            (item, digest)
+            for item, digest in zip(batch.picked, opened, strict=True)
+            if item[0].partition() not in gone
+        ]
+        messages = [m for m in batch.messages if m.partition() not in gone]
+        return [item for item, _ in kept], [digest for _, digest in kept], messages
+
+    def _prepare(
+        self, picked: list[tuple[Message, ScheduleEntry]], opened: Opened, now: float
     ) -> tuple[list[Pending], list[tuple[ScheduleEntry, OpenDigest]]]:
-        """Open the batch's digests in one round trip; returns them and the empty ones."""
-        picked: list[tuple[Message, ScheduleEntry]] = []
-        targets: list[DigestTarget] = []
-        seen: set[tuple[int, str]] = set()
-        for message, entry in entries:
-            target = (entry.partition, entry.timeline)
-            if target in seen:
-                continue  # one digest per timeline per batch; the repeat would reopen it
-            seen.add(target)
-            picked.append((message, entry))
-            targets.append((entry.partition, entry.timeline, uuid.uuid4().hex))
-        if not targets:
-            return [], []
-        now = self._clock.now()
-        # Retried whole while Redis is down: opens are idempotent (a reopen keeps its id).
-        opened = self._with_redis(lambda: self._store.open_many(targets, now), "open")
+        """The opened digests to publish, and the empty ones (closed without publishing)."""
         pending: list[Pending] = []
         empty: list[tuple[ScheduleEntry, OpenDigest]] = []
         for (message, entry), digest in zip(picked, opened, strict=True):
@@ -281,26 +405,61 @@ class Delivery:
 
     def _published(self, published: list[Pending]) -> None:
         """Count and tell the hooks about digests the broker acknowledged."""
+        if not published:
+            return
         now = self._clock.now()
+        self._metrics.digests_published.inc(len(published))
+        self._metrics.digest_parts.inc(sum(len(item.parts) for item in published))
+        lateness = {}  # by reason: one labels() lookup per batch, not per digest
         for item in published:
-            self._metrics.digests_published.inc()
-            self._metrics.digest_parts.inc(len(item.parts))
             self._metrics.records_per_digest.observe(len(item.digest.records))
-            late = max(0.0, now - item.entry.scheduled_at / 1000)
-            self._metrics.delivery_lateness.labels(reason=item.entry.reason.value).observe(late)
+            why = item.entry.reason.value
+            if why not in lateness:
+                lateness[why] = self._metrics.delivery_lateness.labels(reason=why)
+            lateness[why].observe(max(0.0, now - item.entry.scheduled_at / 1000))
             if self._hooks and item.whole is not None:  # with hooks, every digest is built
                 self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
 
-    def _close(self, digests: list[tuple[ScheduleEntry, OpenDigest]]) -> None:
-        if not digests:
+    def _close(
+        self, digests: list[tuple[ScheduleEntry, OpenDigest]], positions: dict[int, int]
+    ) -> Closing:
+        """Start closing the batch's digests on the helper thread (behind the opens already
+        asked for, so a later open of these timelines finds them closed)."""
+        done = None
+        if digests:
+            targets = [(entry.partition, entry.timeline, digest.id) for entry, digest in digests]
+            done = self._helper.submit(self._close_early, targets)
+        return Closing(digests, positions, done)
+
+    def _close_early(self, targets: list[DigestTarget]) -> list[bool]:
+        """close_many on the helper thread: one attempt; _settle retries a failure."""
+        with self._metrics.store_latency.labels(operation="close").time():
+            return self._store.close_many(targets, self._clock.now())
+
+    def _settle(self, *, retry: bool = True) -> None:
+        """Wait for the last batch's closes (retrying a failed call here, serving the group,
+        unless ``retry`` is off: then a failure stays pending), then commit its offsets."""
+        closing, self._closing = self._closing, None
+        if closing is None:
             return
-        targets = [(entry.partition, entry.timeline, digest.id) for entry, digest in digests]
-        closed = self._with_redis(
-            lambda: self._store.close_many(targets, self._clock.now()), "close"
-        )
-        if self._hooks:
-            for (entry, digest), done in zip(digests, closed, strict=True):
+        closed: list[bool] | None = None
+        if closing.done is not None:
+            try:
+                closed = closing.done.result()
+            except Exception:  # retried below (closes are idempotent: a closed id says False)
+                if not retry:
+                    self._closing = closing
+                    return
+        if closed is None and closing.digests:
+            targets = [(e.partition, e.timeline, d.id) for e, d in closing.digests]
+            closed = self._with_redis(
+                lambda: self._store.close_many(targets, self._clock.now()), "close"
+            )
+        if self._hooks and closed is not None:
+            for (entry, digest), done in zip(closing.digests, closed, strict=True):
                 self._hooks.on_close(entry.partition, entry.timeline, digest.id, done)
+        if closing.positions:
+            self._commit(closing.positions, sync=False)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -327,6 +486,9 @@ class Delivery:
         return partitions
 
     def _on_revoke(self, partitions: list[int]) -> None:
+        # A batch closing on the helper thread is committed first if its closes went through
+        # (no retry here, inside the consumer's callback); the next owner starts after it.
+        self._settle(retry=False)
         revoked = set(partitions)
         self._kafka.commit({p: o for p, o in self._positions.items() if p in revoked}, sync=True)
         self._forget(revoked)
@@ -338,3 +500,4 @@ class Delivery:
         self._assigned -= partitions
         for partition in partitions:
             self._positions.pop(partition, None)
+            self._epochs[partition] = self._epochs.get(partition, 0) + 1

@@ -12,25 +12,38 @@ order or blocks), but every reader decodes these bytes to the same Digest as
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Final
 
 from digest_stream.wire.models import DigestReason
 
 # count = 1 (zig-zag 2), first_seen = null (union branch 0): a record standing for itself.
 _PLAIN_RECORD_TAIL: Final = b"\x02\x00"
-# Avro index of each DigestReason symbol (schemas/digest.avsc declares them in this order).
-_REASON_INDEX: Final = {reason: index for index, reason in enumerate(DigestReason)}
+# Zig-zag varints of one byte, by zig-zag value: counts, lengths and small numbers.
+_ONE_BYTE: Final = [bytes((zigzag,)) for zigzag in range(0x80)]
 
 
 def _long(value: int) -> bytes:
     """An Avro int or long: a zig-zag varint."""
     zigzag = (value << 1) ^ (value >> 63)
+    if zigzag < 0x80:
+        return _ONE_BYTE[zigzag]  # the common case of a delivery digest's small fields
     out = bytearray()
     while zigzag > 0x7F:
         out.append((zigzag & 0x7F) | 0x80)
         zigzag >>= 7
     out.append(zigzag)
     return bytes(out)
+
+
+# A delivery batch's digests share their opened_at and next_delivery_at (one clock reading,
+# one policy): each is encoded once per batch, not once per digest.
+_shared_long = lru_cache(maxsize=64)(_long)
+
+
+# The reason union of each DigestReason: branch 1, then its Avro index (schemas/digest.avsc
+# declares the symbols in this order), encoded once.
+_REASON_BYTES: Final = {reason: b"\x02" + _long(index) for index, reason in enumerate(DigestReason)}
 
 
 def _string(value: str) -> bytes:
@@ -41,6 +54,11 @@ def _string(value: str) -> bytes:
 def _optional(value: int | None) -> bytes:
     """A ["null", int|long] union."""
     return b"\x00" if value is None else b"\x02" + _long(value)
+
+
+def _optional_shared(value: int | None) -> bytes:
+    """_optional of a value that many digests share."""
+    return b"\x00" if value is None else b"\x02" + _shared_long(value)
 
 
 def whole_digest(
@@ -57,18 +75,20 @@ def whole_digest(
 ) -> bytes:
     """A digest of one part (1 of 1): `events` are valid Event encodings, newest first, and
     `timestamps` their timestamps (start and end are computed from them)."""
+    first, last = min(timestamps), max(timestamps)
+    start = _long(first)
     parts = [_string(digest_id), _string(timeline), _long(len(events))]
     for event in events:
         parts += (event, _PLAIN_RECORD_TAIL)
     parts += (
         b"\x00",  # the array's end (an empty array is this byte alone: never published)
-        _long(min(timestamps)),
-        _long(max(timestamps)),
+        start,
+        start if last == first else _long(last),  # one record: start is its end too
         _long(dropped),
-        _long(opened_at),
+        _shared_long(opened_at),
         b"\x02\x02",  # part 1 of 1
-        b"\x00" if reason is None else b"\x02" + _long(_REASON_INDEX[reason]),
+        b"\x00" if reason is None else _REASON_BYTES[reason],
         _optional(total),
-        _optional(next_delivery_at),
+        _optional_shared(next_delivery_at),
     )
     return b"".join(parts)
