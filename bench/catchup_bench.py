@@ -8,7 +8,10 @@ Service: private topics, groups and namespace; stopped by pid).
 
 - catchup: at 1, 20 and 1,000 events per timeline, all roles in one process, timed until the
   ingest group's committed offsets reach the end of the topic. Against a bare consume+decode
-  loop (bench/ingest_bench's raw runner) over the same topic in the same repetition.
+  loop (bench/ingest_bench's raw runner) over the same topic in the same repetition. Then
+  the same backlog again with the roles split over two processes (`--roles ingest,scheduler`
+  and `--roles delivery`, as docs/benchmarks.md suggests for one box): the rate a second core
+  buys when delivery no longer shares the ingest's GIL.
 - delivery: a backlog of events on as many new timelines (every event an immediate digest).
   The ingest and scheduler roles run first and put one schedule entry per timeline on the
   schedule topic; then they stop and the delivery role alone starts, timed until the delivery
@@ -128,12 +131,19 @@ class Committed:
         }
 
 
-def catch_up(env: Stack, pairs: list[tuple[bytes, bytes]], processes: int = 1) -> dict[str, float]:
-    """One from-cold run of `digest-stream run` (all roles) over a fresh backlog."""
+def catch_up(
+    env: Stack, pairs: list[tuple[bytes, bytes]], processes: int = 1, split: bool = False
+) -> dict[str, float]:
+    """One from-cold run of `digest-stream run` (all roles) over a fresh backlog; `split`: the
+    roles in two processes instead (`--roles ingest,scheduler` and `--roles delivery`)."""
     with Service(env, start=False) as service:
         produce(env.bootstrap, service.topics["events"], pairs)
         ends = _ends(env, service.topics["events"])
-        started = service.launch(processes=processes)
+        if split:
+            started = service.launch(roles="ingest,scheduler")
+            service.launch(roles="delivery")
+        else:
+            started = service.launch(processes=processes)
         return Committed(env, service.group, ends).wait(service, started)
 
 
@@ -144,7 +154,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
         pairs = backlog(count, per_timeline, "c")
         raw_topic = unique("raw")
         create_topics(env.bootstrap, [raw_topic], PARTITIONS)
-        raw, cold, steady = [], [], []
+        raw, cold, steady, split = [], [], [], []
         try:
             produce(env.bootstrap, raw_topic, pairs)
             for _ in range(reps):
@@ -152,6 +162,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                 run = catch_up(env, pairs)
                 cold.append(run["cold"])
                 steady.append(run["steady"])
+                split.append(catch_up(env, pairs, split=True)["steady"])
         finally:
             delete_topics(env.bootstrap, [raw_topic])
         result["shapes"][str(per_timeline)] = {
@@ -160,11 +171,15 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
             "steady": summary(steady),
             "steady_vs_raw": ratio(steady, raw),
             "cold_vs_raw": ratio(cold, raw),
+            "split": summary(split),
+            "split_vs_raw": ratio(split, raw),
+            "split_vs_one": ratio(split, steady),
         }
         print(
             f"  {per_timeline}/timeline: steady {summary(steady)['median']:,}/s, "
             f"from cold {summary(cold)['median']:,}/s, raw {summary(raw)['median']:,}/s, "
-            f"ratio {ratio(steady, raw)['median']}",
+            f"ratio {ratio(steady, raw)['median']}; roles in two processes "
+            f"{summary(split)['median']:,}/s",
             flush=True,
         )
     result["targets"] = {"1": 0.15, "20": 0.30, "1000": 0.45}
@@ -320,6 +335,13 @@ def headline(result: dict[str, Any]) -> list[str]:
                 f"{label:<34} {r['median']:>7} [{r['min']}..{r['max']}]"
                 f"  target >= {block['targets'][shape]}  ({row['steady']['median']:,} events/s)"
             )
+            if "split" in row:
+                r = row["split_vs_raw"]
+                label = f"  roles in 2 processes, {shape}/tl"
+                lines.append(
+                    f"{label:<34} {r['median']:>7} [{r['min']}..{r['max']}]"
+                    f"  ({row['split']['median']:,} events/s)"
+                )
     if "delivery" in result:
         block = result["delivery"]
         r = block["steady_vs_bare"]

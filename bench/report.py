@@ -222,6 +222,13 @@ def _catchup_rows(runs: Runs) -> list[str]:
                 f"raw {_rate(row['raw'])}{rerun} | catch-up / raw "
                 f"{_ratio(row['steady_vs_raw'])} | >= {least} | {ok} |"
             )
+            if "split" in row:  # written since the split runs were added
+                rows.append(
+                    f"| 7 | the same, roles split over two processes (ingest,scheduler + "
+                    f"delivery): events/s steady {_rate(row['split'])}{rerun} | split / raw "
+                    f"{_ratio(row['split_vs_raw'])}, split / one process "
+                    f"{_ratio(row['split_vs_one'])} | | |"
+                )
     if "processes" in data:
         block = data["processes"]
         rerun = runs.mark("catchup", data, "processes")
