@@ -1,10 +1,11 @@
 """Publishing a batch of digests: every part acknowledged, or retried, or dead-lettered.
 
 A part is sized for the broker before it is produced: the carried headers travel on every
-part, so they come out of the split's budget. A part the producer still refuses at once (too
-large, say) fails that digest's attempt instead of the role, so no output can make delivery
-exit; after ``max_attempts`` the schedule entry goes to the DLQ with the reason and the digest
-stays open for maintenance to try again (its records are never dropped here).
+part, so they come out of the split's budget; past their share of it, the ones that fit ride
+(each name's newest value first) and the rest are left off. A part the producer still refuses
+at once (too large, say) fails that digest's attempt instead of the role, so no output can make
+delivery exit; after ``max_attempts`` the schedule entry goes to the DLQ with the reason and
+the digest stays open for maintenance to try again (its records are never dropped here).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ HEADER_OVERHEAD = 16
 MIN_PART_BUDGET = 4096
 # Carried headers ride on every part beside records of up to max_event_bytes, which the
 # settings keep MESSAGE_OVERHEAD_BYTES under max_message_bytes: half of that room is theirs,
-# the rest is the key's and the digest's own fields'. Heavier headers are left off.
+# the rest is the key's and the digest's own fields'. Past it, carried_within picks what rides.
 MAX_CARRIED_HEADER_BYTES = MESSAGE_OVERHEAD_BYTES // 2
 
 
@@ -64,18 +65,44 @@ def sized_parts(
 ) -> tuple[list[Digest], list[tuple[str, bytes]]]:
     """Split a digest so each part plus key and headers fits ``max_bytes``.
 
-    Carried headers too large to leave a sensible budget are left off (logged): the records
-    matter more than the headers that came with them.
+    Carried headers too heavy to ride on every part are cut to the ones that fit (logged,
+    see carried_within): the records matter more than the headers that came with them, and a
+    heavy header must not push a light one (a traceparent) off with it.
     """
     budget = part_budget(whole.timeline, headers, max_bytes)
     if budget < 0:
+        kept = carried_within(whole.timeline, headers, max_bytes)
         log.warning(
-            "digest %s of %s: carried headers (%d bytes) leave no room; sent without them",
-            whole.id, whole.timeline, headers_size(headers),
+            "digest %s of %s: carried headers (%d values, %d bytes) exceed what a part can "
+            "carry; %d values (%d bytes) sent, %d left off",
+            whole.id, whole.timeline, len(headers), headers_size(headers),
+            len(kept), headers_size(kept), len(headers) - len(kept),
         )  # fmt: skip
-        headers = []
+        headers = kept
         budget = part_budget(whole.timeline, headers, max_bytes)
     return codec.split_digest(whole, budget), headers
+
+
+def carried_within(
+    timeline: str, headers: list[tuple[str, bytes]], max_bytes: int
+) -> list[tuple[str, bytes]]:
+    """The carried headers one part can take, in their order: each name's newest value first,
+    then older values, each kept while the total stays within MAX_CARRIED_HEADER_BYTES and
+    leaves MIN_PART_BUDGET for the part's value; the rest are left off."""
+    room = min(MAX_CARRIED_HEADER_BYTES, max_bytes - len(timeline.encode()) - MIN_PART_BUDGET)
+    newest: dict[str, int] = {}  # name -> index of its newest value (headers are newest first)
+    for index, (name, _) in enumerate(headers):
+        newest.setdefault(name, index)
+    firsts = set(newest.values())
+    order = [*newest.values(), *(i for i in range(len(headers)) if i not in firsts)]
+    kept: set[int] = set()
+    used = 0
+    for index in order:
+        size = headers_size([headers[index]])
+        if used + size <= room:
+            kept.add(index)
+            used += size
+    return [header for index, header in enumerate(headers) if index in kept]
 
 
 def encoded_parts(

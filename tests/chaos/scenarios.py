@@ -848,7 +848,7 @@ def oversize_output(
     """Events near max_event_bytes with carried headers: a traceparent each, and with
     `baggage` a distinct 4,000-byte `baggage` header too (`topic_limit`: the output topic's
     max.message.bytes is max_message_bytes, only named in the line). Every message fits
-    max_message_bytes, nothing is lost, delivery never exits."""
+    max_message_bytes and carries the traceparent, nothing is lost, delivery never exits."""
     payload = b"x" * (settings.max_event_bytes - 200)
     traceparent = ("traceparent", b"00-" + b"a" * 51)
     with scenario(settings) as (services, output, dlq):
@@ -869,6 +869,10 @@ def oversize_output(
             load.stop()
         assert output.largest <= settings.max_message_bytes, output.largest
         assert output.carried.get("traceparent", 0) > 0, "carried headers never came out"
+        # Every event carries the one traceparent, and it always fits: every message has it,
+        # however heavy the baggage beside it (not only the first digests of one record).
+        missing = output.messages - output.carried.get("traceparent", 0)
+        assert missing == 0, f"{missing} of {output.messages} messages without the traceparent"
         _all_alive(services)
         return figures
 

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer
 from digest_stream.wire import codec
 from digest_stream.wire.models import ScheduleReason
 from tests.support import unique, wait_until
-from tests.support.kafka import TopicFactory
+from tests.support.kafka import TopicFactory, send_events
 from tests.support.pipeline import PipelineFactory
 
 
@@ -73,6 +73,33 @@ def test_a_10000_record_digest_goes_out_whole_in_numbered_parts(
     assert ordered == sorted(ordered, reverse=True)
     assert len(ordered) == 10_000
     assert app.metrics.value("digest_digest_parts_total") > 2
+    out.close()
+
+
+def test_heavy_distinct_baggage_does_not_push_the_shared_traceparent_off_a_digest(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    # Chaos 12a (baggage): carried headers over a part's 8 KiB share were all left off, the
+    # light traceparent with the heavy baggage; now the ones that fit still ride.
+    pipe = pipeline_factory(
+        partitions=1, minimum_delay=3.0, increment_delay=0.0, maximum_delay=3.0,
+        carry_headers=["traceparent", "baggage"],
+    )  # fmt: skip
+    pipe.app()
+    out = pipe.output()
+    timeline = unique("traced")
+    traceparent = ("traceparent", b"00-" + b"a" * 51)
+    baggage = [("baggage", f"{n:08d}".encode().ljust(4_000, b"b")) for n in range(4)]
+    send_events(pipe.settings, timeline, ids=["r0"], headers=[traceparent, baggage[0]])
+    out.wait_for(lambda: len(out.messages) == 1, 30, "the immediate first digest")
+    for n in (1, 2, 3):  # within the cool-down: one digest of three records
+        send_events(pipe.settings, timeline, ids=[f"r{n}"], headers=[traceparent, baggage[n]])
+    out.wait_for(lambda: {"r1", "r2", "r3"} <= out.record_ids(), 30, "the cool-down digest")
+    first, second = out.messages
+    assert first.headers() == [traceparent, baggage[0]]
+    assert [r.id for r in codec.decode_digest(second.value() or b"").records] == ["r3", "r2", "r1"]
+    # Newest first; the oldest baggage is what no longer fits the share.
+    assert second.headers() == [traceparent, baggage[3], baggage[2]]
     out.close()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from digest_stream.roles.publish import MAX_CARRIED_HEADER_BYTES, headers_size, sized_parts
-from digest_stream.wire import codec
+from digest_stream.wire import codec, envelope
 from digest_stream.wire.models import Digest, Record
 
 MAX = 65_536
@@ -32,10 +32,35 @@ def test_light_headers_ride_on_every_part_and_every_part_fits() -> None:
     assert _fits(parts, kept)
 
 
-def test_headers_too_heavy_to_carry_are_left_off_and_the_records_still_fit() -> None:
+def test_headers_beyond_their_share_are_left_off_and_the_records_still_fit() -> None:
     headers = [(f"baggage{n}", b"b" * 4_000) for n in range(4)]
     assert headers_size(headers) > MAX_CARRIED_HEADER_BYTES
     parts, kept = sized_parts(_digest(3, 48_000), headers, MAX)
-    assert kept == []
+    assert kept == headers[:2]  # two fit the share, in order; the other two are left off
+    assert headers_size(kept) <= MAX_CARRIED_HEADER_BYTES
     assert sum(len(p.records) for p in parts) == 3
     assert _fits(parts, kept)
+
+
+def test_a_shared_traceparent_still_rides_beside_distinct_heavy_baggage() -> None:
+    # Chaos 12a: six records with one traceparent and a distinct 4,000-byte baggage each. The
+    # baggage values together exceed the share; the traceparent must not go with them.
+    traceparent = ("traceparent", b"00-" + b"a" * 51)
+    baggage = [("baggage", f"{n:08d}".encode().ljust(4_000, b"b")) for n in range(6)]
+    headers = envelope.digest_headers([traceparent, bag] for bag in baggage)
+    assert headers_size(headers) > MAX_CARRIED_HEADER_BYTES
+    parts, kept = sized_parts(_digest(6, 48_000), headers, MAX)
+    assert kept == [traceparent, baggage[0], baggage[1]]  # newest values first, as they came
+    assert headers_size(kept) <= MAX_CARRIED_HEADER_BYTES
+    assert sum(len(p.records) for p in parts) == 6
+    assert _fits(parts, kept)
+
+
+def test_every_name_keeps_its_newest_value_before_any_name_keeps_an_older_one() -> None:
+    # In order, the two baggage values would fill the share and push the traceparent out.
+    older = ("baggage", b"o" * 4_096)
+    headers = [("baggage", b"n" * 4_000), older, ("traceparent", b"t" * 55)]
+    assert headers_size(headers) > MAX_CARRIED_HEADER_BYTES
+    assert headers_size(headers[:2]) <= MAX_CARRIED_HEADER_BYTES
+    _, kept = sized_parts(_digest(2, 1_000), headers, MAX)
+    assert kept == [headers[0], headers[2]]
