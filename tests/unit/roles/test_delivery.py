@@ -150,6 +150,37 @@ def test_a_revoked_partition_is_not_committed_by_a_later_batch() -> None:
     assert consumer.committed_offsets == {}
 
 
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"", "truncated"),  # a tombstone
+        (b"\x02t\x00\x02", "truncated"),  # cut before the reason
+        (b"\x02t\x00\x02\x06", "invalid-avro"),  # a fourth reason
+        (b"\x02t\x00\x02\x00\x00", "trailing-bytes"),  # a field this schema lacks
+        (b"\x02t\x01\x02\x00", "invalid-value"),  # partition -1
+        (b"\x00\x00\x00\x00\x01\x02t\x00\x02\x00\x00", "trailing-bytes"),  # framed
+    ],
+)
+def test_an_unreadable_entry_is_dead_lettered_with_the_codecs_reason(
+    value: bytes, reason: str
+) -> None:
+    with pytest.raises(codec.DecodeError) as refused:
+        codec.decode_schedule_entry(value)
+    assert refused.value.reason == reason
+    store = MemoryStore()
+    settings = Settings(
+        schedule_topic=SCHEDULE, output_topic=OUTPUT, dlq_topic="dlq", batch_timeout=0.0
+    )
+    consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
+    delivery = _started(settings, store, consumer, producer, metrics)
+    consumer.queued.append(message(SCHEDULE, 0, 0, b"t", value))
+    assert delivery.step() == 0
+    producer.flush()
+    assert producer.on("dlq") == [(b"t", value)]
+    assert metrics.value("digest_dead_letters_total", reason=reason) == 1
+    assert consumer.committed_offsets == {0: 1}
+
+
 class TooLargeProducer(FakeProducer):
     """Refuses every produce at once, as librdkafka does for a message over its limit."""
 
