@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 COMMIT_TIMEOUT = 10.0
+# Bounded so the assignment handler (which reads the commit) stays well inside the group's budget.
+COMMITTED_TIMEOUT = 10.0
 
 Opened = list[OpenDigest | InvalidState]
 
@@ -484,7 +486,9 @@ class Delivery:
 
     def _on_assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         self._assigned.update(tp.partition for tp in partitions)
-        return partitions
+        # Read the commit here and say where each partition starts: a new group's first
+        # fetch comes about 100 ms sooner than when librdkafka works it out (runner.reset_start).
+        return self._kafka.committed_starts(partitions, COMMITTED_TIMEOUT)
 
     def _on_revoke(self, partitions: list[int]) -> None:
         # A batch closing on the helper thread is committed first if its closes went through

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaException
 
 from digest_stream.clock import ManualClock
 from digest_stream.ops.metrics import Metrics
@@ -148,6 +148,32 @@ def test_a_revoked_partition_is_not_committed_by_a_later_batch() -> None:
     _entry(consumer, "t1", 0)  # a message of the revoked partition still in hand
     delivery.step()
     assert consumer.committed_offsets == {}
+
+
+def test_an_assignment_says_where_each_partition_starts() -> None:
+    # The commit where there is one, else auto.offset.reset's position ("earliest"), not
+    # OFFSET_INVALID: librdkafka would fetch the commit again and look the position up first.
+    consumer = FakeConsumer(SCHEDULE, committed_offsets={1: 7})
+    settings = Settings(schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0)
+    _started(settings, MemoryStore(), consumer, FakeProducer(), partitions=(0, 1))
+    assert [(tp.partition, tp.offset) for tp in consumer.assigned] == [
+        (0, OFFSET_BEGINNING),
+        (1, 7),
+    ]
+
+
+def test_an_assignment_whose_commit_cannot_be_read_is_left_to_the_consumer() -> None:
+    store = MemoryStore()
+    consumer = FakeConsumer(SCHEDULE, commits_unreadable=True)
+    settings = Settings(schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0)
+    producer = FakeProducer()
+    delivery = _started(settings, store, consumer, producer)
+    assert [(tp.partition, tp.offset) for tp in consumer.assigned] == [(0, OFFSET_INVALID)]
+    assert delivery.assigned == frozenset({0})
+    _ready(store, "t1", 1)
+    _entry(consumer, "t1", 0)
+    assert delivery.step() == 1
+    assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
 
 
 @pytest.mark.parametrize(
