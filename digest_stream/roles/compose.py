@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from digest_stream.store.base import FLUSH_AT_FLOOR, OpenDigest, TimelinePolicy
 from digest_stream.wire.models import Digest, DigestReason, Record, ScheduleEntry, ScheduleReason
+from digest_stream.wire.schedule_fields import ScheduleFields
+
+#: A schedule entry as decoded for the delivery, or as the model.
+Entry = ScheduleFields | ScheduleEntry
 
 
 def collapse(records: list[Record], attribute: str) -> list[Record]:
@@ -34,7 +38,7 @@ def collapse(records: list[Record], attribute: str) -> list[Record]:
     return out
 
 
-def reason(entry: ScheduleEntry, digest: OpenDigest) -> DigestReason:
+def reason(entry: Entry, digest: OpenDigest) -> DigestReason:
     """RECOVERED for a re-announced delivery, else why the store made the timeline due."""
     if entry.reason == ScheduleReason.RECOVERED:
         return DigestReason.RECOVERED
@@ -52,7 +56,7 @@ def next_delivery_at(policy: TimelinePolicy, now: float) -> int:
 
 
 def compose(
-    entry: ScheduleEntry,
+    entry: Entry,
     digest: OpenDigest,
     records: list[Record],
     dropped: int,

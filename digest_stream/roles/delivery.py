@@ -48,13 +48,16 @@ from digest_stream.store.base import (
 from digest_stream.wire import codec, envelope
 from digest_stream.wire.digest_bytes import whole_digest
 from digest_stream.wire.event_head import decode_event_head
-from digest_stream.wire.models import INT_MAX, Record, ScheduleEntry
+from digest_stream.wire.models import INT_MAX, Record
+from digest_stream.wire.schedule_fields import ScheduleFields, decode_schedule_fields
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 COMMIT_TIMEOUT = 10.0
+# Bounded so the assignment handler (which reads the commit) stays well inside the group's budget.
+COMMITTED_TIMEOUT = 10.0
 
 Opened = list[OpenDigest | InvalidState]
 
@@ -64,7 +67,7 @@ class Batch:
     """Schedule entries taken together, one digest per timeline, and their opens."""
 
     messages: list[Message]  # everything taken (dead-lettered entries included): the commit
-    picked: list[tuple[Message, ScheduleEntry]]  # one entry per (partition, timeline)
+    picked: list[tuple[Message, ScheduleFields]]  # one entry per (partition, timeline)
     targets: list[DigestTarget]  # picked's digests to open, in the same order
     now: float  # the time the opens were asked for
     epochs: dict[int, int]  # each partition's assignment epoch when taken
@@ -77,7 +80,7 @@ class Closing:
     """A published batch's digests closing on the helper thread, and its offsets to commit
     once they are closed."""
 
-    digests: list[tuple[ScheduleEntry, OpenDigest]]
+    digests: list[tuple[ScheduleFields, OpenDigest]]
     positions: dict[int, int]  # nothing when the batch must not be committed (cut short)
     done: Future[list[bool]] | None
 
@@ -214,7 +217,7 @@ class Delivery:
         messages = self._kafka.take(self._settings.batch_size, timeout)
         if not messages:
             return None
-        picked: list[tuple[Message, ScheduleEntry]] = []
+        picked: list[tuple[Message, ScheduleFields]] = []
         seen: set[tuple[int, str]] = set()
         for message, entry in self._decode(messages):
             target = (entry.partition, entry.timeline)
@@ -240,11 +243,11 @@ class Delivery:
         with self._metrics.store_latency.labels(operation="open").time():
             return self._store.open_many(targets, now)
 
-    def _decode(self, messages: Sequence[Message]) -> list[tuple[Message, ScheduleEntry]]:
-        entries: list[tuple[Message, ScheduleEntry]] = []
+    def _decode(self, messages: Sequence[Message]) -> list[tuple[Message, ScheduleFields]]:
+        entries: list[tuple[Message, ScheduleFields]] = []
         for message in messages:
             try:
-                entry = codec.decode_schedule_entry(message.value() or b"")
+                entry = decode_schedule_fields(message.value() or b"")
             except codec.DecodeError as exc:
                 self._dlq.send(message, exc.reason, exc.detail)
                 continue
@@ -272,7 +275,7 @@ class Delivery:
 
     def _still_assigned(
         self, batch: Batch, opened: Opened
-    ) -> tuple[list[tuple[Message, ScheduleEntry]], Opened, list[Message]]:
+    ) -> tuple[list[tuple[Message, ScheduleFields]], Opened, list[Message]]:
         """The batch without the partitions revoked or lost since it was taken (the next
         owner redelivers those entries; their digests stay open for it, under the same ids)."""
         gone = {p for p, epoch in batch.epochs.items() if self._epochs.get(p, 0) != epoch}
@@ -287,11 +290,11 @@ class Delivery:
         return [item for item, _ in kept], [digest for _, digest in kept], messages
 
     def _prepare(
-        self, picked: list[tuple[Message, ScheduleEntry]], opened: Opened, now: float
-    ) -> tuple[list[Pending], list[tuple[ScheduleEntry, OpenDigest]]]:
+        self, picked: list[tuple[Message, ScheduleFields]], opened: Opened, now: float
+    ) -> tuple[list[Pending], list[tuple[ScheduleFields, OpenDigest]]]:
         """The opened digests to publish, and the empty ones (closed without publishing)."""
         pending: list[Pending] = []
-        empty: list[tuple[ScheduleEntry, OpenDigest]] = []
+        empty: list[tuple[ScheduleFields, OpenDigest]] = []
         for (message, entry), digest in zip(picked, opened, strict=True):
             if isinstance(digest, InvalidState):
                 # Already delivered and closed (a repeated or recovered entry): nothing to do.
@@ -321,7 +324,7 @@ class Delivery:
     def _fast(
         self,
         message: Message,
-        entry: ScheduleEntry,
+        entry: ScheduleFields,
         digest: OpenDigest,
         policy: TimelinePolicy,
         now: float,
@@ -362,7 +365,7 @@ class Delivery:
     def _built(
         self,
         message: Message,
-        entry: ScheduleEntry,
+        entry: ScheduleFields,
         digest: OpenDigest,
         policy: TimelinePolicy,
         now: float,
@@ -394,7 +397,7 @@ class Delivery:
                 )
         return records
 
-    def _empty(self, entry: ScheduleEntry, digest: OpenDigest) -> None:
+    def _empty(self, entry: ScheduleFields, digest: OpenDigest) -> None:
         """A digest without records publishes nothing; closing it retires the timeline."""
         if digest.dropped:
             log.warning(
@@ -421,7 +424,7 @@ class Delivery:
                 self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
 
     def _close(
-        self, digests: list[tuple[ScheduleEntry, OpenDigest]], positions: dict[int, int]
+        self, digests: list[tuple[ScheduleFields, OpenDigest]], positions: dict[int, int]
     ) -> Closing:
         """Start closing the batch's digests on the helper thread (behind the opens already
         asked for, so a later open of these timelines finds them closed)."""
@@ -483,7 +486,9 @@ class Delivery:
 
     def _on_assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         self._assigned.update(tp.partition for tp in partitions)
-        return partitions
+        # Read the commit here and say where each partition starts: a new group's first
+        # fetch comes about 100 ms sooner than when librdkafka works it out (runner.reset_start).
+        return self._kafka.committed_starts(partitions, COMMITTED_TIMEOUT)
 
     def _on_revoke(self, partitions: list[int]) -> None:
         # A batch closing on the helper thread is committed first if its closes went through

@@ -24,7 +24,8 @@ from digest_stream.roles.runner import produce_waiting_for_room
 from digest_stream.settings import MESSAGE_OVERHEAD_BYTES, Settings
 from digest_stream.store.base import OpenDigest
 from digest_stream.wire import codec, registry
-from digest_stream.wire.models import Digest, ScheduleEntry
+from digest_stream.wire.models import Digest
+from digest_stream.wire.schedule_fields import ScheduleFields
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class Pending:
     """One digest on its way out."""
 
     message: Message
-    entry: ScheduleEntry
+    entry: ScheduleFields
     digest: OpenDigest
     parts: list[bytes]  # each part's encoded message value, in part order
     whole: Digest | None  # the digest before splitting, when built (what hooks see)

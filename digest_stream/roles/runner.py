@@ -116,6 +116,36 @@ class RoleConsumer:
         """The group's committed offsets of these partitions."""
         return self._consumer.committed(partitions, timeout=timeout)
 
+    def committed_starts(
+        self, partitions: list[TopicPartition], timeout: float
+    ) -> list[TopicPartition]:
+        """Where these partitions start when the group's commit decides, said explicitly.
+
+        Each committed offset (with its leader epoch, for librdkafka's check), or where
+        auto.offset.reset starts a partition the group never committed (see reset_start:
+        left to librdkafka, it would fetch the commit again and look that position up before
+        its first fetch). When the commit cannot be read, the partitions as given: librdkafka
+        then fetches it itself, as before.
+        """
+        try:
+            found = self.committed(partitions, timeout)
+        except KafkaException as exc:
+            log.warning(
+                "%s: committed offsets unreadable at assignment (%s); the consumer looks them up",
+                self.role,
+                exc,
+            )
+            return partitions
+        starts = []
+        for tp in found:
+            if tp.error is None and tp.offset >= 0:
+                starts.append(tp)
+            elif tp.error is None and tp.offset == OFFSET_INVALID:
+                starts.append(TopicPartition(tp.topic, tp.partition, self.reset_start))
+            else:
+                starts.append(TopicPartition(tp.topic, tp.partition))  # librdkafka decides
+        return starts
+
     def seek(self, partition: int, offset: int) -> None:
         """Move the read position of one assigned partition."""
         self._consumer.seek(TopicPartition(self.topic, partition, offset))

@@ -20,10 +20,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from digest_stream.wire import codec
+from digest_stream.wire.avro_scan import MAX_VARINT_SHIFT, Unusual, read_long, string_end
 from digest_stream.wire.models import LONG_MAX
-
-# A zigzag varint of a 64-bit long takes at most ten bytes; past that fastavro decides.
-_MAX_VARINT_SHIFT = 63
 
 
 class EventHead(NamedTuple):
@@ -33,48 +31,16 @@ class EventHead(NamedTuple):
     timestamp: int  # milliseconds since the epoch
 
 
-class _Unusual(Exception):
-    """The fast path does not vouch for these bytes: the full decode decides."""
-
-
-def _long(data: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint at pos: (value, position after it)."""
-    byte = data[pos]
-    pos += 1
-    value = byte & 0x7F
-    shift = 7
-    while byte & 0x80:
-        if shift > _MAX_VARINT_SHIFT:
-            raise _Unusual
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-    return (value >> 1) ^ -(value & 1), pos
-
-
-def _string_end(data: bytes, pos: int) -> int:
-    """Check the UTF-8 string at pos; returns the position after it."""
-    size, pos = _long(data, pos)
-    end = pos + size
-    if size < 0 or end > len(data):
-        raise _Unusual
-    if size:
-        # Strict UTF-8 refuses surrogates too: exactly what the model's Text accepts.
-        str(data[pos:end], "utf-8")
-    return end
-
-
 def _attributes_end(data: bytes, pos: int) -> int:
     """Check the attributes map at pos (every key and value UTF-8); returns its end."""
     while True:
-        count, pos = _long(data, pos)
+        count, pos = read_long(data, pos)
         if count == 0:
             return pos
         if count < 0:
-            raise _Unusual  # a block with a byte size: rare, the full decode handles it
+            raise Unusual  # a block with a byte size: rare, the full decode handles it
         for _ in range(count):
-            pos = _string_end(data, _string_end(data, pos))
+            pos = string_end(data, string_end(data, pos))
 
 
 def _fast(data: bytes) -> EventHead:
@@ -82,49 +48,49 @@ def _fast(data: bytes) -> EventHead:
     # length, a timestamp and payload length of a few bytes, an empty attributes map.
     size = data[0]
     if size & 0x81:  # a multi-byte length, or a negative one
-        size, pos = _long(data, 0)
+        size, pos = read_long(data, 0)
     else:
         size, pos = size >> 1, 1
     end = pos + size
     if size <= 0 or end > len(data):
-        raise _Unusual  # an empty id is invalid-value, a short one truncated: decode_event says
+        raise Unusual  # an empty id is invalid-value, a short one truncated: decode_event says
     event_id = str(data[pos:end], "utf-8")
     byte = data[end]
     pos = end + 1
     value = byte & 0x7F
     shift = 7
     while byte & 0x80:
-        if shift > _MAX_VARINT_SHIFT:
-            raise _Unusual
+        if shift > MAX_VARINT_SHIFT:
+            raise Unusual
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         shift += 7
     if value & 1 or value >> 1 > LONG_MAX:
-        raise _Unusual  # a negative timestamp (zigzag odd) or past a long
+        raise Unusual  # a negative timestamp (zigzag odd) or past a long
     timestamp = value >> 1
     byte = data[pos]
     pos += 1
     value = byte & 0x7F
     shift = 7
     while byte & 0x80:
-        if shift > _MAX_VARINT_SHIFT:
-            raise _Unusual
+        if shift > MAX_VARINT_SHIFT:
+            raise Unusual
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         shift += 7
     if value & 1:
-        raise _Unusual  # a negative payload length
+        raise Unusual  # a negative payload length
     pos += value >> 1
     if pos >= len(data):
-        raise _Unusual  # the attributes map needs at least its end byte
+        raise Unusual  # the attributes map needs at least its end byte
     if data[pos] == 0:  # no attributes: the common case
         pos += 1
     else:
         pos = _attributes_end(data, pos)
     if pos != len(data):
-        raise _Unusual
+        raise Unusual
     return EventHead(event_id, timestamp)
 
 
@@ -133,7 +99,7 @@ def decode_event_head(data: bytes, writer_schema: codec.WriterSchema | None = No
     if writer_schema is None and data:
         try:
             return _fast(data)
-        except (_Unusual, IndexError, UnicodeDecodeError):
+        except (Unusual, IndexError, UnicodeDecodeError):
             pass
     event = codec.decode_event(data, writer_schema)
     return EventHead(event.id, event.timestamp)

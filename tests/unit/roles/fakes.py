@@ -9,7 +9,14 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 DeliveryReport = Callable[[KafkaError | None, Message], None]
 
@@ -36,6 +43,7 @@ class FakeConsumer:
     assigned: list[TopicPartition] = field(default_factory=list)
     callbacks: dict[str, Any] = field(default_factory=dict)
     closed: bool = False
+    commits_unreadable: bool = False  # committed() times out, as with no coordinator
 
     def as_consumer(self) -> Consumer:
         """This fake, typed as the real thing for the role constructors."""
@@ -83,6 +91,8 @@ class FakeConsumer:
         return taken
 
     def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        if self.commits_unreadable:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
         return [
             TopicPartition(tp.topic, tp.partition, self.committed_offsets.get(tp.partition, -1001))
             for tp in partitions

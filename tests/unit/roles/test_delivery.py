@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaException
 
 from digest_stream.clock import ManualClock
 from digest_stream.ops.metrics import Metrics
@@ -148,6 +148,63 @@ def test_a_revoked_partition_is_not_committed_by_a_later_batch() -> None:
     _entry(consumer, "t1", 0)  # a message of the revoked partition still in hand
     delivery.step()
     assert consumer.committed_offsets == {}
+
+
+def test_an_assignment_says_where_each_partition_starts() -> None:
+    # The commit where there is one, else auto.offset.reset's position ("earliest"), not
+    # OFFSET_INVALID: librdkafka would fetch the commit again and look the position up first.
+    consumer = FakeConsumer(SCHEDULE, committed_offsets={1: 7})
+    settings = Settings(schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0)
+    _started(settings, MemoryStore(), consumer, FakeProducer(), partitions=(0, 1))
+    assert [(tp.partition, tp.offset) for tp in consumer.assigned] == [
+        (0, OFFSET_BEGINNING),
+        (1, 7),
+    ]
+
+
+def test_an_assignment_whose_commit_cannot_be_read_is_left_to_the_consumer() -> None:
+    store = MemoryStore()
+    consumer = FakeConsumer(SCHEDULE, commits_unreadable=True)
+    settings = Settings(schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0)
+    producer = FakeProducer()
+    delivery = _started(settings, store, consumer, producer)
+    assert [(tp.partition, tp.offset) for tp in consumer.assigned] == [(0, OFFSET_INVALID)]
+    assert delivery.assigned == frozenset({0})
+    _ready(store, "t1", 1)
+    _entry(consumer, "t1", 0)
+    assert delivery.step() == 1
+    assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"", "truncated"),  # a tombstone
+        (b"\x02t\x00\x02", "truncated"),  # cut before the reason
+        (b"\x02t\x00\x02\x06", "invalid-avro"),  # a fourth reason
+        (b"\x02t\x00\x02\x00\x00", "trailing-bytes"),  # a field this schema lacks
+        (b"\x02t\x01\x02\x00", "invalid-value"),  # partition -1
+        (b"\x00\x00\x00\x00\x01\x02t\x00\x02\x00\x00", "trailing-bytes"),  # framed
+    ],
+)
+def test_an_unreadable_entry_is_dead_lettered_with_the_codecs_reason(
+    value: bytes, reason: str
+) -> None:
+    with pytest.raises(codec.DecodeError) as refused:
+        codec.decode_schedule_entry(value)
+    assert refused.value.reason == reason
+    store = MemoryStore()
+    settings = Settings(
+        schedule_topic=SCHEDULE, output_topic=OUTPUT, dlq_topic="dlq", batch_timeout=0.0
+    )
+    consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
+    delivery = _started(settings, store, consumer, producer, metrics)
+    consumer.queued.append(message(SCHEDULE, 0, 0, b"t", value))
+    assert delivery.step() == 0
+    producer.flush()
+    assert producer.on("dlq") == [(b"t", value)]
+    assert metrics.value("digest_dead_letters_total", reason=reason) == 1
+    assert consumer.committed_offsets == {0: 1}
 
 
 class TooLargeProducer(FakeProducer):
