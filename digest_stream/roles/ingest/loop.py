@@ -190,6 +190,7 @@ class Ingest:
         rules = self._rules
         carry = bool(rules.carry_headers)  # headers are read only when some are carried
         batches = []
+        too_old = 0  # counted once per batch: a backlog past max_event_age is all too old
         for partition, batch in partitions_of(messages).items():
             records: list[NewRecord] = []
             for message in batch:
@@ -202,9 +203,11 @@ class Ingest:
                 elif isinstance(outcome, Rejected):
                     self._outputs.reject(message, outcome)
                 else:
-                    self._outputs.too_old()
+                    too_old += 1
             batches.append(Batch(partition, records, batch[0].offset() or 0,
                                  batch[-1].offset() or 0, now))  # fmt: skip
+        if too_old:
+            self._outputs.too_old(too_old)
         return batches
 
     def _with_schemas(self, fetcher: SchemaFetcher, messages: list[Message]) -> list[Message]:

@@ -49,9 +49,9 @@ class Outputs:
         self._dlq.send(message, rejected.reason, rejected.detail)
         self._dead_letters_unflushed = True
 
-    def too_old(self) -> None:
-        """Count a message dropped for its age."""
-        self._metrics.events_dropped.labels(reason="max_age").inc()
+    def too_old(self, count: int) -> None:
+        """Count messages dropped for their age."""
+        self._metrics.events_dropped.labels(reason="max_age").inc(count)
 
     def applied(
         self, partition: int, records: list[NewRecord], result: AddResult, now: float

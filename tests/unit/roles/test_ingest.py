@@ -40,7 +40,9 @@ class FlakyStore(MemoryStore):
 
 
 class Rig:
-    def __init__(self, store: MemoryStore | None = None) -> None:
+    def __init__(
+        self, store: MemoryStore | None = None, max_event_age: float | None = None
+    ) -> None:
         self.settings = Settings(
             events_topic=EVENTS,
             schedule_topic=SCHEDULE,
@@ -48,6 +50,7 @@ class Rig:
             batch_timeout=0.0,
             retry_backoff_initial=0.001,
             retry_backoff_max=0.01,
+            max_event_age=max_event_age,
         )
         self.store = store or MemoryStore()
         self.consumer = FakeConsumer(EVENTS)
@@ -67,9 +70,11 @@ class Rig:
         self.ingest.start(lambda: False)
         self.offsets = 0
 
-    def send(self, key: bytes | None, record_id: str = "r", partition: int = 0) -> None:
+    def send(
+        self, key: bytes | None, record_id: str = "r", partition: int = 0, age: float = 0.0
+    ) -> None:
         value = codec.encode_event(
-            Event(id=record_id, timestamp=int(time.time() * 1000), payload=b"p")
+            Event(id=record_id, timestamp=int((time.time() - age) * 1000), payload=b"p")
         )
         self.consumer.queued.append(message(EVENTS, partition, self.offsets, key, value))
         self.offsets += 1
@@ -104,6 +109,24 @@ def test_a_batch_is_stored_announced_and_committed_with_bad_input_dead_lettered(
     assert rig.store.inspect(0, "t1").pending == 2
     assert rig.store.applied_offset(0) == 3
     assert rig.metrics.value("digest_dead_letters_total", reason="missing-key") == 1
+
+
+def test_events_past_max_event_age_are_dropped_counted_and_committed() -> None:
+    rig = Rig(max_event_age=60.0)
+    rig.consumer.assign([0, 1])
+    rig.send(b"t1", "old-a", partition=0, age=3600)
+    rig.send(b"t1", "new", partition=0)
+    rig.send(b"t2", "old-b", partition=0, age=3600)
+    rig.send(b"t3", "old-c", partition=1, age=3600)
+    rig.step_until(
+        lambda: (
+            rig.consumer.committed_offsets.get(0) == 3
+            and rig.consumer.committed_offsets.get(1) == 4
+        )
+    )
+    assert rig.metrics.value("digest_events_dropped_total", reason="max_age") == 3
+    assert rig.store.inspect(0, "t1").pending == 1
+    assert rig.producer.on(DLQ) == []
 
 
 def test_a_fence_found_behind_seeks_back_and_commits_nothing_past_it() -> None:
