@@ -1,4 +1,5 @@
-"""Reading Avro binary in plain Python, for the lean decoders (event_head, schedule_fields).
+"""Avro binary in plain Python for the lean paths: reading (event_head, schedule_fields) and
+writing varints (digest_bytes, codec's schedule entries).
 
 A lean decoder walks the few shapes it vouches for and raises `Unusual` at anything else (a
 varint longer than a long's, a negative or overlong length); the codec's full decoder then
@@ -43,3 +44,20 @@ def string_end(data: bytes, pos: int) -> int:
         # Strict UTF-8 refuses surrogates too: exactly what the models' Text accepts.
         str(data[pos:end], "utf-8")
     return end
+
+
+#: Zigzag varints of one byte, by zigzag value: lengths, counts and small numbers, made once.
+_ONE_BYTE: Final = [bytes((zigzag,)) for zigzag in range(0x80)]
+
+
+def long_bytes(value: int) -> bytes:
+    """An Avro int or long: its zigzag varint."""
+    zigzag = (value << 1) ^ (value >> 63)
+    if zigzag < 0x80:
+        return _ONE_BYTE[zigzag]  # the common case: small fields, short strings' lengths
+    out = bytearray()
+    while zigzag > 0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
