@@ -30,7 +30,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '14'
+local LIBRARY_VERSION = '15'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -399,12 +399,17 @@ local LUA_SORT_MAX = 16
 
 -- Redis helpers -----------------------------------------------------------------
 
--- Returns the sum of the chunks' integer replies (fields created, members removed...).
+-- Returns the sum of the chunks' integer replies (fields created, members removed, keys
+-- found...); `key` nil: no key before the items (EXISTS).
 local function call_chunked(command, key, items)
     local total = 0
     for first = 1, #items, UNPACK_CHUNK do
         local last = math.min(first + UNPACK_CHUNK - 1, #items)
-        total = total + redis.call(command, key, unpack(items, first, last))
+        if key == nil then
+            total = total + redis.call(command, unpack(items, first, last))
+        else
+            total = total + redis.call(command, key, unpack(items, first, last))
+        end
     end
     return total
 end
@@ -1038,16 +1043,6 @@ local function call_listed(command, key, items)
     return replies
 end
 
--- How many of `keys` exist.
-local function count_existing(keys)
-    local count = 0
-    for first = 1, #keys, UNPACK_CHUNK do
-        local last = math.min(first + UNPACK_CHUNK - 1, #keys)
-        count = count + redis.call('EXISTS', unpack(keys, first, last))
-    end
-    return count
-end
-
 -- Step 2a, for the timelines the batch touches: each one's state (READY, WAITING with a
 -- due time, or absent) and its container's head, read once for the whole batch. Nothing
 -- is written before write_back, so the reads are made together, one command per kind of
@@ -1091,7 +1086,7 @@ local function begin_timelines(tag, touched)
             unknown_keys[#unknown_keys + 1] = timeline.key
         end
     end
-    if #unknown_keys > 0 and count_existing(unknown_keys) > 0 then
+    if #unknown_keys > 0 and call_chunked('EXISTS', nil, unknown_keys) > 0 then
         for _, timeline in ipairs(unknown) do
             timeline.head = read_head(timeline.key)
         end
