@@ -310,7 +310,8 @@ local function optional_cause(value)
     return value
 end
 
--- Timeline meta: "written|dropped|last_delivery[|1|o]" (last_delivery may be empty).
+-- Timeline meta: "written|dropped|last_delivery[|mark[|cause]]" (mark "1", "o" or empty:
+-- mark_suffix; last_delivery may be empty).
 -- written counts the records the container should hold, so records that
 -- vanished (evicted, deleted by hand) are detected and reported as dropped.
 local function parse_timeline_meta(raw)
@@ -831,7 +832,7 @@ end
 
 -- Applies one batch's records (in order) to a timeline container, trims it to
 -- capacity, stores it in the fitting encoding and sets its TTL (ms). `head` is the
--- container as read_head found it (nothing has written it since).
+-- container as begin_timelines found it (nothing has written it since).
 -- Returns how many it dropped, and how many records it holds now.
 local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
     if head.kind ~= 'hash' then
