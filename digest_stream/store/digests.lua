@@ -793,7 +793,7 @@ local function append_inline(key, head, batch, capacity, inline_records, ms)
         end
         start = head.start
     end
-    local meta = parse_timeline_meta(head.meta)
+    local meta = head.parsed or parse_timeline_meta(head.meta)
     local count = meta.written + #batch
     if count > inline_records or (capacity > 0 and count > capacity) then
         return false
@@ -842,7 +842,7 @@ local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
         end
     end
     if head.kind == 'hash' then
-        local meta = parse_timeline_meta(head.meta)
+        local meta = head.parsed or parse_timeline_meta(head.meta)
         meta.written = meta.written + call_chunked('HSET', key, hash_fields({}, batch))
         local dropped = 0
         if capacity > 0 and hash_record_count(key, head) > capacity then
@@ -1104,8 +1104,11 @@ local function begin_timelines(tag, touched)
             })
         end
         if timeline.due ~= nil and not timeline.ready then
+            -- kept on the head: store_batch reads the same meta (nothing rewrites head.meta
+            -- of a timeline with a due time before then), so it is parsed once
+            timeline.head.parsed = parse_timeline_meta(timeline.head.meta)
             timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
-                parse_timeline_meta(timeline.head.meta))
+                timeline.head.parsed)
         end
     end
 end
