@@ -3,10 +3,10 @@
     python -m bench.add_packing [--rounds N]
 
 Two parts, in microseconds per record: building ds_add's arguments (`store.add` with the
-FCALL replaced by a stub that keeps the arguments), and redis-py packing them into one command
-(`Connection.pack_command`, what every real call pays before the bytes leave). Same shapes as
-`bench.lua_cost`: 1,000 records per call on 1,000, 50 and 1 timelines. Prints median
-[min..max] over the rounds. Needs a Redis only to load the library at construction.
+client replaced by a recorder that keeps the command), and redis-py packing them into one
+command (`Connection.pack_command`, what every real call pays before the bytes leave).
+Same shapes as `bench.lua_cost`: 1,000 records per call on 1,000, 50 and 1 timelines. Prints
+median [min..max] over the rounds. Needs a Redis only to load the library at construction.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from typing import cast
 
 import redis
 
@@ -26,20 +26,15 @@ from digest_stream.store import NewRecord, RedisStore
 from digest_stream.store.replies import Reply
 
 
-class StubStore(RedisStore):
-    """A RedisStore whose FCALL keeps its command instead of sending it."""
+class Recorder:
+    """Stands in for the client once the library is loaded: keeps the command `store.add`
+    hands to redis-py (through the store's own _fcall and routing) instead of sending it."""
 
     sent: tuple[object, ...] = ()
 
-    def _fcall(
-        self,
-        function: str,
-        call_keys: list[str],
-        args: Sequence[str | bytes],
-        *,
-        read_only: bool = False,
-    ) -> Reply:
-        self.sent = ("FCALL", function, len(call_keys), *call_keys, *args)
+    def execute_command(self, *args: object) -> Reply:
+        """Keep the command; answer as ds_add would for a batch of fresh records."""
+        self.sent = args
         return [[], RECORDS, 0, 0, None, str(RECORDS - 1).encode(), None]
 
 
@@ -57,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=200)
     args = parser.parse_args(argv)
     client = redis.Redis.from_url(stack().redis_url)
-    store = StubStore(client, namespace=unique("pack"))
+    store = RedisStore(client, namespace=unique("pack"))
+    recorder = Recorder()
+    store.client = cast(redis.Redis, recorder)
     connection = client.connection_pool.get_connection()
     payload = os.urandom(200)
     try:
@@ -73,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 store.add(0, batch, T0)
                 build.append(time.perf_counter() - started)
                 started = time.perf_counter()
-                connection.pack_command(*store.sent)
+                connection.pack_command(*recorder.sent)
                 pack.append(time.perf_counter() - started)
             print(
                 f"{label}: building arguments {spread(build)} us per record, "

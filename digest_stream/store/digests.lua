@@ -30,7 +30,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '14'
+local LIBRARY_VERSION = '15'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -310,7 +310,8 @@ local function optional_cause(value)
     return value
 end
 
--- Timeline meta: "written|dropped|last_delivery[|1|o]" (last_delivery may be empty).
+-- Timeline meta: "written|dropped|last_delivery[|mark[|cause]]" (mark "1", "o" or empty:
+-- mark_suffix; last_delivery may be empty).
 -- written counts the records the container should hold, so records that
 -- vanished (evicted, deleted by hand) are detected and reported as dropped.
 local function parse_timeline_meta(raw)
@@ -399,12 +400,17 @@ local LUA_SORT_MAX = 16
 
 -- Redis helpers -----------------------------------------------------------------
 
--- Returns the sum of the chunks' integer replies (fields created, members removed...).
+-- Returns the sum of the chunks' integer replies (fields created, members removed, keys
+-- found...); `key` nil: no key before the items (EXISTS).
 local function call_chunked(command, key, items)
     local total = 0
     for first = 1, #items, UNPACK_CHUNK do
         local last = math.min(first + UNPACK_CHUNK - 1, #items)
-        total = total + redis.call(command, key, unpack(items, first, last))
+        if key == nil then
+            total = total + redis.call(command, unpack(items, first, last))
+        else
+            total = total + redis.call(command, key, unpack(items, first, last))
+        end
     end
     return total
 end
@@ -787,7 +793,7 @@ local function append_inline(key, head, batch, capacity, inline_records, ms)
         end
         start = head.start
     end
-    local meta = parse_timeline_meta(head.meta)
+    local meta = head.parsed or parse_timeline_meta(head.meta)
     local count = meta.written + #batch
     if count > inline_records or (capacity > 0 and count > capacity) then
         return false
@@ -826,7 +832,7 @@ end
 
 -- Applies one batch's records (in order) to a timeline container, trims it to
 -- capacity, stores it in the fitting encoding and sets its TTL (ms). `head` is the
--- container as read_head found it (nothing has written it since).
+-- container as begin_timelines found it (nothing has written it since).
 -- Returns how many it dropped, and how many records it holds now.
 local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
     if head.kind ~= 'hash' then
@@ -836,7 +842,7 @@ local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
         end
     end
     if head.kind == 'hash' then
-        local meta = parse_timeline_meta(head.meta)
+        local meta = head.parsed or parse_timeline_meta(head.meta)
         meta.written = meta.written + call_chunked('HSET', key, hash_fields({}, batch))
         local dropped = 0
         if capacity > 0 and hash_record_count(key, head) > capacity then
@@ -1038,16 +1044,6 @@ local function call_listed(command, key, items)
     return replies
 end
 
--- How many of `keys` exist.
-local function count_existing(keys)
-    local count = 0
-    for first = 1, #keys, UNPACK_CHUNK do
-        local last = math.min(first + UNPACK_CHUNK - 1, #keys)
-        count = count + redis.call('EXISTS', unpack(keys, first, last))
-    end
-    return count
-end
-
 -- Step 2a, for the timelines the batch touches: each one's state (READY, WAITING with a
 -- due time, or absent) and its container's head, read once for the whole batch. Nothing
 -- is written before write_back, so the reads are made together, one command per kind of
@@ -1091,7 +1087,7 @@ local function begin_timelines(tag, touched)
             unknown_keys[#unknown_keys + 1] = timeline.key
         end
     end
-    if #unknown_keys > 0 and count_existing(unknown_keys) > 0 then
+    if #unknown_keys > 0 and call_chunked('EXISTS', nil, unknown_keys) > 0 then
         for _, timeline in ipairs(unknown) do
             timeline.head = read_head(timeline.key)
         end
@@ -1108,8 +1104,11 @@ local function begin_timelines(tag, touched)
             })
         end
         if timeline.due ~= nil and not timeline.ready then
+            -- kept on the head: store_batch reads the same meta (nothing rewrites head.meta
+            -- of a timeline with a due time before then), so it is parsed once
+            timeline.head.parsed = parse_timeline_meta(timeline.head.meta)
             timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
-                parse_timeline_meta(timeline.head.meta))
+                timeline.head.parsed)
         end
     end
 end
