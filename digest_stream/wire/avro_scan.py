@@ -1,4 +1,5 @@
-"""Reading Avro binary in plain Python, for the lean decoders (event_head, schedule_fields).
+"""Avro binary in plain Python: reading for the lean decoders (event_head, schedule_fields),
+and the varint the hand-written encoders (codec.encode_schedule_fields, digest_bytes) share.
 
 A lean decoder walks the few shapes it vouches for and raises `Unusual` at anything else (a
 varint longer than a long's, a negative or overlong length); the codec's full decoder then
@@ -11,6 +12,10 @@ from typing import Final
 
 MAX_VARINT_SHIFT: Final = 63
 """A zigzag varint of a 64-bit long takes at most ten bytes; past that the full decoder decides."""
+
+
+#: Zig-zag varints of one byte, by zig-zag value: counts, lengths and small numbers.
+_ONE_BYTE: Final = [bytes((zigzag,)) for zigzag in range(0x80)]
 
 
 class Unusual(Exception):
@@ -43,3 +48,17 @@ def string_end(data: bytes, pos: int) -> int:
         # Strict UTF-8 refuses surrogates too: exactly what the models' Text accepts.
         str(data[pos:end], "utf-8")
     return end
+
+
+def write_long(value: int) -> bytes:
+    """An Avro int or long of a non-negative value (every one the encoders write): its zig-zag
+    varint. A negative one raises ValueError: zig-zagging it would cost every call."""
+    zigzag = value << 1
+    if 0 <= zigzag < 0x80:
+        return _ONE_BYTE[zigzag]  # the common case: small fields, short lengths
+    out = bytearray()
+    while zigzag > 0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)

@@ -21,6 +21,7 @@ from fastavro.read import SchemaResolutionError
 from pydantic import BaseModel, ValidationError
 
 from digest_stream.wire import framing
+from digest_stream.wire.avro_scan import write_long
 from digest_stream.wire.models import (
     INT_MAX,
     LONG_MAX,
@@ -183,23 +184,6 @@ _REASON_INDEX: Final[dict[ScheduleReason, int]] = {
 }
 
 
-#: One-byte varints (a partition, a reason, a short timeline's length), made once.
-_ONE_BYTE: Final = [bytes((value,)) for value in range(0x80)]
-
-
-def _varint(value: int) -> bytes:
-    """The Avro int/long encoding (zigzag varint) of a non-negative value."""
-    value <<= 1  # zigzag of a non-negative value
-    if value <= 0x7F:
-        return _ONE_BYTE[value]
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_schedule_fields(
     timeline: str, partition: int, scheduled_at: int, reason: ScheduleReason
 ) -> bytes:
@@ -224,11 +208,11 @@ def encode_schedule_fields(
         if 0 < len(name) <= MAX_TIMELINE_LENGTH:
             return b"".join(
                 (
-                    _varint(len(name)),
+                    write_long(len(name)),
                     name,
-                    _varint(partition),
-                    _varint(scheduled_at),
-                    _varint(_REASON_INDEX[reason]),
+                    write_long(partition),
+                    write_long(scheduled_at),
+                    write_long(_REASON_INDEX[reason]),
                 )
             )
     return encode_schedule_entry(

@@ -15,26 +15,11 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Final
 
+from digest_stream.wire.avro_scan import write_long as _long
 from digest_stream.wire.models import DigestReason
 
 # count = 1 (zig-zag 2), first_seen = null (union branch 0): a record standing for itself.
 _PLAIN_RECORD_TAIL: Final = b"\x02\x00"
-# Zig-zag varints of one byte, by zig-zag value: counts, lengths and small numbers.
-_ONE_BYTE: Final = [bytes((zigzag,)) for zigzag in range(0x80)]
-
-
-def _long(value: int) -> bytes:
-    """An Avro int or long: a zig-zag varint."""
-    zigzag = (value << 1) ^ (value >> 63)
-    if zigzag < 0x80:
-        return _ONE_BYTE[zigzag]  # the common case of a delivery digest's small fields
-    out = bytearray()
-    while zigzag > 0x7F:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
-
 
 # A delivery batch's digests share their opened_at and next_delivery_at (one clock reading,
 # one policy): each is encoded once per batch, not once per digest.
