@@ -445,20 +445,19 @@ class Delivery:
         closing, self._closing = self._closing, None
         if closing is None:
             return
-        closed: list[bool] | None = None
+        closed: list[bool] = []  # none asked for: the batch had no digests (done is None)
         if closing.done is not None:
             try:
                 closed = closing.done.result()
-            except Exception:  # retried below (closes are idempotent: a closed id says False)
+            except Exception:  # retried here (closes are idempotent: a closed id says False)
                 if not retry:
                     self._closing = closing
                     return
-        if closed is None and closing.digests:
-            targets = [(e.partition, e.timeline, d.id) for e, d in closing.digests]
-            closed = self._with_redis(
-                lambda: self._store.close_many(targets, self._clock.now()), "close"
-            )
-        if self._hooks and closed is not None:
+                targets = [(e.partition, e.timeline, d.id) for e, d in closing.digests]
+                closed = self._with_redis(
+                    lambda: self._store.close_many(targets, self._clock.now()), "close"
+                )
+        if self._hooks:
             for (entry, digest), done in zip(closing.digests, closed, strict=True):
                 self._hooks.on_close(entry.partition, entry.timeline, digest.id, done)
         if closing.positions:

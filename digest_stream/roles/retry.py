@@ -45,8 +45,9 @@ def unavailable(exc: BaseException) -> bool:
     if isinstance(exc, REDIS_DOWN + REFUSING_CLASSES):
         return True
     if isinstance(exc, redis.ResponseError):
-        words = str(exc).split(maxsplit=1)
-        return (bool(words) and words[0] in REFUSING_FOR_NOW) or SCRIPT_ACL_REFUSAL in str(exc)
+        message = str(exc)
+        code = message.partition(" ")[0]
+        return code in REFUSING_FOR_NOW or SCRIPT_ACL_REFUSAL in message
     return False
 
 
