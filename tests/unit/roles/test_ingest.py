@@ -315,6 +315,35 @@ def test_a_stale_topic_id_is_refreshed_instead_of_losing_state() -> None:
     assert rig.metrics.value("digest_replays_total", cause="topic_changed") == 0
 
 
+def test_a_stale_topic_id_waits_for_the_broker_instead_of_resetting_the_fence() -> None:
+    # Issue 20, item 10: this process cached OLD; the topic was recreated and another owner
+    # already moved the fence to NEW. The broker cannot tell the id now (OLD is a guess).
+    rig = Rig()
+    rig.topics.topic_id = OLD
+    rig.consumer.assign([0])
+    rig.store.set_applied_offset(0, 2, topic_id=NEW)
+    rig.topics.fresh = False
+    refresh = rig.topics.refresh
+    fences: list[Fence] = []
+
+    def broker_tells_on_the_third_ask(partitions: Collection[int]) -> dict[int, int]:
+        fences.append(rig.store.fence(0))
+        if rig.topics.refreshes == 2:
+            rig.topics.topic_id, rig.topics.fresh = NEW, True
+        return refresh(partitions)
+
+    rig.topics.refresh = broker_tells_on_the_third_ask  # type: ignore[method-assign]
+    _queue(rig, 0, range(3, 5), "new-")
+    rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 5)
+    assert len(fences) == 2  # one ask without an answer (a wait), then the one that told
+    assert all(found == Fence(2, NEW) for found in fences), fences
+    assert rig.store.fence(0) == Fence(4, NEW)
+    assert (0, OFFSET_BEGINNING) not in rig.consumer.seeks
+    assert rig.metrics.value("digest_replays_total", cause="topic_changed") == 0
+    assert rig.consumer.pauses >= 1  # waited serving the group
+    assert not rig.consumer.paused  # and resumed
+
+
 def test_rebalances_are_counted_by_kind() -> None:
     rig = Rig()
     rig.consumer.assign([0, 1])
