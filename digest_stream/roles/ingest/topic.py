@@ -54,6 +54,11 @@ class TopicProbe(Protocol):
         """The topic id last seen (value None: never told), fresh when the last ask told it."""
         ...
 
+    @property
+    def partitions(self) -> int | None:
+        """How many partitions the topic had at the last answer; None before one."""
+        ...
+
     def refresh(self, partitions: Collection[int]) -> dict[int, int]:
         """Ask the broker again; the end offsets of those partitions that answered."""
         ...
@@ -68,12 +73,18 @@ class BrokerTopic:
         self._timeout = timeout
         self._topic_id: str | None = None
         self._fresh = False
+        self._partitions: int | None = None
         self._warned = False
 
     @property
     def topic(self) -> TopicId:
         """The topic id last seen (value None: never told), fresh when the last ask told it."""
         return TopicId(self._topic_id, self._fresh)
+
+    @property
+    def partitions(self) -> int | None:
+        """How many partitions the topic had at the last answer; None before one."""
+        return self._partitions
 
     def refresh(self, partitions: Collection[int]) -> dict[int, int]:
         """Ask for the topic id and the partitions' ends at once; a failure leaves it stale."""
@@ -97,7 +108,9 @@ class BrokerTopic:
     def _learn(self, described: concurrent.futures.Future[object]) -> None:
         problem = ""
         try:
-            uuid = getattr(described.result(timeout=0), "topic_id", None)
+            description = described.result(timeout=0)
+            uuid = getattr(description, "topic_id", None)
+            self._partitions = len(getattr(description, "partitions", ())) or self._partitions
         except (KafkaException, concurrent.futures.TimeoutError) as exc:
             uuid, problem = None, str(exc) or "no answer in time"
         if uuid is not None and (
