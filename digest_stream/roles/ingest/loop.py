@@ -114,8 +114,10 @@ class Ingest:
             metrics,
             settings.events_topic,
             max(
-                settings.maximum_delay,
-                *(o.maximum_delay or 0.0 for o in settings.overrides.values()),
+                [
+                    settings.maximum_delay,
+                    *(o.maximum_delay or 0.0 for o in settings.overrides.values()),
+                ]
             ),
         )
         self._worker = StoreWorker(self._applier.timed_add)

@@ -52,8 +52,11 @@ class MovedTimelines:
         topic: str,
         watch: float,
         monotonic: Callable[[], float] = time.monotonic,
+        place: Callable[[bytes, int], int] = partition_for,
     ) -> None:
         self._store = store
+        # Where the producers put a key among n partitions (a partitioner setting selects it).
+        self._place = place
         self._metrics = metrics
         self._topic = topic
         # Long enough for the old partitions to deliver what they held (maximum_delay).
@@ -104,7 +107,7 @@ class MovedTimelines:
             if looked >= CHECKS_PER_BATCH or len(checked) >= TRACKED:
                 return  # sampled: the next batches look at the rest
             checked.add(timeline)
-            old = partition_for(timeline.encode(), growth.old)
+            old = self._place(timeline.encode(), growth.old)
             if old == partition:
                 continue  # it did not move
             looked += 1

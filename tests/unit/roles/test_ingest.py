@@ -12,6 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID
 
 from digest_stream.clock import SystemClock
 from digest_stream.ops.metrics import Metrics
+from digest_stream.partitioner import partition_for
 from digest_stream.roles.ingest import Ingest
 from digest_stream.roles.runner import reset_start
 from digest_stream.settings import Settings
@@ -342,6 +343,24 @@ def test_a_stale_topic_id_waits_for_the_broker_instead_of_resetting_the_fence() 
     assert rig.metrics.value("digest_replays_total", cause="topic_changed") == 0
     assert rig.consumer.pauses >= 1  # waited serving the group
     assert not rig.consumer.paused  # and resumed
+
+
+def test_a_timeline_moved_by_a_grown_topic_is_counted() -> None:
+    # Issue 20, item 7: the count read at an assignment grew 2 -> 4; a timeline whose key went
+    # to partition 0 or 1 before now arrives on 2 or 3 while its old partition holds state.
+    rig = Rig()
+    timeline = next(t for t in (f"t{n}" for n in range(1000)) if partition_for(t.encode(), 4) >= 2)
+    old, new = partition_for(timeline.encode(), 2), partition_for(timeline.encode(), 4)
+    rig.topics.partitions = 2
+    rig.consumer.assign([0, 1])
+    rig.send(timeline.encode(), "before", partition=old)
+    rig.step_until(lambda: rig.store.inspect(old, timeline).state != "absent")
+    rig.consumer.revoke([0, 1])
+    rig.topics.partitions = 4
+    rig.consumer.assign([0, 1, 2, 3])
+    rig.send(timeline.encode(), "after", partition=new)
+    rig.step_until(lambda: rig.store.inspect(new, timeline).state != "absent")
+    assert rig.metrics.value("digest_timelines_moved_total") == 1
 
 
 def test_rebalances_are_counted_by_kind() -> None:
