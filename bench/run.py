@@ -78,13 +78,14 @@ def headline(quick: bool) -> list[str]:
         f"  target p99 < {immediate['target_p99_ms']}"
         f"  ({immediate['delivered']} of {immediate['probes']} delivered)"
     )
-    lines += catchup_bench.headline(load(f"catchup{suffix}"))
+    catchup = load(f"catchup{suffix}")
+    lines += catchup_bench.headline(catchup)
     for shape, row in load(f"memory{suffix}")["per_timeline"].items():
         lines.append(
             f"{f'memory/record vs seed, {shape}/timeline':<34} {row['ratio']:>7} "
             f"[{min(row['ratio_reps'])}..{max(row['ratio_reps'])}]  target <= 0.5"
         )
-    return lines
+    return lines + catchup_bench.kstreams_headline(catchup)  # last: the peer (issue 22)
 
 
 def main(argv: list[str] | None = None) -> int:
