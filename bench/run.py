@@ -4,8 +4,8 @@
 
 Full: writes bench/results/{ingest,latency,memory,tick,catchup}.json and regenerates the table
 between the markers in docs/benchmarks.md. Quick: fewer events, repetitions and seconds (under three
-minutes), writes bench/results/*_quick.json, leaves the docs alone, and prints the headline
-ratios on its last lines.
+minutes, plus the Kafka Streams peer's runs), writes bench/results/*_quick.json, leaves the docs
+alone, and prints the headline ratios on its last lines, digest-stream / Kafka Streams last.
 """
 
 from __future__ import annotations
