@@ -30,7 +30,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '15'
+local LIBRARY_VERSION = '16'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -49,6 +49,12 @@ local TIMELINE_FORMAT = '>I4Hc0'
 -- A record: timeline index (1-based), id length, id, timestamp, offset (a double: exact
 -- up to MAX_OFFSET), payload length, payload.
 local RECORD_FORMAT = '>I4Hc0ddI4c0'
+-- A control operation of an add call (its optional last argument): how many of the call's
+-- records come before it, its offset, its operation (CONTROL_CODES), timeline name length,
+-- name, record id length, id.
+local CONTROL_FORMAT = '>I4dBHc0Hc0'
+-- Operation codes of CONTROL_FORMAT (CONTROL_CODES in store/redis.py).
+local CONTROL_CODES = {'flush', 'cancel', 'cancel_all'}
 -- Fields of one distinct policy of an add call: minimum, increment, maximum, ttl,
 -- capacity, flush_at (0 = off), next_fire ("" = no calendar schedule).
 local POLICY_WIDTH = 7
@@ -988,6 +994,33 @@ local function parse_records(packed, timelines, through_offset)
     return records
 end
 
+-- The control operations of an add call (one packed argument, in order): each with the
+-- number of records before it, so the call applies both in their offset order.
+local function parse_controls(packed, record_count, through_offset)
+    local controls, previous = {}, 0
+    unpacked(function()
+        local position, size = 1, #packed
+        while position <= size do
+            local before, offset, code, timeline, id
+            before, offset, code, timeline, id, position =
+                struct.unpack(CONTROL_FORMAT, packed, position)
+            parse_integer(before, 'records before a control', previous, record_count)
+            previous = before
+            parse_integer(offset, 'offset', 0, through_offset or MAX_OFFSET)
+            local operation = CONTROL_CODES[code]
+            if operation == nil then
+                invalid_argument('unknown control operation code: ' .. tostring(code))
+            end
+            parse_name(timeline, 'timeline')
+            controls[#controls + 1] = {
+                before = before, offset = offset, operation = operation, timeline = timeline,
+                id = operation == 'cancel' and parse_name(id, 'record id') or nil,
+            }
+        end
+    end, 'controls')
+    return controls
+end
+
 -- Step 1: the whole call, checked before the first write: a refused batch must leave
 -- no trace (Redis functions are not rolled back on error).
 local function parse_add(keys, args)
@@ -1009,9 +1042,11 @@ local function parse_add(keys, args)
     end
     call.topic = parse_topic_id(args[6])
     local policy_count = parse_integer(args[7], 'policy count', 0, #args)
-    if #args ~= 9 + policy_count * POLICY_WIDTH then
-        invalid_argument('add expects ' .. POLICY_WIDTH
-            .. ' fields per policy, then the packed timelines and the packed records')
+    local packed = 8 + policy_count * POLICY_WIDTH -- the packed timelines; then the records
+    -- the controls argument, when sent, holds at least one (a plain add sends none)
+    if #args ~= packed + 1 and (#args ~= packed + 2 or args[packed + 2] == '') then
+        invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
+            .. ' packed timelines, the packed records and (optional) the packed controls')
     end
     local policies = {}
     for i = 1, policy_count do
@@ -1020,8 +1055,11 @@ local function parse_add(keys, args)
         -- formatted (%.17g) on every call
         policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
     end
-    local timelines = parse_timelines(args[#args - 1], tag, policies)
-    call.records = parse_records(args[#args], timelines, call.through_offset)
+    local timelines = parse_timelines(args[packed], tag, policies)
+    call.records = parse_records(args[packed + 1], timelines, call.through_offset)
+    if args[packed + 2] ~= nil then
+        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset)
+    end
     return call
 end
 
@@ -1240,40 +1278,18 @@ local function advance_fence(tag, fence_before, topic_before, fence, topic)
     return moved and fence or fence_before
 end
 
--- KEYS: fence, waiting, ready.
--- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
---       topic_id|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
---       each), records (packed, RECORD_FORMAT each).
--- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
--- Redis lost writes: nothing is applied and the caller replays from the fence found.
--- through_offset: the batch's last offset; the fence advances to it even for input
--- the caller never handed over (dead letters).
--- topic_id: the id of the topic the records were read from; a fence of another topic
--- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
--- is applied and the caller decides (on_state_loss). "" = not known: no check.
--- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil,
--- topic id of the fence found|nil}.
-local function add(keys, args)
-    local call = parse_add(keys, args)
-    local tag = call.tag
-    local fence_before, topic_before = read_fence(tag)
-    if call.topic ~= nil and topic_before ~= nil and topic_before ~= call.topic then
-        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before}
-    end
-    if call.expected_fence ~= nil
-            and (fence_before == nil or fence_before < call.expected_fence) then
-        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before or false}
-    end
-    local fence = fence_before or -1
-    local applied, touched = {}, {}
-    local added, skipped = 0, 0
-    for _, record in ipairs(call.records) do
+-- Steps 2 and 3 over call.records[first..last] (no control among them): those at or below
+-- `fence` are skipped. Counts into `totals` and lists what became READY in totals.ready;
+-- returns the fence after them.
+local function add_run(call, first, last, fence, totals)
+    local records, applied, touched = call.records, {}, {}
+    for i = first, last do
+        local record = records[i]
         if record.offset <= fence then
-            skipped = skipped + 1 -- a replay: at or below the fence
+            totals.skipped = totals.skipped + 1 -- a replay: at or below the fence
         else
             fence = record.offset
-            added = added + 1
-            applied[added] = record
+            applied[#applied + 1] = record
             local timeline = record.timeline
             if not timeline.touched then
                 timeline.touched = true
@@ -1281,17 +1297,33 @@ local function add(keys, args)
             end
         end
     end
-    begin_timelines(tag, touched)
-    local ready = {}
+    totals.added = totals.added + #applied
+    begin_timelines(call.tag, touched)
     for _, record in ipairs(applied) do
-        apply_record(record.timeline, record, ready)
+        apply_record(record.timeline, record, totals.ready)
     end
-    local dropped, partition_ttl = write_back(tag, touched, call)
-    local fence_after = advance_fence(tag, fence_before, topic_before,
-        math.max(fence, call.through_offset or -1), call.topic)
-    refresh_partition_ttl(tag, partition_ttl)
-    return {ready, added, skipped, dropped, fence_before or false, fence_after or false,
-        topic_before or false}
+    local dropped, partition_ttl = write_back(call.tag, touched, call)
+    totals.dropped = totals.dropped + dropped
+    if partition_ttl > totals.partition_ttl then
+        totals.partition_ttl = partition_ttl
+    end
+    return fence
+end
+
+-- Records of records[first..last] point at a timeline state of their own: a run after a
+-- control reads its timelines again (the control changed them in Redis).
+local function fresh_timelines(records, first, last)
+    local fresh = {}
+    for i = first, last do
+        local record = records[i]
+        local timeline = fresh[record.timeline]
+        if timeline == nil then
+            local old = record.timeline
+            timeline = new_timeline(old.policy, old.timeline, old.key)
+            fresh[old] = timeline
+        end
+        record.timeline = timeline
+    end
 end
 
 -- KEYS: waiting, ready, fence. ARGV: now, partition_ttl, limit.
@@ -1650,6 +1682,15 @@ local function flush_timeline(tag, timeline, now)
     return 1
 end
 
+-- One control operation on a timeline (ds_control, and ds_add for a batch holding controls).
+-- Returns became ready 1|0 and the records it cancelled.
+local function apply_control(tag, operation, timeline, id, now)
+    if operation == 'flush' then
+        return flush_timeline(tag, timeline, now), 0
+    end
+    return 0, cancel_records(timeline_key(tag, timeline), id)
+end
+
 -- KEYS: fence, timeline, digest, waiting, ready.
 -- ARGV: now, offset, expected_fence|"", through_offset|"", operation, timeline, record id|"",
 -- topic_id|"".
@@ -1691,16 +1732,90 @@ local function control(keys, args)
     local became_ready, cancelled, applied = 0, 0, 0
     if fence_before == nil or offset > fence_before then
         applied = 1
-        if operation == 'flush' then
-            became_ready = flush_timeline(tag, timeline, now)
-        else
-            cancelled = cancel_records(timeline_key(tag, timeline), id)
-        end
+        became_ready, cancelled = apply_control(tag, operation, timeline, id, now)
     end
     local fence_after = advance_fence(tag, fence_before, topic_before,
         math.max(applied == 1 and offset or -1, through or -1), topic)
     return {became_ready, cancelled, applied, fence_before or false, fence_after or false,
         topic_before or false}
+end
+
+-- ds_add (the command: after the control operations, which a batch may hold) ----------
+
+-- A batch holding controls, in ONE call (so Redis cannot lose part of it and keep the rest):
+-- each run of records as a plain add does it, each control as ds_control does it, in offset
+-- order, each fenced the same way. Returns the fence after the last.
+local function add_with_controls(call, fence, totals)
+    local records, done = call.records, 0
+    for _, control in ipairs(call.controls) do
+        if control.before > done then
+            if done > 0 then
+                fresh_timelines(records, done + 1, control.before)
+            end
+            fence = add_run(call, done + 1, control.before, fence, totals)
+            done = control.before
+        end
+        if control.offset > fence then
+            fence = control.offset
+            local became_ready, cancelled = apply_control(call.tag, control.operation,
+                control.timeline, control.id, call.now)
+            if became_ready == 1 then
+                totals.ready[#totals.ready + 1] = control.timeline
+            end
+            totals.cancelled = totals.cancelled + cancelled
+        end
+    end
+    if #records > done then
+        if done > 0 then
+            fresh_timelines(records, done + 1, #records)
+        end
+        fence = add_run(call, done + 1, #records, fence, totals)
+    end
+    return fence
+end
+
+-- KEYS: fence, waiting, ready.
+-- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
+--       topic_id|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
+--       each), records (packed, RECORD_FORMAT each)[, controls (packed, CONTROL_FORMAT
+--       each)].
+-- controls: flush | cancel | cancel_all operations among the records, applied at their
+-- place (the records before each one first), fenced like records; they count in neither
+-- added nor skipped. A batch with controls is one call like any other: all or nothing.
+-- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
+-- Redis lost writes: nothing is applied and the caller replays from the fence found.
+-- through_offset: the batch's last offset; the fence advances to it even for input
+-- the caller never handed over (dead letters).
+-- topic_id: the id of the topic the records were read from; a fence of another topic
+-- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
+-- is applied and the caller decides (on_state_loss). "" = not known: no check.
+-- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil,
+-- topic id of the fence found|nil, cancelled}.
+local function add(keys, args)
+    local call = parse_add(keys, args)
+    local tag = call.tag
+    local fence_before, topic_before = read_fence(tag)
+    if call.topic ~= nil and topic_before ~= nil and topic_before ~= call.topic then
+        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before, 0}
+    end
+    if call.expected_fence ~= nil
+            and (fence_before == nil or fence_before < call.expected_fence) then
+        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before or false,
+            0}
+    end
+    local totals = {ready = {}, added = 0, skipped = 0, dropped = 0, cancelled = 0,
+        partition_ttl = call.partition_ttl}
+    local fence
+    if call.controls == nil then
+        fence = add_run(call, 1, #call.records, fence_before or -1, totals)
+    else
+        fence = add_with_controls(call, fence_before or -1, totals)
+    end
+    local fence_after = advance_fence(tag, fence_before, topic_before,
+        math.max(fence, call.through_offset or -1), call.topic)
+    refresh_partition_ttl(tag, totals.partition_ttl)
+    return {totals.ready, totals.added, totals.skipped, totals.dropped, fence_before or false,
+        fence_after or false, topic_before or false, totals.cancelled}
 end
 
 -- KEYS: fence. Returns {applied offset|nil, topic id|nil}.
