@@ -10,13 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 
 from digest_stream.roles.ingest import fence
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.store import RedisStore, TimelinePolicy
 from digest_stream.store.base import FLUSH, NewRecord
-from tests.chaos.harness import OwnRedis
+from tests.chaos.harness import OwnRedis, Services, SettingsFactory, recovery_deadline
+from tests.support import wait_until
+from tests.support.kafka import Collector, send_events
+from tests.support.proxy import TcpProxy
 
 P = 0
 NOW = 1_700_000_000.0
@@ -82,3 +86,33 @@ def test_a_rollback_inside_a_batch_holding_a_control_is_noticed(
     )
     assert noticed.cause == "fence_behind", noticed.message
     assert noticed.offset == 1  # replayed from the first offset Redis lost
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_timeline_made_ready_by_an_add_whose_reply_was_lost_is_announced(
+    make_settings: SettingsFactory, own_redis: OwnRedis
+) -> None:
+    """Item 5: Redis runs a ds_add, its reply is lost, redis-py re-sends it: the re-run skips
+    the records (the fence covers them) and names nothing READY. The timeline the first run
+    made READY must still be announced, well before maintenance (300 s) would find it."""
+    with TcpProxy("127.0.0.1", own_redis.port) as proxy:
+        settings = make_settings(redis=f"redis://{proxy.address}/0", partitions=1)
+        services = Services(settings)
+        out = Collector(settings, settings.output_topic)
+        try:
+            service = services.start()
+            services.wait_started(service)
+            first = send_events(settings, "lost-reply:warm-up")  # the path works end to end
+            out.wait_for(lambda: set(first) <= out.record_ids(), 60, "the warm-up digest")
+            proxy.lose_reply_to(b"ds_add")
+            ready = send_events(settings, "lost-reply:new")  # absent -> READY in that add
+            wait_until(lambda: proxy.replies_lost == 1, 30, "the add's reply to be lost")
+            out.wait_for(
+                lambda: set(ready) <= out.record_ids(),
+                recovery_deadline(settings),
+                "the digest of the timeline the lost-reply add made READY",
+            )
+        finally:
+            services.cleanup()
+            out.close()

@@ -181,3 +181,15 @@ def test_a_running_partition_on_another_topic_replays_or_applies_the_batch_now()
                          end=11, resume_at=None) is None  # fmt: skip
     assert fence.foreign(1, "replay", fence=None, fence_topic=None, topic_id=NEW,
                          end=0, resume_at=None) is None  # fmt: skip
+
+
+def test_a_batch_found_applied_beyond_the_booked_fence_is_one_this_process_ran_before() -> None:
+    # the re-run of a call whose reply was lost: the fence covers the batch (10..14)
+    assert fence.applied_unbooked(9, 10, 14)
+    assert fence.applied_unbooked(None, 10, 14)  # a first batch: nothing booked yet
+    assert fence.applied_unbooked(9, 10, 10)  # applied in part (the fence moves per record)
+    # the usual call, and a start below the fence (the previous owner's uncommitted tail)
+    assert not fence.applied_unbooked(9, 10, 9)
+    assert not fence.applied_unbooked(14, 8, 14)
+    assert not fence.applied_unbooked(None, 10, None)
+    assert not fence.applied_unbooked(None, 10, 9)
