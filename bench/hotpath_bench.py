@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     def fake_fcall(function: str, call_keys: list[str], call_args: Sequence[Any], **_: Any) -> Any:
         # The packing redis-py does is part of the hot path: keep it, send nothing.
         connection.pack_command("FCALL", function, len(call_keys), *call_keys, *call_args)
-        return [[], BATCH, 0, 0, None, BATCH - 1, None]
+        return [[], BATCH, 0, 0, None, BATCH - 1, None, 0]  # ds_add's reply
 
     setattr(store, "_fcall", fake_fcall)  # noqa: B010 - an instance attribute, on purpose
     producer = Producer({"bootstrap.servers": env.bootstrap})

@@ -885,10 +885,17 @@ class OwnRedis:
     def snapshot(self) -> float:
         """BGSAVE and wait until it is on disk; returns the wall time of the snapshot."""
         client = self.client()
-        before = client.lastsave()
+        # rdb_saves counts saves started: this one is done once none is in progress (LASTSAVE
+        # has whole seconds: a save in the second the server started would go unseen)
+        before = int(client.info("persistence")["rdb_saves"])
         at = time.time()
         client.bgsave()
-        wait_until(lambda: client.lastsave() != before, 60, "BGSAVE to finish", 0.05)
+
+        def saved() -> bool:
+            info = client.info("persistence")
+            return int(info["rdb_saves"]) > before and not int(info["rdb_bgsave_in_progress"])
+
+        wait_until(saved, 60, "BGSAVE to finish", 0.05)
         assert client.info("persistence")["rdb_last_bgsave_status"] == "ok"
         return at
 

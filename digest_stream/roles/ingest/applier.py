@@ -106,6 +106,17 @@ class Applier:
                 result = self._add_retrying(batch)
                 if result is None:
                     return None
+        if fence.applied_unbooked(batch.expected, batch.first, result.fence_before):
+            log.warning(
+                "partition %d: Redis had already applied this batch (offsets %d..%d) through "
+                "%d: a store call re-sent after its reply was lost; announcing READY timelines "
+                "again",
+                batch.partition,
+                batch.first,
+                batch.last,
+                result.fence_before,
+            )
+            self._restored(batch.partition)
         last = batch.last
         self._ledger.book(
             batch.partition, last, result.fence_after if result.fence_after is not None else last
