@@ -17,7 +17,7 @@ from digest_stream.store.base import OpenDigest
 from digest_stream.store.errors import InvalidState
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event, ScheduleEntry, ScheduleReason
-from tests.unit.roles.fakes import FakeConsumer, FakeProducer, message
+from tests.support.fakes import FakeConsumer, FakeProducer, message
 
 SCHEDULE, OUTPUT = "schedule", "output"
 

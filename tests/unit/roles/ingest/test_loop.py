@@ -19,7 +19,7 @@ from digest_stream.store import MemoryStore
 from digest_stream.store.base import AddResult, Fence
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event, ScheduleReason
-from tests.unit.roles.fakes import FakeConsumer, FakeProducer, FakeTopics, message
+from tests.support.fakes import FakeConsumer, FakeProducer, FakeTopics, message
 
 EVENTS, SCHEDULE, DLQ = "events", "schedule", "dlq"
 
