@@ -78,6 +78,7 @@ class Closing:
     digests: list[tuple[ScheduleFields, OpenDigest]]
     positions: dict[int, int]  # nothing when the batch must not be committed (cut short)
     done: Future[list[bool]] | None
+    now: float  # the close's time, the one its digests' next_delivery_at was computed from
 
 
 def _digest_ids(count: int) -> list[str]:
@@ -168,14 +169,18 @@ class Delivery:
             # The next batch is taken now (without waiting) and opened while this one goes out.
             self._ahead = self._take(0.0, busy=batch)
             picked, opened, messages = self._still_assigned(batch, opened)
-            pending, empty = self._prepare(picked, opened, batch.now)
+            # The close's time, taken before encoding: the digests name the next delivery the
+            # close will set (one taken after the publish may be past a fire they named).
+            closing_at = self._clock.now()
+            pending, empty = self._prepare(picked, opened, closing_at)
             published, cut_short = self._publisher.publish(pending)
             self._kafka.resume()
             self._published(published)
             self._settle()  # the previous batch's closes, then its commit
             # One round trip closes the batch: what was published and the empty digests.
             digests = empty + [(item.entry, item.digest) for item in published]
-            self._closing = self._close(digests, {} if cut_short else highest_offsets(messages))
+            positions = {} if cut_short else highest_offsets(messages)
+            self._closing = self._close(digests, positions, closing_at)
             if self._ahead is None:
                 self._settle()
         except redis.RedisError as exc:
@@ -287,7 +292,8 @@ class Delivery:
     def _prepare(
         self, picked: list[tuple[Message, ScheduleFields]], opened: Opened, now: float
     ) -> tuple[list[Pending], list[tuple[ScheduleFields, OpenDigest]]]:
-        """The opened digests to publish, and the empty ones (closed without publishing)."""
+        """The opened digests to publish, and the empty ones (closed without publishing);
+        ``now`` is the time they will be closed at."""
         pending: list[Pending] = []
         empty: list[tuple[ScheduleFields, OpenDigest]] = []
         for (message, entry), digest in zip(picked, opened, strict=True):
@@ -419,20 +425,23 @@ class Delivery:
                 self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
 
     def _close(
-        self, digests: list[tuple[ScheduleFields, OpenDigest]], positions: dict[int, int]
+        self,
+        digests: list[tuple[ScheduleFields, OpenDigest]],
+        positions: dict[int, int],
+        now: float,
     ) -> Closing:
-        """Start closing the batch's digests on the helper thread (behind the opens already
-        asked for, so a later open of these timelines finds them closed)."""
+        """Start closing the batch's digests at ``now`` on the helper thread (behind the opens
+        already asked for, so a later open of these timelines finds them closed)."""
         done = None
         if digests:
             targets = [(entry.partition, entry.timeline, digest.id) for entry, digest in digests]
-            done = self._helper.submit(self._close_early, targets)
-        return Closing(digests, positions, done)
+            done = self._helper.submit(self._close_early, targets, now)
+        return Closing(digests, positions, done, now)
 
-    def _close_early(self, targets: list[DigestTarget]) -> list[bool]:
+    def _close_early(self, targets: list[DigestTarget], now: float) -> list[bool]:
         """close_many on the helper thread: one attempt; _settle retries a failure."""
         with self._metrics.store_latency.labels(operation="close").time():
-            return self._store.close_many(targets, self._clock.now())
+            return self._store.close_many(targets, now)
 
     def _settle(self, *, retry: bool = True) -> None:
         """Wait for the last batch's closes (retrying a failed call here, serving the group,
@@ -450,7 +459,7 @@ class Delivery:
                     return
                 targets = [(e.partition, e.timeline, d.id) for e, d in closing.digests]
                 closed = self._with_redis(
-                    lambda: self._store.close_many(targets, self._clock.now()), "close"
+                    lambda: self._store.close_many(targets, closing.now), "close"
                 )
         if self._hooks:
             for (entry, digest), done in zip(closing.digests, closed, strict=True):

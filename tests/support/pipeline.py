@@ -132,5 +132,18 @@ def settings_env(settings: Settings) -> dict[str, str]:
     }
 
 
+def cli_flags(settings: Settings) -> list[str]:
+    """The flags that point a CLI command at one test's topics and namespace."""
+    return [
+        "--kafka-bootstrap-servers", settings.kafka_bootstrap_servers,
+        "--redis-url", settings.redis_url,
+        "--namespace", settings.namespace,
+        "--events-topic", settings.events_topic,
+        "--schedule-topic", settings.schedule_topic,
+        "--output-topic", settings.output_topic,
+        "--dlq-topic", settings.dlq_topic,
+    ]  # fmt: skip
+
+
 PipelineFactory = Callable[..., Pipeline]
 """The `pipeline_factory` fixture: `make(partitions=4, **setting_changes) -> Pipeline`."""
