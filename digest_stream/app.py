@@ -137,6 +137,7 @@ class App:
         self.heartbeats = Heartbeats()
         self.health = Health(self)
         self.server: OpsServer | None = None
+        self._hooks: Hooks | None = None  # until start(), and again once on_stop was called
         self.started = False
 
     def start(self) -> None:
@@ -146,6 +147,7 @@ class App:
         if isinstance(store, RedisStore):
             check_clock(store, self.clock, self.metrics)
         hooks = Hooks([*self.hooks, *load_hooks(self.settings.hooks, self.settings)])
+        self._hooks = hooks
         if "ingest" in self.roles:
             producer = Producer(producer_config(self.settings))
             scheduler = None
@@ -253,6 +255,9 @@ class App:
         if self.server is not None:
             self.server.stop()
             self.server = None
+        if self._hooks is not None:
+            hooks, self._hooks = self._hooks, None  # once, however often wait() is called
+            hooks.on_stop(self.metrics)
         return not alive
 
     @property

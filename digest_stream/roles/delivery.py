@@ -35,16 +35,11 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.compose import compose, next_delivery_at, reason
 from digest_stream.roles.dlq import DeadLetters
 from digest_stream.roles.publish import Pending, Publisher, encoded_parts, part_budget
-from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import RoleConsumer, highest_offsets
 from digest_stream.settings import Settings
-from digest_stream.store.base import (
-    DigestStore,
-    DigestTarget,
-    InvalidState,
-    OpenDigest,
-    TimelinePolicy,
-)
+from digest_stream.store.base import DigestStore, DigestTarget, OpenDigest
+from digest_stream.store.errors import InvalidState, unavailable
+from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire import codec, envelope
 from digest_stream.wire.digest_bytes import whole_digest
 from digest_stream.wire.event_head import decode_event_head

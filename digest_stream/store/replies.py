@@ -16,14 +16,13 @@ from digest_stream.store.base import (
     DueBatch,
     DueTimeline,
     Fence,
-    InvalidArgument,
-    InvalidState,
     OpenDigest,
     PartitionStats,
     StoredRecord,
     TimelineInfo,
     reason_of,
 )
+from digest_stream.store.errors import InvalidArgument, InvalidState
 
 #: A reply piece, before it is checked.
 Reply = object

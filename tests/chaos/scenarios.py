@@ -7,7 +7,6 @@ lost == 0 (and, where the contract promises it, duplicated == 0).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -25,7 +24,7 @@ import redis
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 
-from digest_stream.settings import Settings, env_name
+from digest_stream.settings import Settings
 from digest_stream.wire import codec, control
 from digest_stream.wire.models import Event
 from tests.chaos.harness import (
@@ -50,7 +49,7 @@ from tests.chaos.harness import (
 from tests.support import REPO_ROOT, unique, wait_until
 from tests.support.crash_hooks import pause_before_close_env
 from tests.support.kafka import committed_offsets
-from tests.support.pipeline import ServiceProcess
+from tests.support.pipeline import ServiceProcess, settings_env
 from tests.support.proxy import TcpProxy
 
 
@@ -815,7 +814,7 @@ def acl_capacity(settings: Settings, size: Size, admin_settings: Settings | None
         # shared cluster: the stack loaded it, and a load there would touch every tenant.
         preload = subprocess.run(
             [sys.executable, "-m", "digest_stream.cli", "stats"],
-            env={**os.environ, **service_env(admin_settings)},
+            env={**os.environ, **settings_env(admin_settings)},
             capture_output=True,
             text=True,
             timeout=60,
@@ -844,15 +843,6 @@ def acl_capacity(settings: Settings, size: Size, admin_settings: Settings | None
         assert codes == [0] * len(codes), f"exit codes {codes}"
         assert services.counter("digest_events_dropped_total", reason="capacity") > 0
         return figures
-
-
-def service_env(settings: Settings) -> dict[str, str]:
-    """The environment that gives a `digest-stream` command these settings."""
-    env: dict[str, str] = {}
-    for name, value in settings.model_dump(mode="json").items():
-        if value is not None:
-            env[env_name(name)] = value if isinstance(value, str) else json.dumps(value)
-    return env
 
 
 # --------------------------------------------------------------------------- 11 Redis refusing
@@ -1126,7 +1116,7 @@ def topic_recreated(settings: Settings, first: int = 20, then: int = 5) -> Figur
         )
         created = subprocess.run(
             [sys.executable, "-m", "digest_stream.cli", "topics", "create", "--partitions", "8"],
-            env={**os.environ, **service_env(settings)},
+            env={**os.environ, **settings_env(settings)},
             capture_output=True,
             text=True,
             timeout=120,

@@ -154,20 +154,6 @@ class Ingest:
         """Input partitions this instance owns right now."""
         return self._ledger.owned
 
-    @property
-    def in_flight(self) -> bool:
-        """A batch's store calls were handed to the worker and not booked yet."""
-        return self._worker.busy
-
-    @property
-    def kept(self) -> int:
-        """Stored batches a rebalance handler left for the role thread to book."""
-        return len(self._done)
-
-    def wait_in_flight(self, timeout: float) -> None:
-        """Wait until the worker finished the batch in flight (it stays unbooked)."""
-        self._worker.wait(timeout)
-
     def lag(self) -> dict[int, int]:
         """Consumer lag per assigned input partition (local, cheap; for the metrics scrape)."""
         return self._kafka.lag()

@@ -17,9 +17,9 @@ from digest_stream.roles.ingest.applier import Applier
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.topic import TopicProbe
 from digest_stream.roles.ingest.worker import Batch
-from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import RoleConsumer
 from digest_stream.store.base import DigestStore
+from digest_stream.store.errors import unavailable
 
 log = logging.getLogger(__name__)
 
