@@ -20,7 +20,7 @@ from digest_stream.roles.ingest.outputs import Outputs
 from digest_stream.roles.ingest.topic import TopicProbe
 from digest_stream.roles.ingest.worker import Batch
 from digest_stream.roles.retry import unavailable
-from digest_stream.roles.runner import RoleConsumer
+from digest_stream.roles.runner import Runner
 from digest_stream.store.base import AddResult, DigestStore
 
 log = logging.getLogger(__name__)
@@ -34,10 +34,9 @@ class Applier:
         store: DigestStore,
         policy: fence.StateLoss,
         metrics: Metrics,
-        kafka: RoleConsumer,
+        kafka: Runner,
         ledger: Ledger,
         outputs: Outputs,
-        stopping: Callable[[], bool],
         topics: TopicProbe,
         restored: Callable[[int], None] = lambda _partition: None,
     ) -> None:
@@ -51,7 +50,6 @@ class Applier:
         self._kafka = kafka
         self._ledger = ledger
         self._outputs = outputs
-        self._stopping = stopping
 
     def timed_add(self, batch: Batch) -> AddResult:
         """The batch's one store call, fenced by the fence it carries (the worker runs this)."""
@@ -144,7 +142,7 @@ class Applier:
         try:
             return self._kafka.while_redis_down(
                 lambda: self.timed_add(batch),
-                give_up=lambda: self._stopping() or not self._ledger.owns(batch.partition),
+                give_up=lambda: self._kafka.stopping() or not self._ledger.owns(batch.partition),
                 errors=self._metrics.redis_errors,
                 recovered=self._after_outage,
             )
@@ -198,7 +196,7 @@ class Applier:
                 return
             self._kafka.while_redis_down(
                 reset,
-                give_up=lambda: self._stopping() or not self._ledger.owns(partition),
+                give_up=lambda: self._kafka.stopping() or not self._ledger.owns(partition),
                 errors=self._metrics.redis_errors,
             )
         except redis.RedisError as exc:

@@ -11,6 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaE
 from digest_stream.clock import ManualClock
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.delivery import Delivery
+from digest_stream.roles.runner import Runner
 from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore, NewRecord
 from digest_stream.store.base import InvalidState, OpenDigest
@@ -57,15 +58,11 @@ def _started(
     partitions: tuple[int, ...] = (0,),
 ) -> Delivery:
     """A started delivery on these fakes, assigned ``partitions``."""
+    runner = Runner(settings, "delivery", consumer=consumer.as_consumer())
     delivery = Delivery(
-        settings,
-        store,
-        ManualClock(2000.0),
-        metrics or Metrics(),
-        producer.as_producer(),
-        consumer=consumer.as_consumer(),
+        settings, store, ManualClock(2000.0), metrics or Metrics(), producer.as_producer(), runner
     )
-    delivery.start(lambda: False)
+    runner.start(delivery, lambda: False)
     consumer.assign(list(partitions))
     return delivery
 
