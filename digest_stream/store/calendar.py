@@ -48,8 +48,15 @@ def check(expression: str, timezone: str) -> None:
 
 def next_fire(expression: str, timezone: str, after: float) -> float:
     """The first fire time strictly after ``after`` (seconds since the epoch)."""
-    start = datetime.fromtimestamp(after, zone(timezone))
-    return next(CronSim(expression, start)).timestamp()
+    start = datetime.fromtimestamp(after, zone(timezone))  # fold=1 in a second pass
+    fires = CronSim(expression, start)
+    fire = next(fires).timestamp()
+    # cronsim walks a fixed time of day on the wall clock, fold dropped, and answers a time
+    # in a repeated hour with its first pass: asked in the second pass, that one has passed
+    # (it fired then), so the fires up to ``after`` are stepped over, never returned.
+    while fire <= after:
+        fire = next(fires).timestamp()
+    return fire
 
 
 def longest_gap(expression: str, timezone: str, start: float) -> float:

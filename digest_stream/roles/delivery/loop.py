@@ -62,7 +62,7 @@ class Delivery:
         self._partitions = Partitions()
         self._report = Report(metrics, hooks, clock)
         self._overlap = Overlap(
-            store, clock, metrics, runner, hooks, lambda done: self._commit(done, sync=False)
+            store, metrics, runner, hooks, lambda done: self._commit(done, sync=False)
         )
         self._ahead: Batch | None = None  # the next batch, taken early, its opens under way
         self._publisher = Publisher(
@@ -93,14 +93,18 @@ class Delivery:
             # The partitions revoked or lost since it was taken are the next owner's: their
             # digests stay open for it, under the same ids.
             picked, opened, messages = batch.without(gone, opened)
-            pending, empty = self._prepare(picked, opened, batch.now)
+            # The close's time, taken before encoding: the digests name the next delivery the
+            # close will set (one taken after the publish may be past a fire they named).
+            closing_at = self._clock.now()
+            pending, empty = self._prepare(picked, opened, closing_at)
             published, cut_short = self._publisher.publish(pending)
             self._kafka.resume()
             self._report.published(published)
             overlap.settle()  # the previous batch's closes, then its commit
             # One round trip closes the batch: what was published and the empty digests.
             digests = empty + [(item.entry, item.digest) for item in published]
-            overlap.close(digests, {} if cut_short else highest_offsets(messages))
+            positions = {} if cut_short else highest_offsets(messages)
+            overlap.close(digests, positions, closing_at)
             if self._ahead is None:
                 overlap.settle()
         except redis.RedisError as exc:
@@ -154,7 +158,8 @@ class Delivery:
     def _prepare(
         self, picked: list[Picked], opened: Opened, now: float
     ) -> tuple[list[Pending], list[tuple[ScheduleFields, OpenDigest]]]:
-        """The opened digests to publish, and the empty ones (closed without publishing)."""
+        """The opened digests to publish, and the empty ones (closed without publishing);
+        ``now`` is the time they will be closed at."""
         pending: list[Pending] = []
         empty: list[tuple[ScheduleFields, OpenDigest]] = []
         max_bytes = self._settings.max_message_bytes

@@ -22,7 +22,6 @@ from typing import TypeVar
 
 from confluent_kafka import Message
 
-from digest_stream.clock import Clock
 from digest_stream.ops.hooks import Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.delivery.partitions import Stamp
@@ -85,6 +84,7 @@ class Closing:
     digests: list[tuple[ScheduleFields, OpenDigest]]
     positions: dict[int, int]  # nothing when the batch must not be committed (cut short)
     done: Future[list[bool]] | None
+    now: float  # the close's time, the one its digests' next_delivery_at was computed from
 
 
 def _digest_ids(count: int) -> list[str]:
@@ -99,14 +99,12 @@ class Overlap:
     def __init__(
         self,
         store: DigestStore,
-        clock: Clock,
         metrics: Metrics,
         runner: Runner,
         hooks: Hooks,
         commit: Callable[[dict[int, int]], object],
     ) -> None:
         self._store = store
-        self._clock = clock
         self._metrics = metrics
         self._runner = runner
         self._hooks = hooks
@@ -151,15 +149,19 @@ class Overlap:
             batch.opening.exception()
 
     def close(
-        self, digests: list[tuple[ScheduleFields, OpenDigest]], positions: dict[int, int]
+        self,
+        digests: list[tuple[ScheduleFields, OpenDigest]],
+        positions: dict[int, int],
+        now: float,
     ) -> None:
-        """Start closing a published batch's digests (behind the opens already asked for, so a
-        later open of these timelines finds them closed); settle() commits ``positions``."""
+        """Start closing a published batch's digests at ``now`` (behind the opens already asked
+        for, so a later open of these timelines finds them closed); settle() commits
+        ``positions``."""
         done = None
         if digests:
             targets = [(entry.partition, entry.timeline, digest.id) for entry, digest in digests]
-            done = self._helper.submit(self._timed_close, targets)
-        self._closing = Closing(digests, positions, done)
+            done = self._helper.submit(self._timed_close, targets, now)
+        self._closing = Closing(digests, positions, done, now)
 
     def settle(self, *, retry: bool = True) -> None:
         """Wait for the last batch's closes (retrying a failed call here, serving the group,
@@ -177,7 +179,7 @@ class Overlap:
                     return
                 targets = [(e.partition, e.timeline, d.id) for e, d in closing.digests]
                 closed = self._with_redis(
-                    lambda: self._store.close_many(targets, self._clock.now()), "close"
+                    lambda: self._store.close_many(targets, closing.now), "close"
                 )
         if self._hooks:
             for (entry, digest), done in zip(closing.digests, closed, strict=True):
@@ -194,10 +196,10 @@ class Overlap:
         with self._metrics.store_latency.labels(operation="open").time():
             return self._store.open_many(targets, now)
 
-    def _timed_close(self, targets: list[DigestTarget]) -> list[bool]:
+    def _timed_close(self, targets: list[DigestTarget], now: float) -> list[bool]:
         """close_many on the helper thread: one attempt; settle() retries a failure."""
         with self._metrics.store_latency.labels(operation="close").time():
-            return self._store.close_many(targets, self._clock.now())
+            return self._store.close_many(targets, now)
 
     def _with_redis(self, call: Callable[[], T], operation: str) -> T:
         """A store call, retried while Redis is unreachable (paused, serving the group)."""

@@ -3,7 +3,7 @@ model, a single Redis and the Redis Cluster (issue 15)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -98,6 +98,31 @@ def test_a_calendar_timeline_has_no_leading_edge_and_delivers_at_each_fire(
     assert [d.timeline for d in store.schedule(P, next_nine)] == ["d"]
     assert deliver(store, "d", next_nine) == ([], "SCHEDULE")
     assert store.inspect(P, "d").state == "absent"
+
+
+def test_a_calendar_due_time_is_never_in_the_past_across_a_fall_back(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    # Berlin, 2026-10-25: 03:00 -> 02:00, so 02:00-03:00 happens twice. "30 2" fires at the
+    # first 02:30 (00:30 UTC); the second pass's 02:10 (01:10 UTC) comes after it (issue 20).
+    store = make_store(TimelinePolicy(schedule="30 2 * * *", timezone="Europe/Berlin"))
+    first_pass = datetime(2026, 10, 25, 0, 30, tzinfo=UTC).timestamp()
+    second_pass = datetime(2026, 10, 25, 1, 10, tzinfo=UTC).timestamp()
+    next_day = datetime(2026, 10, 26, 2, 30, tzinfo=BERLIN).timestamp()
+    # At add: a first record in the second pass waits for the next day's fire, not a past one.
+    store.add(P, [feed("new")], second_pass)
+    assert store.inspect(P, "new").due == next_day
+    # At close: a digest of the first pass's fire closed in the second pass (a slow publish).
+    store.add(P, [feed("d")], first_pass - 3600)
+    assert store.inspect(P, "d").due == first_pass
+    assert [d.timeline for d in store.schedule(P, first_pass)] == ["d"]
+    digest = store.open(P, "d", new_id(), first_pass)
+    store.add(P, [feed("d")], second_pass - 60)  # arrives while that digest is open
+    assert store.close(P, "d", digest.id, second_pass)
+    assert store.inspect(P, "d").due == next_day
+    # Nothing is due again before the next day: no digest storm on every tick.
+    assert store.schedule(P, second_pass + 1) == []
+    assert [d.timeline for d in store.schedule(P, next_day)] == ["d", "new"]
 
 
 def test_flush_delivers_a_waiting_timeline_now_in_order_with_its_records(

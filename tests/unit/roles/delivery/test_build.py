@@ -5,7 +5,7 @@ from __future__ import annotations
 from digest_stream.roles.delivery.build import build
 from digest_stream.store.base import OpenDigest, StoredRecord, TimelinePolicy
 from digest_stream.wire import codec, envelope
-from digest_stream.wire.models import DigestReason, Event, ScheduleReason
+from digest_stream.wire.models import Digest, DigestReason, Event, ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields
 
 NOW = 2000.0
@@ -26,7 +26,7 @@ def _digest(records: list[StoredRecord], dropped: int = 0, reason: str = "COOLDO
     return OpenDigest("d1", "t", records, dropped, 1500.0, reason=reason)
 
 
-def _decoded(values: list[bytes]) -> list[codec.Digest]:
+def _decoded(values: list[bytes]) -> list[Digest]:
     return [codec.decode_digest(value) for value in values]
 
 

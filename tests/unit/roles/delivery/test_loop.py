@@ -393,3 +393,44 @@ def test_a_revocation_commits_the_closing_batch_before_the_next_owner_starts() -
     assert delivery.step() == 0  # revoked while t2 was in hand: t2 is the next owner's
     assert consumer.committed_offsets == {0: 1}  # t1 closed and committed on revocation
     assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
+
+
+class SlowBroker(FakeProducer):
+    """Acknowledges only after ``delay`` seconds of ``clock`` time: a publish that takes time."""
+
+    def __init__(self, clock: ManualClock, delay: float) -> None:
+        super().__init__()
+        self.clock, self.delay = clock, delay
+
+    def flush(self, timeout: float = -1) -> int:
+        if self.pending:
+            self.clock.advance(self.delay)
+        return super().flush(timeout)
+
+
+def test_next_delivery_at_is_the_due_time_the_close_sets_when_a_publish_crosses_a_fire() -> None:
+    # Every minute: the batch is taken and encoded at 59.5 s, the broker acknowledges at 60.5 s,
+    # past the fire at 60 s (issue 20). The digest must name what the close then does.
+    minute = 1_800_000_000.0  # a whole minute
+    settings = Settings(
+        schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0, schedule="* * * * *"
+    )
+    store = MemoryStore(policy=settings.policy())
+    _ready(store, "t1", 2)
+    store.schedule(0, minute)  # its first fire: READY
+    clock = ManualClock(minute + 59.5)
+    consumer, producer = FakeConsumer(SCHEDULE), SlowBroker(clock, 1.0)
+    runner = Runner(settings, "delivery", consumer=consumer.as_consumer())
+    delivery = Delivery(settings, store, clock, Metrics(), producer.as_producer(), runner)
+    runner.start(delivery, lambda: False)
+    consumer.assign([0])
+    _entry(consumer, "t1", 0)
+    assert delivery.step() == 1
+    assert clock.now() == minute + 60.5
+    ((_, value),) = producer.on(OUTPUT)
+    info = store.inspect(0, "t1")
+    assert info.state == "waiting"
+    assert info.due is not None
+    assert codec.decode_digest(value or b"").next_delivery_at == int(info.due * 1000)
+    # The fire at 60 s is not skipped: records that came while it was encoded go out then.
+    assert info.due == minute + 60
