@@ -62,7 +62,7 @@ class Delivery:
         self._partitions = Partitions()
         self._report = Report(metrics, hooks, clock)
         self._overlap = Overlap(
-            store, metrics, runner, hooks, lambda done: self._commit(done, sync=False)
+            store, metrics, runner, hooks, lambda positions: self._commit(positions, sync=False)
         )
         self._ahead: Batch | None = None  # the next batch, taken early, its opens under way
         self._publisher = Publisher(
