@@ -53,7 +53,8 @@ bench-store: venv stack-up
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
 
-demo: venv stack-up
+# Brings up (and at the end stops) Kafka and Redis only when no part of the stack was running.
+demo: venv
 	bash scripts/demo.sh
 
 # Issues 7 and 12: the fault-injection scenarios (~25 min on 2 cores); figures appended to

@@ -35,6 +35,7 @@ from digest_stream.store.base import (
     PolicyResolver,
     TimelinePolicy,
 )
+from digest_stream.wire.partitioner import DEFAULT_PARTITIONER, Partitioner
 
 ENV_PREFIX = "DIGEST_STREAM_"
 #: Room a digest message needs beside one record: its own fields, the key, carried headers.
@@ -43,6 +44,8 @@ MESSAGE_OVERHEAD_BYTES = 16_384
 _POLICY_FIELD = re.compile(
     r"\b(?:" + "|".join(f.name for f in dataclasses.fields(TimelinePolicy)) + r")\b"
 )
+#: A librdkafka property value: confluent-kafka takes strings, numbers and booleans.
+KafkaValue = str | bool | int | float
 #: Env var naming the optional TOML settings file (also `--config PATH`); not a setting itself.
 CONFIG_ENV = f"{ENV_PREFIX}CONFIG"
 #: The TOML file of the command being run (set by the CLI's --config); wins over CONFIG_ENV.
@@ -80,9 +83,10 @@ class Settings(BaseSettings):
     kafka_bootstrap_servers: str = Field(
         "127.0.0.1:9092", description="Kafka bootstrap servers (host:port, comma-separated)."
     )
-    kafka_config: dict[str, str] = Field(
+    kafka_config: dict[str, KafkaValue] = Field(
         default_factory=dict,
-        description="Extra librdkafka properties for every client, as JSON (e.g. SASL/SSL).",
+        description="Extra librdkafka properties for every client, as JSON (e.g. SASL/SSL); "
+        "values are strings, numbers or booleans, as confluent-kafka takes them.",
     )
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0", description="Redis URL (redis:// or rediss://)."
@@ -107,6 +111,14 @@ class Settings(BaseSettings):
 
     # -- topics and groups
     events_topic: str = Field("digests.events", description="Input topic of Avro Events.")
+    partitioner: Partitioner = Field(
+        DEFAULT_PARTITIONER,
+        description="librdkafka partitioner the events topic's producers use (key = timeline): "
+        "EventProducer and the CLI produce with it, the service checks events against it. "
+        "murmur2_random: Java's default; consistent_random: librdkafka's default "
+        "(confluent-kafka, Go, .NET); fnv1a_random: Sarama's. murmur2, consistent and fnv1a "
+        "place a timeline as their _random forms do.",
+    )
     schedule_topic: str = Field("digests.schedule", description="Topic of ScheduleEntries.")
     output_topic: str = Field("digests.output", description="Topic the Digests go to.")
     dlq_topic: str = Field("digests.dlq", description="Dead-letter topic for bad input.")
@@ -235,6 +247,17 @@ class Settings(BaseSettings):
                 f"({self.max_message_bytes}): at most {room}"
             )
         return self
+
+    @field_validator("kafka_config")
+    @classmethod
+    def _one_partitioner(cls, value: dict[str, KafkaValue]) -> dict[str, KafkaValue]:
+        # Two places to say it would let the CLI's controls and the events disagree.
+        if "partitioner" in value:
+            raise ValueError(
+                f"set the partitioner with {env_name('partitioner')}, not in kafka_config: "
+                "the service, EventProducer and the CLI share that one setting"
+            )
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod

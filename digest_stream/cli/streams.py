@@ -88,6 +88,7 @@ def produce(
             topic=settings.events_topic,
             schema_registry_url=settings.schema_registry_url,
             schema_registry_config=settings.schema_registry_config,
+            partitioner=settings.partitioner,
             **settings.kafka_config,
         )
     with producer:
@@ -117,7 +118,7 @@ def produce(
 def tail(
     group: str | None, from_beginning: bool, duration: float, max_digests: int, **flags: Any
 ) -> None:
-    """Print digests as they arrive: timeline, records, dropped, latency."""
+    """Print digests as they arrive: timeline, records, total, dropped, reason, latency."""
     from digest_stream.client import DigestReader, RegistryUnavailable
 
     settings = load_settings(flags)
@@ -128,8 +129,9 @@ def tail(
     }
     deadline = time.monotonic() + duration if duration > 0 else None
     shown = 0
-    click.echo(f"{'time':8}  {'timeline':24} {'records':>7} {'dropped':>7} {'part':>5}  "
-               f"{'latency':>9}  digest id")  # fmt: skip
+    # total: the records the digest stood for (dropped ones included); reason: why it went out.
+    click.echo(f"{'time':8}  {'timeline':24} {'records':>7} {'total':>7} {'dropped':>7} "
+               f"{'part':>5}  {'reason':9} {'latency':>9}  digest id")  # fmt: skip
     with DigestReader(
         settings.kafka_bootstrap_servers,
         group or f"digest-stream-tail-{uuid.uuid4().hex[:8]}",
@@ -150,9 +152,12 @@ def tail(
             # Latency: from the newest record's event time to now (what a user waits).
             latency = time.time() - digest.end / 1000
             at = datetime.now(UTC).strftime("%H:%M:%S")
+            total = "-" if digest.total is None else str(digest.total)  # older producers
+            reason = "-" if digest.reason is None else digest.reason.value
             click.echo(
-                f"{at:8}  {digest.timeline[:24]:24} {len(digest.records):>7} {digest.dropped:>7} "
-                f"{digest.part:>2}/{digest.parts:<2}  {latency * 1000:>7.0f}ms  {digest.id}"
+                f"{at:8}  {digest.timeline[:24]:24} {len(digest.records):>7} {total:>7} "
+                f"{digest.dropped:>7} {digest.part:>2}/{digest.parts:<2}  {reason:9} "
+                f"{latency * 1000:>7.0f}ms  {digest.id}"
             )
             shown += 1
             if max_digests and shown >= max_digests:

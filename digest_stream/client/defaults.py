@@ -17,11 +17,8 @@ PRODUCER_DEFAULTS: Final[Mapping[str, Any]] = {
     # reorder a timeline's events, and an acknowledged event survives a broker failure.
     "enable.idempotence": True,
     "acks": "all",
-    # The Java clients' partitioner: the same timeline lands on the same partition whichever
-    # client produced it. The service keeps a timeline's state per input partition, so events of
-    # one timeline spread over two partitions would become two timelines. librdkafka's own
-    # default (consistent_random, CRC32) disagrees with Java for the same key.
-    "partitioner": "murmur2_random",
+    # No "partitioner": EventProducer takes it as its own argument (the `partitioner`
+    # setting, DEFAULT_PARTITIONER unless told), so its events and controls agree.
     "client.id": "digest-stream-event-producer",
     "logger": LIBRDKAFKA_LOGGER,
 }

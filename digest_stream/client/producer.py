@@ -15,6 +15,7 @@ from digest_stream.client.defaults import EVENTS_TOPIC, PRODUCER_DEFAULTS
 from digest_stream.wire import control
 from digest_stream.wire.codec import EVENT_SCHEMA, encode_event
 from digest_stream.wire.models import Event, validate_timeline
+from digest_stream.wire.partitioner import DEFAULT_PARTITIONER, PARTITIONERS, Partitioner
 from digest_stream.wire.registry import output_frame
 
 log = logging.getLogger("digest_stream.client")
@@ -35,6 +36,12 @@ _LIBRDKAFKA_LOGGER: Final = logging.getLogger("digest_stream.client.librdkafka")
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _index(partition: int | None) -> int | None:
+    if partition is not None and (isinstance(partition, bool) or partition < 0):
+        raise ValueError(f"partition must be a partition number (>= 0), got {partition!r}")
+    return partition
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,10 @@ class EventProducer:
     """Produce events to the input topic: validated, Avro-encoded, keyed by timeline.
 
     The Kafka key is the timeline in UTF-8, which is what places all events of a timeline on
-    one partition (and so with one service instance). `librdkafka_overrides` are librdkafka
+    one partition (and so with one service instance). `partitioner` (librdkafka's name, the
+    service's `partitioner` setting) must be the one every producer of the topic uses: the
+    service keeps a timeline's state on the partition its events arrive on, and a control
+    (`flush`, `cancel`) acts only there. `librdkafka_overrides` are librdkafka
     properties, dotted names included: `EventProducer(servers, **{"linger.ms": 20})`.
     With `schema_registry_url` (and optional client properties `schema_registry_config`), the
     Event schema is registered under `<topic>-value` at construction and events go out in the
@@ -81,13 +91,22 @@ class EventProducer:
         *,
         schema_registry_url: str | None = None,
         schema_registry_config: Mapping[str, Any] | None = None,
+        partitioner: Partitioner = DEFAULT_PARTITIONER,
         **librdkafka_overrides: Any,
     ) -> None:
+        if partitioner not in PARTITIONERS:
+            # "random" (or a typo) would scatter a timeline's events over partitions.
+            raise ValueError(
+                f"partitioner must place a key: one of {', '.join(PARTITIONERS)}, "
+                f"got {partitioner!r}"
+            )
         self._frame = output_frame(
             schema_registry_url, schema_registry_config or {}, topic, EVENT_SCHEMA
         )
         config = {**PRODUCER_DEFAULTS, **librdkafka_overrides}
         config["bootstrap.servers"] = bootstrap_servers
+        config["partitioner"] = partitioner
+        self.partitioner: Partitioner = partitioner
         self.topic = topic
         self._producer: Producer | None = Producer(config)
         self._failures: list[DeliveryFailure] = []
@@ -118,7 +137,13 @@ class EventProducer:
         return event
 
     def _produce(
-        self, producer: Producer, timeline: str, key: bytes, value: bytes, what: str
+        self,
+        producer: Producer,
+        timeline: str,
+        key: bytes,
+        value: bytes,
+        what: str,
+        partition: int | None = None,
     ) -> None:
         def on_delivery(error: KafkaError | None, _message: Message) -> None:
             if error is not None:
@@ -128,9 +153,13 @@ class EventProducer:
         # event time: brokers reject timestamps too far from now (log.message.timestamp.*),
         # and the event time travels in the value.
         deadline = time.monotonic() + SEND_QUEUE_TIMEOUT
+        # An explicit partition bypasses the partitioner (librdkafka's -1: let it choose).
+        where = -1 if partition is None else partition
         while True:
             try:
-                producer.produce(self.topic, value=value, key=key, on_delivery=on_delivery)
+                producer.produce(
+                    self.topic, value=value, key=key, partition=where, on_delivery=on_delivery
+                )
                 break
             except BufferError:
                 if time.monotonic() >= deadline:
@@ -139,33 +168,44 @@ class EventProducer:
                 producer.poll(0.1)
         producer.poll(0)
 
-    def cancel(self, timeline: str, record_id: str | None = None) -> None:
+    def cancel(
+        self, timeline: str, record_id: str | None = None, *, partition: int | None = None
+    ) -> None:
         """Queue a cancel of the timeline's pending records (all, or the one ``record_id``).
 
-        It travels on the events topic keyed by the timeline, so the service applies it after
-        every event of that timeline sent before it. Records already in a digest being
-        delivered are not recalled. Delivered asynchronously, like `send`.
+        It travels on the events topic keyed by the timeline, to the partition this producer's
+        partitioner puts the timeline's events on (or to ``partition``, the one holding the
+        timeline's state when its events came from a producer partitioning otherwise), so the
+        service applies it after every event of that timeline sent there before it. Records
+        already in a digest being delivered are not recalled. Delivered asynchronously.
         """
         if record_id is not None and not record_id:
             raise ValueError("record_id must be a non-empty record id, or None for all")
         key = validate_timeline(timeline).encode("utf-8")
         value = control.encode(control.Control("cancel", record_id))
-        self._produce(self._open_producer(), timeline, key, value, f"cancel {record_id or '*'}")
+        what = f"cancel {record_id or '*'}"
+        self._produce(self._open_producer(), timeline, key, value, what, _index(partition))
 
-    def flush(self, timeline: str | float | None = None, timeout: float = 30.0) -> None:
+    def flush(
+        self,
+        timeline: str | float | None = None,
+        timeout: float = 30.0,
+        *,
+        partition: int | None = None,
+    ) -> None:
         """Wait until every queued event is delivered; raise DeliveryError for any that failed.
 
         `flush(timeline)` first queues a flush of that timeline (deliver what is pending now,
-        in order after its events sent before), then waits the same way. A number as the first
-        argument is the timeout, as before. Raises TimeoutError when events are still queued
-        after timeout seconds.
+        in order after its events sent before), then waits the same way; it goes where
+        `cancel` goes (``partition`` likewise). A number as the first argument is the
+        timeout, as before. Raises TimeoutError when events are still queued after timeout
+        seconds.
         """
         producer = self._open_producer()
         if isinstance(timeline, str):
             key = validate_timeline(timeline).encode("utf-8")
-            self._produce(
-                producer, timeline, key, control.encode(control.Control("flush")), "flush"
-            )
+            value = control.encode(control.Control("flush"))
+            self._produce(producer, timeline, key, value, "flush", _index(partition))
         elif timeline is not None:
             timeout = timeline
         remaining = producer.flush(timeout)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from digest_stream.settings import Settings, env_name
+from digest_stream.settings import KafkaValue, Settings, env_name
 
 MASK = "***"
 
@@ -39,7 +40,7 @@ def mask_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}{port}"))
 
 
-def mask_kafka_config(config: dict[str, str]) -> dict[str, str]:
+def mask_kafka_config(config: Mapping[str, KafkaValue]) -> dict[str, KafkaValue]:
     """librdkafka properties with secret values masked."""
     return {k: MASK if SECRET_KAFKA_KEY.search(k) else v for k, v in config.items()}
 
@@ -60,7 +61,7 @@ def masked_settings(settings: Settings) -> dict[str, Any]:
 
 def secret_values(settings: Settings) -> list[str]:
     """The literal secrets in these settings, so the log formatter can scrub them anywhere."""
-    found = [v for k, v in settings.kafka_config.items() if SECRET_KAFKA_KEY.search(k) and v]
+    found = [str(v) for k, v in settings.kafka_config.items() if SECRET_KAFKA_KEY.search(k) and v]
     for key, value in settings.schema_registry_config.items():
         if SECRET_REGISTRY_KEY.search(key) and isinstance(value, str) and value:
             # "user:password": the password alone is what must never show.

@@ -70,6 +70,12 @@ class Metrics:
             ["cause"],
             registry=r,
         )
+        self.events_mispartitioned = Counter(
+            "digest_events_mispartitioned",
+            "Sampled events (one per partition batch) that arrived on another partition than "
+            "the partitioner setting picks for their key: a producer partitions otherwise.",
+            registry=r,
+        )
         self.redis_errors = Counter(
             "digest_redis_errors", "Store calls that failed on Redis connectivity.", registry=r
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from redis.cluster import ClusterNode
 from redis.exceptions import ResponseError
 
 from digest_stream.store import keys, library, routing, validate
@@ -66,13 +67,19 @@ class RedisCalls:
         self.ensure_library()
 
     def ensure_library(self) -> None:
-        """Load (when allowed) and verify the library on every primary: its version, then
-        its code (any user granted FUNCTION LOAD can replace the server-wide library)."""
+        """Load (when allowed, and only where it is missing or differs) and verify the library
+        on every primary: its version, then its code (any user granted FUNCTION LOAD can
+        replace the server-wide library)."""
         nodes = routing.primaries(self.client)
-        if self._load_library:
-            for node in nodes:
-                routing.on_node(self.client, node, "FUNCTION", "LOAD", "REPLACE", LIBRARY_SOURCE)
         versions = library_versions(self.client)
+        if self._load_library:
+            # A node that already runs this very library is only checked: a user without
+            # FUNCTION LOAD (the README's ACL) can then start with the default setting.
+            stale = [node for node in nodes if not self._current(node, versions)]
+            for node in stale:
+                routing.on_node(self.client, node, "FUNCTION", "LOAD", "REPLACE", LIBRARY_SOURCE)
+            if stale:
+                versions = library_versions(self.client)
         for node in nodes:
             where = routing.node_name(node)
             found = versions.get(where)
@@ -88,16 +95,7 @@ class RedisCalls:
                     f"this code needs version {LIBRARY_VERSION} "
                     "(construct RedisStore with load_library=True to replace it)"
                 )
-            listed = routing.on_node(
-                self.client,
-                node,
-                "FUNCTION",
-                "LIST",
-                "LIBRARYNAME",
-                LIBRARY_NAME,
-                "WITHCODE",
-            )
-            code = library.code_in(listed)
+            code = self._code(node)
             if code != LIBRARY_SOURCE:
                 seen = "none" if code is None else library.fingerprint(code)
                 raise LibraryVersionMismatch(
@@ -105,6 +103,19 @@ class RedisCalls:
                     f"but its code is not this version's (sha256 {seen}, expected "
                     f"{library.FINGERPRINT}): replaced by someone; an administrator must reload it"
                 )
+
+    def _code(self, node: ClusterNode | None) -> str | None:
+        """The code of the library loaded on one primary (None: not loaded)."""
+        listed = routing.on_node(
+            self.client, node, "FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_NAME, "WITHCODE"
+        )
+        return library.code_in(listed)
+
+    def _current(self, node: ClusterNode | None, versions: dict[str, str | None]) -> bool:
+        """This node runs this code's library: same version and the very same code."""
+        if versions.get(routing.node_name(node)) != LIBRARY_VERSION:
+            return False
+        return self._code(node) == LIBRARY_SOURCE
 
     def _fcall(
         self,

@@ -6,22 +6,8 @@ from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient
 
 from digest_stream.cli import main
-from digest_stream.settings import Settings
 from tests.support import unique, wait_until
-from tests.support.pipeline import PipelineFactory
-
-
-def _flags(settings: Settings) -> list[str]:
-    """The flags that point a command at one test's topics and namespace."""
-    return [
-        "--kafka-bootstrap-servers", settings.kafka_bootstrap_servers,
-        "--redis-url", settings.redis_url,
-        "--namespace", settings.namespace,
-        "--events-topic", settings.events_topic,
-        "--schedule-topic", settings.schedule_topic,
-        "--output-topic", settings.output_topic,
-        "--dlq-topic", settings.dlq_topic,
-    ]  # fmt: skip
+from tests.support.pipeline import PipelineFactory, cli_flags
 
 
 def test_topics_create_is_idempotent(kafka_bootstrap: str, kafka_admin: AdminClient) -> None:
@@ -57,7 +43,7 @@ def test_invalid_setting_stops_with_one_line_naming_it() -> None:
 def test_produce_then_tail_inspect_and_stats(pipeline_factory: PipelineFactory) -> None:
     pipe = pipeline_factory(partitions=2, minimum_delay=30.0, maximum_delay=60.0)
     app = pipe.app()
-    flags = _flags(pipe.settings)
+    flags = cli_flags(pipe.settings)
     produced = CliRunner().invoke(
         main,
         ["produce", "--timelines", "3", "--count", "9", "--rate", "0", "--prefix", "cli", *flags],
@@ -73,6 +59,15 @@ def test_produce_then_tail_inspect_and_stats(pipeline_factory: PipelineFactory) 
     rows = [line for line in tailed.output.splitlines()[1:] if line.strip()]
     assert len(rows) == 3
     assert {row.split()[1] for row in rows} == {"cli:0", "cli:1", "cli:2"}
+    # Issue 20, item 13: the fields that explain a digest. An immediate digest drops nothing:
+    # its total (records the digest stood for) is the records it shows.
+    header = tailed.output.splitlines()[0].split()
+    assert header[2:5] == ["records", "total", "dropped"]
+    assert "reason" in header
+    for row in rows:
+        cells = row.split()
+        assert cells[3] == cells[2], row
+        assert cells[header.index("reason")] == "IMMEDIATE", row
 
     shown = sum(int(row.split()[2]) for row in rows)
 

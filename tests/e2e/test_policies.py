@@ -18,7 +18,7 @@ from digest_stream.store.calendar import next_fire
 from digest_stream.wire.models import Digest, DigestReason
 from tests.support import wait_until
 from tests.support.kafka import Collector
-from tests.support.pipeline import PipelineFactory
+from tests.support.pipeline import PipelineFactory, cli_flags
 
 T = 1_700_000_000_000  # event times (ms), increasing per record
 
@@ -228,13 +228,8 @@ def test_every_part_of_a_split_digest_carries_reason_total_and_next_delivery(
 
 
 def _flags(pipe_settings: Settings) -> list[str]:
-    return [
-        "--kafka-bootstrap-servers", pipe_settings.kafka_bootstrap_servers,
-        "--redis-url", pipe_settings.redis_url,
-        "--namespace", pipe_settings.namespace,
-        "--events-topic", pipe_settings.events_topic,
-        "--minimum-delay", "60", "--maximum-delay", "60", "--flush-at", "50",
-    ]  # fmt: skip
+    return [*cli_flags(pipe_settings), "--minimum-delay", "60", "--maximum-delay", "60",
+            "--flush-at", "50"]  # fmt: skip
 
 
 def test_the_cli_flushes_cancels_after_asking_and_inspect_explains(

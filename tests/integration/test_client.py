@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer
@@ -17,41 +17,18 @@ from digest_stream.client import (
     UndecodableDigest,
 )
 from digest_stream.client.reader import _RecentKeys
+from digest_stream.wire import control
 from digest_stream.wire.codec import decode_event, encode_digest
 from digest_stream.wire.models import MAX_TIMELINE_LENGTH, Digest, Event, Record
+from digest_stream.wire.partitioner import Partitioner, murmur2, partition_for
 
 T0 = 1_700_000_000_000
 TIMEOUT = 30.0  # seconds: generous for a loaded CI machine; every wait polls and ends early
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's Java murmur2 (org.apache.kafka.common.utils.Utils.murmur2), as unsigned 32 bits."""
-    m, r = 0x5BD1E995, 24
-    h = (0x9747B28C ^ len(data)) & 0xFFFFFFFF
-    whole = len(data) // 4 * 4
-    for i in range(0, whole, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    tail = data[whole:]
-    if len(tail) == 3:
-        h ^= tail[2] << 16
-    if len(tail) >= 2:
-        h ^= tail[1] << 8
-    if tail:
-        h ^= tail[0]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h
-
-
 def java_partition(key: bytes, partitions: int) -> int:
     """The partition Java's default partitioner picks for a keyed record."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    return partition_for("murmur2_random", key, partitions)
 
 
 def test_murmur2_matches_kafkas_test_vectors() -> None:
@@ -66,6 +43,58 @@ def test_murmur2_matches_kafkas_test_vectors() -> None:
     }
     for key, expected in vectors.items():
         assert murmur2(key) == expected & 0xFFFFFFFF, key
+
+
+def test_partition_for_places_keys_as_librdkafka_does_for_every_partitioner(
+    kafka_bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    # confluent-kafka does not expose librdkafka's partitioners: ours must agree with the
+    # real thing (issue 20, item 6), for ASCII, UTF-8 and long keys, on an odd partition count.
+    partitions = 7
+    topic = topic_factory(partitions=partitions)
+    keys = [f"user:{i}".encode() for i in range(60)] + ["ünïcödé".encode(), b"x" * 300]
+    for partitioner in get_args(Partitioner):
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": partitioner})
+        placed: dict[bytes, int] = {}
+
+        def on_delivery(error: object, message: Message, placed: dict[bytes, int] = placed) -> None:
+            assert error is None, error
+            placed[message.key() or b""] = message.partition() or 0
+
+        for key in keys:
+            producer.produce(topic, key=key, value=b"v", on_delivery=on_delivery)
+        assert producer.flush(TIMEOUT) == 0
+        wrong = [k for k in keys if placed[k] != partition_for(partitioner, k, partitions)]
+        assert not wrong, (partitioner, wrong[:3])
+
+
+def test_controls_go_where_the_producers_partitioner_puts_the_timeline_or_where_told(
+    kafka_bootstrap: str, topic_factory: Callable[..., str], raw_consumer: Consumer
+) -> None:
+    partitions = 4
+    topic = topic_factory(partitions=partitions)
+    timeline = "user:7"
+    crc = partition_for("consistent_random", timeline.encode(), partitions)
+    with EventProducer(kafka_bootstrap, topic=topic, partitioner="consistent_random") as producer:
+        producer.send(timeline, "e", b"{}")
+        producer.cancel(timeline)
+        producer.flush(timeline)
+        producer.cancel(timeline, "e", partition=(crc + 1) % partitions)
+    raw_consumer.subscribe([topic])
+    messages = poll_until(lambda: _message(raw_consumer), lambda got: len(got) >= 4, "4 messages")
+    where = {}
+    for m in messages:
+        value = m.value() or b""
+        what = control.decode(value) if value.startswith(control.MAGIC) else "event"
+        where[str(what)] = m.partition()
+    assert where == {
+        "event": crc,
+        str(control.Control("cancel")): crc,
+        str(control.Control("flush")): crc,
+        str(control.Control("cancel", "e")): (crc + 1) % partitions,
+    }
+    with pytest.raises(ValueError, match="partitioner"):
+        EventProducer(kafka_bootstrap, topic=topic, partitioner="random")  # type: ignore[arg-type]
 
 
 def poll_until(poll: Callable[[], Any], done: Callable[[list[Any]], bool], what: str) -> list[Any]:

@@ -127,6 +127,19 @@ class ServiceProcess:
         return self.log_path.read_text(errors="replace")
 
 
+def cli_flags(settings: Settings) -> list[str]:
+    """The flags that point a CLI command at one test's topics and namespace."""
+    return [
+        "--kafka-bootstrap-servers", settings.kafka_bootstrap_servers,
+        "--redis-url", settings.redis_url,
+        "--namespace", settings.namespace,
+        "--events-topic", settings.events_topic,
+        "--schedule-topic", settings.schedule_topic,
+        "--output-topic", settings.output_topic,
+        "--dlq-topic", settings.dlq_topic,
+    ]  # fmt: skip
+
+
 def _json(value: object) -> str:
     return json.dumps(value)
 

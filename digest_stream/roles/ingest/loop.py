@@ -24,6 +24,7 @@ from digest_stream.roles.ingest.applier import Applier
 from digest_stream.roles.ingest.check import Rejected, Rules, check
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.outputs import Outputs
+from digest_stream.roles.ingest.placement import PlacementCheck
 from digest_stream.roles.ingest.schemas import SchemaFetcher
 from digest_stream.roles.ingest.starts import Starts
 from digest_stream.roles.ingest.topic import BrokerTopic, TopicProbe
@@ -74,6 +75,9 @@ class Ingest:
         # Which incarnation of the events topic the offsets belong to (see topic.py).
         self._topics = topics or BrokerTopic(
             AdminClient(admin_config(settings)), settings.events_topic
+        )
+        self._placement = PlacementCheck(
+            settings.partitioner, self._topics, metrics.events_mispartitioned, settings.events_topic
         )
         self._applier = Applier(
             store,
@@ -152,6 +156,7 @@ class Ingest:
         batches = []
         too_old = 0  # counted once per batch: a backlog past max_event_age is all too old
         for partition, batch in partitions_of(messages).items():
+            self._placement.sample(partition, batch, now)
             records: list[NewRecord] = []
             for message in batch:
                 outcome = check(

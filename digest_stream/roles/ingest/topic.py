@@ -36,6 +36,11 @@ class TopicProbe(Protocol):
         """The topic id last seen; None when the broker never told."""
         ...
 
+    @property
+    def partition_count(self) -> int | None:
+        """How many partitions the topic had when last described; None: never told."""
+        ...
+
     def refresh(self, partitions: Collection[int]) -> dict[int, int]:
         """Ask the broker again; the end offsets of those partitions that answered."""
         ...
@@ -49,12 +54,18 @@ class BrokerTopic:
         self._topic = topic
         self._timeout = timeout
         self._topic_id: str | None = None
+        self._partition_count: int | None = None
         self._warned = False
 
     @property
     def topic_id(self) -> str | None:
         """The topic id last seen; None when the broker never told."""
         return self._topic_id
+
+    @property
+    def partition_count(self) -> int | None:
+        """How many partitions the topic had when last described; None: never told."""
+        return self._partition_count
 
     def refresh(self, partitions: Collection[int]) -> dict[int, int]:
         """Ask for the topic id and the partitions' ends at once; keep the cache on failure."""
@@ -78,9 +89,14 @@ class BrokerTopic:
     def _learn(self, described: concurrent.futures.Future[object]) -> None:
         problem = ""
         try:
-            uuid = getattr(described.result(timeout=0), "topic_id", None)
+            description = described.result(timeout=0)
         except (KafkaException, concurrent.futures.TimeoutError) as exc:
-            uuid, problem = None, str(exc) or "no answer in time"
+            description, problem = None, str(exc) or "no answer in time"
+        uuid = getattr(description, "topic_id", None)
+        # The placement check (placement.py) needs it; a failed describe keeps the last one.
+        self._partition_count = len(getattr(description, "partitions", None) or ()) or (
+            self._partition_count
+        )
         if uuid is not None and (
             uuid.get_most_significant_bits() or uuid.get_least_significant_bits()
         ):

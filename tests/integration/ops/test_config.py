@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner
+from confluent_kafka import Consumer, Producer
 
 from digest_stream.app import connect_store
 from digest_stream.cli import main
+from digest_stream.kafka import consumer_config, producer_config
 from digest_stream.ops.config import mask_url, masked_settings
 from digest_stream.settings import CONFIG_ENV, Settings
 from digest_stream.store import DigestStore, MemoryStore, NewRecord
@@ -125,6 +127,42 @@ def test_json_settings_work_as_flags() -> None:
     data = _show(["--kafka-config", '{"client.id": "x"}', "--carry-headers", '["traceparent"]'])
     assert data["kafka_config"] == {"client.id": "x"}
     assert data["carry_headers"] == ["traceparent"]
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_kafka_config_takes_numbers_and_booleans_like_confluent_kafka(tmp_path: Path) -> None:
+    # Issue 20, item 12: `{"...ms": 5000}` stopped the service with "Input should be a
+    # valid string"; confluent-kafka takes ints, floats and bools.
+    given = {"topic.metadata.refresh.interval.ms": 5000, "enable.idempotence": True,
+             "queue.buffering.max.ms": 2.5, "client.id": "x"}  # fmt: skip
+    data = _show([], {"DIGEST_STREAM_KAFKA_CONFIG": json.dumps(given)})
+    assert data["kafka_config"] == given
+    config = tmp_path / "ds.toml"
+    config.write_text(
+        '[kafka_config]\n"topic.metadata.refresh.interval.ms" = 5000\n'
+        '"enable.idempotence" = true\n"queue.buffering.max.ms" = 2.5\n"client.id" = "x"\n'
+    )
+    assert _show(["--config", str(config)])["kafka_config"] == given
+    shown = CliRunner().invoke(main, ["config", "show", "--config", str(config)])
+    assert shown.exit_code == 0, shown.output
+    assert tomllib.loads(shown.output)["kafka_config"] == given  # written back as TOML
+    # librdkafka accepts every client built from them.
+    settings = Settings(kafka_config=given)
+    Producer(producer_config(settings))
+    Consumer(consumer_config(settings, "g")).close()
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_the_partitioner_is_one_setting_not_a_kafka_config_property() -> None:
+    assert _show([])["partitioner"] == "murmur2_random"
+    assert _show(["--partitioner", "consistent_random"])["partitioner"] == "consistent_random"
+    for args in (
+        ["--kafka-config", '{"partitioner": "consistent_random"}'],
+        ["--partitioner", "random"],  # places keyed messages anywhere: controls could not follow
+    ):
+        result = CliRunner().invoke(main, ["config", "show", *args])
+        assert result.exit_code == 2, result.output
+        assert "DIGEST_STREAM_" in result.output
 
 
 def test_prefix_overrides_pick_the_longest_prefix() -> None:

@@ -14,7 +14,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import NoPermissionError
 
-from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store import NewRecord, RedisStore, TimelinePolicy, library
 from tests.support import REPO_ROOT
 from tests.support.store import RedisClient
 
@@ -108,8 +108,6 @@ def test_store_runs_under_the_readme_lines(
 ) -> None:
     make_redis_store()  # the administrator's load of the library
     user = restricted()
-    with pytest.raises(NoPermissionError):  # FUNCTION LOAD is not granted
-        RedisStore(user, namespace=namespace, load_library=True)
     capped = TimelinePolicy(
         minimum_delay=1, increment_delay=0, maximum_delay=2, ttl=60, capacity=20
     )
@@ -160,3 +158,51 @@ def test_self_loading_needs_function_load(
     store = RedisStore(user, namespace=namespace, load_library=True)
     store.add(0, [NewRecord("t", "r", T0, b"x", 0)], T0)
     assert store.inspect(0, "t").state == "ready"
+
+
+def test_load_library_only_checks_a_library_that_is_already_this_one(
+    restricted: Callable[..., RedisClient],
+    make_redis_store: Callable[..., RedisStore],
+    namespace: str,
+) -> None:
+    # Issue 20, item 11: `redis_load_library=true` (the default) under the README's user,
+    # against a Redis whose administrator loaded this very library, must start: nothing to
+    # load, so FUNCTION LOAD (not granted) is not needed.
+    make_redis_store()
+    store = RedisStore(restricted(), namespace=namespace, load_library=True)
+    store.add(0, [NewRecord("t", "r", T0, b"x", 0)], T0)
+    assert store.inspect(0, "t").state == "ready"
+
+
+def _readme_user(server: redis.Redis, *extra: str) -> redis.Redis:
+    """The README's single-node user on a Redis of our own; a client logged in as it."""
+    name, password = "digest-stream", uuid.uuid4().hex
+    rules = [r.replace(">CHANGE-ME", f">{password}") for r in readme_acl_lines()["single"]]
+    server.execute_command("ACL", "SETUSER", name, "reset", *rules, *extra)
+    kwargs = server.get_connection_kwargs()
+    return redis.Redis(host=kwargs["host"], port=kwargs["port"], username=name, password=password)
+
+
+def test_load_library_still_loads_a_missing_or_different_library() -> None:
+    # On a Redis of our own: replacing the server-wide library on the shared one would
+    # disturb every other test using it.
+    from tests.chaos.harness import OwnRedis
+
+    own = OwnRedis()
+    own.start()
+    try:
+        admin = own.client()
+        # Missing: loading is needed, and refused without FUNCTION LOAD.
+        with pytest.raises(NoPermissionError):
+            RedisStore(_readme_user(admin), load_library=True)
+        # Same name and version, other code (someone's edit): replaced when allowed to load.
+        other = library.SOURCE + "\n-- edited by hand\n"
+        admin.execute_command("FUNCTION", "LOAD", other)
+        with pytest.raises(NoPermissionError):
+            RedisStore(_readme_user(admin), load_library=True)
+        store = RedisStore(_readme_user(admin, "+function|load"), load_library=True)
+        listed = admin.execute_command("FUNCTION", "LIST", "WITHCODE")
+        assert library.code_in(listed) == library.SOURCE
+        store.add(0, [NewRecord("t", "r", T0, b"x", 0)], T0)
+    finally:
+        own.stop()

@@ -191,6 +191,7 @@ class FakeTopics:
 
     topic_id: str | None = "AAAAAAAAAAAAAAAAAAAAAQ"
     ends: dict[int, int] = field(default_factory=dict)
+    partition_count: int | None = None
     refreshes: int = 0
 
     def refresh(self, partitions: Collection[int]) -> dict[int, int]:
