@@ -48,6 +48,13 @@ def _base(settings: Settings) -> dict[str, Any]:
 #: partitions from their fences at each rebalance anyway; eager only moves more of them.
 EAGER_STRATEGY = "range"
 
+#: How often a consumer refreshes the events topic's metadata (ms). librdkafka's default (300 s)
+#: is also how long partitions added to a subscribed topic go unread: the group rebalances onto
+#: them only once a member's metadata shows them. An operator who adds partitions to scale out
+#: expects them read within seconds. Each refresh is one small Metadata request for the one
+#: subscribed topic (sparse refresh), a few per minute per consumer: nothing a broker notices.
+METADATA_REFRESH_MS = 10_000
+
 
 def incremental(config: dict[str, Any]) -> bool:
     """Whether a consumer of this configuration rebalances incrementally (cooperative)."""
@@ -61,8 +68,11 @@ def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
         "enable.auto.commit": False,
         # Offsets are stored and committed explicitly, after the work is durable.
         "enable.auto.offset.store": False,
+        # Also where a partition added to the topic starts: its events produced before this
+        # consumer noticed it (up to METADATA_REFRESH_MS) are read, not skipped.
         "auto.offset.reset": "earliest",
         "partition.assignment.strategy": EAGER_STRATEGY,
+        "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
         "fetch.wait.max.ms": FETCH_MAX_WAIT_MS,
         # A shorter session lets a killed instance's partitions move within seconds.
         "session.timeout.ms": 10_000,

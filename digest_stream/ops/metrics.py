@@ -76,6 +76,12 @@ class Metrics:
             "the partitioner setting picks for their key: a producer partitions otherwise.",
             registry=r,
         )
+        self.timelines_moved = Counter(
+            "digest_timelines_moved",
+            "Timelines seen on a partition their key did not go to before the events topic "
+            "grew, while their old partition still held state (their digests split).",
+            registry=r,
+        )
         self.redis_errors = Counter(
             "digest_redis_errors", "Store calls that failed on Redis connectivity.", registry=r
         )

@@ -214,12 +214,12 @@ class Runner:
             # Fetched before the pause took hold: rewind so it is read again afterwards.
             self.seek(message.partition() or 0, message.offset() or 0)
 
-    def resume(self) -> None:
+    def resume(self, why: str = "Redis reachable again") -> None:
         """End an outage pause (no-op when not paused)."""
         if self._paused:
             self._consumer.resume(self._consumer.assignment())
             self._paused = False
-            log.info("%s: Redis reachable again; partitions resumed", self.role)
+            log.info("%s: %s; partitions resumed", self.role, why)
 
     def while_redis_down(
         self,

@@ -30,7 +30,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '15'
+local LIBRARY_VERSION = '16'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -1422,8 +1422,9 @@ end
 
 -- Fields of one target of ds_open_many: timeline, digest_id, ttl.
 local OPEN_WIDTH = 3
--- Fields of one target of ds_close_many: timeline, digest_id, minimum, ttl, next_fire|"".
-local CLOSE_WIDTH = 5
+-- Fields of one target of ds_close_many: timeline, digest_id, minimum, ttl, next_fire|"",
+-- flush_at (0 = off).
+local CLOSE_WIDTH = 6
 
 -- The tag of a call on several timelines of one partition (KEYS: waiting, ready), and its
 -- targets: ARGV from `first` on, `width` fields each, checked before anything is written.
@@ -1460,7 +1461,7 @@ end
 
 -- Closes one digest. Returns 1 when that digest was closed, 0 for an unknown or already closed
 -- id, and whether the partition keys' TTL needs a refresh (the timeline waits again).
-local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire)
+local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire, flush_at)
     local digest = digest_key(tag, timeline)
     local meta = parse_digest_meta(read_meta(digest))
     if meta == nil or meta.id ~= digest_id then
@@ -1479,11 +1480,21 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
     local timeline_meta = parse_timeline_meta(head.meta)
     timeline_meta.last_delivery = now
     timeline_meta.behind_open = false -- that digest is closed: nothing waits behind it
-    local due = now + minimum
-    timeline_meta.cause = CAUSES.cooldown
+    local due, soon = now + minimum, nil
     if next_fire ~= nil then
         due = next_fire
-        timeline_meta.cause = CAUSES.schedule
+    end
+    -- A flush that came while the digest was open (flush_timeline), or flush_at records that
+    -- did (add leaves a READY timeline alone): due right after the floor, not a cool-down later.
+    if timeline_meta.cause == CAUSES.flushed then
+        soon = CAUSES.flushed
+    elseif flush_at > 0 and timeline_meta.written >= flush_at then
+        soon = CAUSES.flush_at
+    end
+    if soon ~= nil and now + FLUSH_AT_FLOOR < due then
+        due, timeline_meta.cause = now + FLUSH_AT_FLOOR, soon
+    else
+        timeline_meta.cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
     end
     write_meta(source, head, format_timeline_meta(timeline_meta))
     redis.call('PEXPIRE', source, ttl_ms(ttl))
@@ -1500,9 +1511,10 @@ local function parse_next_fire(value)
 end
 
 -- KEYS: timeline, digest, waiting, ready.
--- ARGV: timeline, digest_id, now, minimum_delay, ttl, partition_ttl, next_fire|"".
+-- ARGV: timeline, digest_id, now, minimum_delay, ttl, partition_ttl, next_fire|"", flush_at.
 -- next_fire: the calendar schedule's next fire time; the timeline waits for it instead of
--- a cool-down. Returns 1 when that digest was closed, 0 for an unknown or already closed id.
+-- a cool-down. flush_at: 0 = off. Returns 1 when that digest was closed, 0 for an unknown or
+-- already closed id.
 local function close(keys, args)
     local tag, timeline = timeline_keys(keys, args)
     local digest_id = parse_digest_id(args[2])
@@ -1510,8 +1522,9 @@ local function close(keys, args)
     local minimum = parse_time(args[4], 'minimum_delay')
     local ttl = parse_ttl(args[5])
     local partition_ttl = parse_ttl(args[6])
-    local closed, waits = close_target(tag, timeline, digest_id, now, minimum, ttl,
-        parse_next_fire(args[7]))
+    local next_fire = parse_next_fire(args[7])
+    local closed, waits = close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire,
+        parse_integer(args[8], 'flush_at', 0, MAX_OFFSET))
     if waits then
         refresh_partition_ttl(tag, math.max(ttl, partition_ttl))
     end
@@ -1519,8 +1532,8 @@ local function close(keys, args)
 end
 
 -- KEYS: waiting, ready. ARGV: now, partition_ttl, N x (timeline, digest_id, minimum_delay,
--- ttl, next_fire|""). ds_close for each target in order, in one call; the partition keys'
--- TTL is refreshed once, to the longest that any close asked for. Returns 1/0 per target.
+-- ttl, next_fire|"", flush_at). ds_close for each target in order, in one call; the partition
+-- keys' TTL is refreshed once, to the longest that any close asked for. Returns 1/0 per target.
 local function close_many(keys, args)
     local tag = many_targets(keys, args, 3, CLOSE_WIDTH)
     local now = parse_time(args[1], 'now')
@@ -1531,12 +1544,13 @@ local function close_many(keys, args)
             parse_name(args[base], 'timeline'), parse_digest_id(args[base + 1]),
             parse_time(args[base + 2], 'minimum_delay'), parse_ttl(args[base + 3]),
             parse_next_fire(args[base + 4]),
+            parse_integer(args[base + 5], 'flush_at', 0, MAX_OFFSET),
         }
     end
     local replies, refresh = {}, nil
     for i, target in ipairs(targets) do
         local closed, waits = close_target(tag, target[1], target[2], now, target[3], target[4],
-            target[5])
+            target[5], target[6])
         replies[i] = closed
         if waits then
             refresh = math.max(refresh or partition_ttl, target[4])
@@ -1610,6 +1624,9 @@ end
 
 -- Removes pending records of a timeline container (all of them, or the one `id`), keeping
 -- its meta (last delivery, marks, cause). Returns how many it removed.
+-- A cancel resets what it cancels: when no pending record is left, no digest will report the
+-- trims before it (counted as capacity drops when trimmed) or records that vanished, so the
+-- meta's counts go with the records (else an empty digest reports them as lost again).
 local function cancel_records(key, id)
     local container = read_container(key)
     if container.kind == 'none' then
@@ -1627,27 +1644,43 @@ local function cancel_records(key, id)
     if #removed == 0 then
         return 0
     end
-    meta.written = math.max(0, meta.written - #removed)
+    local count = #removed
+    meta.written = math.max(0, meta.written - count)
+    if #kept == 0 then
+        meta.written, meta.dropped = 0, 0
+        for _, damaged in ipairs(container.damaged) do
+            removed[#removed + 1] = damaged
+        end
+    end
     if container.kind == 'hash' then
         call_chunked('HDEL', key, removed)
         redis.call('HSET', key, META, format_timeline_meta(meta))
     else
         redis.call('SET', key, encode_inline(format_timeline_meta(meta), kept), 'KEEPTTL')
     end
-    return #removed
+    return count
 end
 
 -- A flush: a WAITING timeline with pending records becomes READY now (no floor: someone
--- asked for this digest). Returns 1 when it did.
+-- asked for this digest). Returns 1 when it did. Records pending behind an open digest keep
+-- the flush as their cause, and its close honours it (close_target); a READY timeline not
+-- opened yet needs nothing: its open takes everything pending. Nothing pending: no-op (an
+-- open digest already holds what was asked for).
 local function flush_timeline(tag, timeline, now)
     local source = timeline_key(tag, timeline)
-    if redis.call('ZSCORE', waiting_key(tag), timeline) == false or record_count(source) == 0 then
+    if record_count(source) == 0 then
         return 0
     end
-    mark_cause(source, CAUSES.flushed)
-    redis.call('ZREM', waiting_key(tag), timeline)
-    redis.call('ZADD', ready_key(tag), format_float(now), timeline)
-    return 1
+    if redis.call('ZSCORE', waiting_key(tag), timeline) ~= false then
+        mark_cause(source, CAUSES.flushed)
+        redis.call('ZREM', waiting_key(tag), timeline)
+        redis.call('ZADD', ready_key(tag), format_float(now), timeline)
+        return 1
+    end
+    if redis.call('EXISTS', digest_key(tag, timeline)) == 1 then
+        mark_cause(source, CAUSES.flushed)
+    end
+    return 0
 end
 
 -- KEYS: fence, timeline, digest, waiting, ready.

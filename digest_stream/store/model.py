@@ -174,19 +174,29 @@ class MemoryStore(MemoryAdmin):
         if timeline is None:
             return 0
         if record.control == FLUSH:
-            # Only a WAITING timeline with pending records: READY is already on its way.
-            if name in state.waiting and timeline.records:
+            if not timeline.records:
+                return 0  # nothing pending: an open digest already holds what was asked for
+            if name in state.waiting:
                 del state.waiting[name]
                 state.ready[name] = now
                 timeline.cause = "FLUSHED"
                 if name not in ready:
                     ready.append(name)
+            elif name in state.digests:
+                # Records behind an open digest: remembered, honoured by its close.
+                timeline.cause = "FLUSHED"
+            # READY and not opened yet: its open takes everything pending.
             return 0
         if record.control == CANCEL_ALL:
             count = len(timeline.records)
             timeline.records.clear()
-            return count
-        return 0 if timeline.records.pop(record.id, None) is None else 1
+        else:
+            count = 0 if timeline.records.pop(record.id, None) is None else 1
+        if count and not timeline.records:
+            # Nothing pending is left: no digest will report the trims before the cancel
+            # (already counted as capacity drops), so they leave with the records.
+            timeline.dropped = 0
+        return count
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
@@ -275,9 +285,21 @@ class MemoryStore(MemoryAdmin):
         pending.behind_open = False
         state.ready.pop(timeline, None)
         fire = policy.next_fire(now)
-        # A calendar timeline waits for its next fire, others for the cool-down.
-        pending.cause = "COOLDOWN" if fire is None else "SCHEDULE"
-        state.waiting[timeline] = now + policy.minimum_delay if fire is None else fire
+        # A calendar timeline waits for its next fire, others for the cool-down...
+        due, cause = (
+            (now + policy.minimum_delay, "COOLDOWN") if fire is None else (fire, "SCHEDULE")
+        )
+        # ...unless a flush came while the digest was open, or flush_at records did: then
+        # right after the floor (add leaves a READY timeline alone, so the close checks).
+        soon = None
+        if pending.cause == "FLUSHED":
+            soon = "FLUSHED"
+        elif policy.flush_at is not None and len(pending.records) >= policy.flush_at:
+            soon = "FLUSH_AT"
+        if soon is not None and now + FLUSH_AT_FLOOR < due:
+            due, cause = now + FLUSH_AT_FLOOR, soon
+        pending.cause = cause
+        state.waiting[timeline] = due
         return True
 
     def open_many(

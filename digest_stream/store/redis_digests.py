@@ -17,6 +17,12 @@ from digest_stream.store.routing import Call
 MANY_CHUNK = 256
 
 
+def _close_policy(policy: TimelinePolicy, now: float) -> tuple[str, str]:
+    """The last two close arguments: the schedule's next fire ("" = none), flush_at (0 = off)."""
+    fire = policy.next_fire(now)
+    return "" if fire is None else arg(fire), str(policy.flush_at or 0)
+
+
 class RedisDigests(RedisCalls):
     """``open``, ``close`` and their batch forms of ``RedisStore``."""
 
@@ -41,13 +47,12 @@ class RedisDigests(RedisCalls):
 
     def _close_call(self, target: DigestTarget, now: float) -> Call:
         call_keys, args, policy = self._checked(target, now)
-        fire = policy.next_fire(now)
         return call_keys, [
             *args,
             arg(policy.minimum_delay),
             arg(policy.ttl),
             arg(self.policy.ttl),
-            "" if fire is None else arg(fire),
+            *_close_policy(policy, now),
         ]
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
@@ -85,14 +90,13 @@ class RedisDigests(RedisCalls):
         fields: list[list[str | bytes]] = []
         for target in targets:
             timeline, digest_id, policy = self._target(target)
-            fire = policy.next_fire(now)
             fields.append(
                 [
                     timeline,
                     digest_id,
                     arg(policy.minimum_delay),
                     arg(policy.ttl),
-                    "" if fire is None else arg(fire),
+                    *_close_policy(policy, now),
                 ]
             )
         found = self._many("ds_close_many", targets, [arg(now), arg(self.policy.ttl)], fields)

@@ -216,8 +216,10 @@ class Load:
         rate: float,
         hostile: Callable[[int], Hostile | None] | None = None,
         shape: Shape | None = None,
+        producer_config: dict[str, Any] | None = None,
     ) -> None:
         self.settings = settings
+        self._producer_config = producer_config or {}  # on top of the load's own
         self.count = count
         self.timelines = timelines
         self.rate = rate
@@ -302,6 +304,7 @@ class Load:
                 "message.timeout.ms": 600_000,
                 "message.max.bytes": 2_000_000,
                 "queue.buffering.max.messages": 200_000,
+                **self._producer_config,
             }
         )
         topic = self.settings.events_topic

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions
 
 from digest_stream.settings import Settings, env_name
 from digest_stream.wire import codec
@@ -79,6 +80,8 @@ ACL = Size(events=20_000, timelines=100, rate=1000.0, drain=120.0)
 REFUSING = Size(events=30_000, timelines=300, rate=1000.0, drain=180.0)
 OVERSIZE = Size(events=600, timelines=10, rate=60.0, drain=60.0)
 DEAD_LETTERS = Size(events=5_000, timelines=100, rate=500.0, drain=120.0)
+#: Issue 20: 30 s of load over 60 timelines, each cooling down all along (an event every 0.15 s).
+GROWN = Size(events=12_000, timelines=60, rate=400.0, drain=120.0)
 
 
 def pace(seconds: float, output: Output, dlq: DeadLetterLog) -> None:
@@ -1078,4 +1081,53 @@ def topic_recreated(settings: Settings, first: int = 20, then: int = 5) -> Figur
             "15 events topic recreated", acc, size, note=f"{first} events, recreate, {then} more"
         )
         _all_alive(services)
+        return figures
+
+
+# --------------------------------------------------------------------------- 16 topic grown
+
+
+def events_topic_grown(settings: Settings, size: Size, grow_to: int, at: float = 0.4) -> Figures:
+    """Two instances under load; at `at` of it the events topic grows to `grow_to` partitions
+    with AdminClient.create_partitions while the timelines cool down (issue 20 item 7).
+
+    The load produces like the project's producers (murmur2) and refreshes its metadata every
+    second, so its keys move onto the new partitions at once, seconds before the service
+    notices them: those first events must be read from the partitions' beginning.
+    """
+    topic = settings.events_topic
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap_servers})
+    before = len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+    load = Load(
+        settings,
+        size.events,
+        size.timelines,
+        size.rate,
+        producer_config={
+            "partitioner": "murmur2_random",
+            "topic.metadata.refresh.interval.ms": 1000,
+        },
+    )
+    with scenario(settings) as (services, output, dlq):
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, ALL, ALL, load=load)
+        try:
+            load.wait_progress(at)
+            admin.create_partitions([NewPartitions(topic, grow_to)])[topic].result(timeout=30)
+            acc.fault_ended()
+            load.wait_acked(timeout=size.seconds * 4 + 300)
+            landed = {sent.partition for sent in load.acked_copy().values()}
+            assert landed & set(range(before, grow_to)), "the load never reached a new partition"
+            acc.wait_complete(size.drain)
+            assert services.stop_all() == [0, 0]
+            moved = int(services.counter("digest_timelines_moved_total"))
+            figures = _finish(
+                "16 events topic grown",
+                acc,
+                size,
+                note=f"{before} -> {grow_to} partitions at {at:.0%} of the load; {moved} "
+                "timelines counted as moved (split)",
+            )
+        finally:
+            load.stop()
+        assert moved > 0, "no moved timeline counted"
         return figures

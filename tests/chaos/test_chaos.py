@@ -204,3 +204,13 @@ def test_chaos_14_long_id_timeline(make_settings: SettingsFactory, own_redis: Ow
 @full_run
 def test_chaos_15_topic_recreated(make_settings: SettingsFactory) -> None:
     scenarios.topic_recreated(make_settings())
+
+
+@full_run
+def test_chaos_16_events_topic_grown(make_settings: SettingsFactory) -> None:
+    # Cool-downs longer than the ~10 s the service takes to notice new partitions: the old
+    # partitions still hold the moved timelines then (each split, counted).
+    settings = make_settings(
+        partitions=2, minimum_delay=20.0, increment_delay=1.0, maximum_delay=30.0
+    )
+    scenarios.events_topic_grown(settings, scenarios.GROWN, grow_to=6)

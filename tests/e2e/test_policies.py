@@ -4,16 +4,22 @@ and reason / total / next_delivery_at on every path (recovered and split digests
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer
 
 from digest_stream.cli import main
 from digest_stream.client import EventProducer
+from digest_stream.ops.hooks import Headers, Hook
 from digest_stream.settings import Settings
+from digest_stream.store import AddResult, NewRecord
+from digest_stream.store.base import FLUSH
 from digest_stream.store.calendar import next_fire
 from digest_stream.wire.models import Digest, DigestReason
 from tests.support import wait_until
@@ -266,4 +272,103 @@ def test_the_cli_flushes_cancels_after_asking_and_inspect_explains(
     out.wait_for(lambda: len(out.digests) == 2, 20, "the flushed digest")
     digest = out.digests[1]
     assert ([r.id for r in digest.records], digest.reason) == (["b"], DigestReason.FLUSHED)
+    out.close()
+
+
+class HoldOpen(Hook):
+    """Parks delivery after the first digest of ``timeline`` is acknowledged and before its
+    close, until ``release`` (a publish that retries, in slow motion): what the ingest applies
+    meanwhile (``applied``) meets a timeline whose digest is open."""
+
+    def __init__(self, timeline: str) -> None:
+        self.timeline = timeline
+        self.parked = threading.Event()
+        self.release = threading.Event()
+        self.applied: list[NewRecord] = []
+
+    def on_publish(self, partition: int, digest: Digest, headers: Headers) -> None:
+        if digest.timeline == self.timeline and not self.parked.is_set():
+            self.parked.set()
+            self.release.wait(60)
+
+    def on_add(self, partition: int, records: Sequence[NewRecord], result: AddResult) -> None:
+        self.applied += records
+
+
+@pytest.mark.parametrize(
+    ("flush_at", "sent", "reason"),
+    [
+        (None, ["a", "b"], DigestReason.FLUSHED),
+        (3, ["a", "b", "c", "d", "e"], DigestReason.FLUSH_AT),
+    ],
+)
+def test_what_a_flush_or_flush_at_asked_for_while_open_goes_out_right_after_the_close(
+    pipeline_factory: PipelineFactory, flush_at: int | None, sent: list[str], reason: DigestReason
+) -> None:
+    # Issue 20, items 3 and 4: a flush, or flush_at records, arriving between a digest's open and
+    # its close used to wait the whole cool-down (60 s here) after the close.
+    pipe = pipeline_factory(partitions=1, minimum_delay=60.0, maximum_delay=60.0, flush_at=flush_at)
+    hold = HoldOpen("open")
+    pipe.app(hooks=[hold])
+    out = pipe.output()
+    try:
+        with pipe.producer() as producer:
+            producer.send("open", "first", b"{}", timestamp_ms=T)
+            producer.flush()
+            assert hold.parked.wait(30), "the first digest was not published"
+            for i, record in enumerate(sent):
+                producer.send("open", record, b"{}", timestamp_ms=T + 1 + i)
+            if flush_at is None:
+                producer.flush("open")
+            producer.flush()
+        done = (FLUSH, None) if flush_at is None else (None, sent[-1])
+        wait_until(
+            lambda: (
+                done in {(r.control, r.id if r.control is None else None) for r in hold.applied}
+            ),
+            20,
+            "all applied while the digest is open",
+        )
+    finally:
+        released = time.time()
+        hold.release.set()
+    out.wait_for(lambda: len(out.digests) == 2, 20, "the next digest, right after the close")
+    assert time.time() - released < 20  # the cool-down is 60 s
+    first, second = out.digests
+    assert [r.id for r in first.records] == ["first"]
+    assert ([r.id for r in second.records], second.reason) == (sent[::-1], reason)
+    out.close()
+
+
+def test_a_cancel_all_leaves_no_trace_in_dropped_total_or_the_counters(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    # Issue 20, item 9: capacity trims before a cancel-all were reported again by the empty
+    # digest (counted as missing payloads) and by a later digest (dropped and total).
+    pipe = pipeline_factory(
+        partitions=1, capacity=2, minimum_delay=4.0, increment_delay=0.0, maximum_delay=4.0
+    )
+    app = pipe.app()
+    out = pipe.output()
+    with pipe.producer() as producer:
+        _first_digest(producer, out, "kept")
+        _first_digest(producer, out, "gone")
+        for timeline in ("kept", "gone"):
+            for i in range(5):  # capacity 2: three are trimmed
+                producer.send(timeline, f"r{i}", b"{}", timestamp_ms=T + i)
+            producer.cancel(timeline)
+        producer.send("kept", "g", b"{}", timestamp_ms=T + 5)
+        producer.flush()
+    out.wait_for(lambda: "g" in out.record_ids(), 20, "the digest after the cancel")
+    last = _mine(out.digests, "kept")[-1]
+    assert ([r.id for r in last.records], last.dropped, last.total) == (["g"], 0, 1)
+    assert app.store is not None
+    store = app.store
+    wait_until(lambda: store.inspect(0, "gone").state == "absent", 20, "the empty digest closed")
+    counted = {
+        reason: app.metrics.value("digest_events_dropped_total", reason=reason)
+        for reason in ("capacity", "cancelled", "missing_payload")
+    }
+    assert counted == {"capacity": 6, "cancelled": 4, "missing_payload": 0}
+    assert not {"r0", "r1", "r2", "r3", "r4"} & out.record_ids()
     out.close()

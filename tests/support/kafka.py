@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from digest_stream.settings import Settings
 from digest_stream.wire import codec
 from digest_stream.wire.models import Digest, Event
+from digest_stream.wire.partitioner import partition_for as place
 from tests.support import unique, wait_until
 
 TopicFactory = Callable[..., str]
@@ -146,3 +147,8 @@ def digest_ids_by_record(digests: list[Digest]) -> dict[str, set[str]]:
         for record in digest.records:
             seen.setdefault(record.id, set()).add(digest.id)
     return seen
+
+
+def murmur2_choice(key: bytes, partitions: int) -> int:
+    """The partition the default partitioner (murmur2_random) picks."""
+    return place("murmur2_random", key, partitions)

@@ -9,13 +9,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from digest_stream.app import App
 from digest_stream.client import EventProducer
+from digest_stream.ops.hooks import Hook
 from digest_stream.settings import Settings, env_name
 from tests.support import unique
 from tests.support.kafka import Collector, committed_offsets
@@ -48,9 +49,11 @@ class Pipeline:
         """These settings with some fields changed (validated)."""
         return Settings.model_validate({**self.settings.model_dump(), **changes})
 
-    def app(self, roles: str = "ingest,scheduler,delivery", **changes: Any) -> App:
-        """Start an in-process app; it is stopped at the end of the test."""
-        app = App(self.with_settings(**changes), roles=frozenset(roles.split(",")))
+    def app(
+        self, roles: str = "ingest,scheduler,delivery", hooks: Sequence[Hook] = (), **changes: Any
+    ) -> App:
+        """Start an in-process app (with ``hooks`` registered); stopped at the end of the test."""
+        app = App(self.with_settings(**changes), roles=frozenset(roles.split(",")), hooks=hooks)
         app.start()
         self.apps.append(app)
         return app

@@ -116,26 +116,54 @@ class Applier:
 
         Either this process's id was stale (another owner already moved the fence to the
         topic's current id: store again under it) or the fence is the old topic's: a state
-        loss for this topic, as ``on_state_loss`` says. None when the batch was not applied.
+        loss for this topic, as ``on_state_loss`` says. While the broker cannot tell which,
+        nothing is decided (see _until_told). None when the batch was not applied.
         """
-        self._topics.refresh(())
-        current = self._topics.topic_id
-        decision = fence.foreign(
-            batch.partition,
-            self._policy,
-            fence=result.fence_before,
-            fence_topic=result.fence_topic,
-            topic_id=current,
-            end=None,
-            resume_at=None,
-        )
+        decision = self._until_told(batch, result)
+        if decision is not None and decision.wait:
+            return None  # gave up waiting (stopping, or the partition left)
         if decision is not None:
             self.act(batch.partition, decision)
             if not decision.apply_now:
                 return None
             batch.expected = None
-        batch.topic = current
+        batch.topic = self._topics.topic.value
         return self._add_retrying(batch)
+
+    def _until_told(self, batch: Batch, result: AddResult) -> fence.Decision | None:
+        """Ask the broker for the topic id until it tells; the fence decision it gives.
+
+        Paused, serving the group (as in a Redis outage): a reset on the id last seen could
+        throw away another owner's work on a recreated topic and replay all of it, and
+        applying past the fence without the topic check could skip a new topic's records as
+        already applied. Waiting loses nothing. A wait decision back: gave up (read again).
+        """
+        delay, noted = self._kafka.settings.retry_backoff_initial, False
+        try:
+            while True:
+                self._topics.refresh(())
+                decision = fence.foreign(
+                    batch.partition,
+                    self._policy,
+                    fence=result.fence_before,
+                    fence_topic=result.fence_topic,
+                    topic=self._topics.topic,
+                    end=None,
+                    resume_at=None,
+                )
+                if decision is None or not decision.wait:
+                    return decision
+                if not noted:
+                    self.note(decision)  # once per wait
+                    noted = True
+                if self._kafka.stopping() or not self._ledger.owns(batch.partition):
+                    if self._ledger.owns(batch.partition):
+                        self.seek(batch.partition, batch.first)
+                    return decision
+                self._kafka.wait_serving_group(delay)
+                delay = min(2 * delay, self._kafka.settings.retry_backoff_max)
+        finally:
+            self._kafka.resume("the topic id is known again")
 
     def _add_retrying(self, batch: Batch) -> AddResult | None:
         """The store call, retried while Redis is unreachable; None if we had to give up."""
@@ -185,7 +213,7 @@ class Applier:
         poll, so there one attempt is made, and a fence left in place is reported again by
         the partition's first add.
         """
-        topic = self._topics.topic_id
+        topic = self._topics.topic.value  # fresh: a reset is decided only on a told id
 
         def reset() -> None:
             self._store.set_applied_offset(partition, offset, topic_id=topic)

@@ -7,17 +7,21 @@ from Kafka; a fence gone entirely is a state loss, handled as the ``on_state_los
 says. A fence of another topic incarnation (the topic was deleted and created again, renamed in
 the settings, or is another cluster's: its topic id differs), or one beyond the partition's end
 (its offsets were reset), fences nothing: it is a state loss for this topic, handled the same
-way, never a reason to skip. Nothing here talks to Kafka or Redis: the loop acts on the
-decisions, so every branch has a unit test.
+way, never a reason to skip. A topic id the broker could not confirm just now (the last one
+seen) is a guess: it never resets a fence that names another id; the ingest waits until the
+broker tells (see ``Decision.wait``). Nothing here talks to Kafka or Redis: the loop acts on
+the decisions, so every branch has a unit test.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID
+
+from digest_stream.roles.ingest.topic import NO_TOPIC_ID, TopicId
 
 StateLoss = Literal["replay", "continue"]
 Cause = Literal["fence_behind", "state_loss", "topic_changed", "offset_reset"]
@@ -39,6 +43,9 @@ class Decision:
     #: The store's fence belongs to another topic incarnation: replace it by ``expected``
     #: (with the current topic id) before reading on.
     reset: bool = False
+    #: The fence names another topic id than the one last seen, and the broker cannot tell
+    #: the current id now: neither reset the fence nor apply past it; ask again later.
+    wait: bool = False
 
     @property
     def apply_now(self) -> bool:
@@ -77,19 +84,34 @@ def foreign(
     *,
     fence: int | None,
     fence_topic: str | None,
-    topic_id: str | None,
+    topic: TopicId,
     end: int | None,
     resume_at: int | None,
 ) -> Decision | None:
     """The fence belongs to another incarnation of the topic: None when it does not.
 
-    ``topic_id`` is the topic's id now (None: the broker cannot tell), ``end`` the partition's
+    ``topic`` is the topic's id as last seen (value None: never told), ``end`` the partition's
     end offset (high watermark; None: unknown). A fence at or past the end names offsets the
     partition never held: they were reset (a topic recreated where ids are unknown, a cluster
     with fresh offsets, a truncated log). ``resume_at`` is where ``continue`` reads on (None:
-    the batch in hand; negative: where auto.offset.reset says).
+    the batch in hand; negative: where auto.offset.reset says). Ids that differ while the
+    broker cannot confirm the current one give a ``wait`` decision.
     """
+    topic_id = topic.value
     if fence_topic is not None and topic_id is not None and fence_topic != topic_id:
+        if not topic.fresh:
+            # Either the topic changed, or this process's id is stale and another owner
+            # already moved the fence to the new topic: resetting on a guess would throw that
+            # owner's work away and replay the whole topic. Unknown stays unknown.
+            return Decision(
+                None,
+                None,
+                message=f"partition {partition}: the fence names topic id {fence_topic}, this "
+                f"process last saw {topic_id} and the broker cannot tell the current one now; "
+                "nothing is reset or applied on this partition until it can",
+                level=logging.WARNING,
+                wait=True,
+            )
         cause: Cause = "topic_changed"
         what = (
             f"topic id changed {fence_topic} -> {topic_id} (the topic was deleted and created "
@@ -137,14 +159,14 @@ def start(
     policy: StateLoss,
     *,
     fence_topic: str | None = None,
-    topic_id: str | None = None,
+    topic: TopicId = NO_TOPIC_ID,
     end: int | None = None,
 ) -> Decision:
     """Where a newly assigned partition starts, from the group's commit and the store's fence.
 
     ``committed`` is the next offset to read as committed by the group (negative: none);
-    ``fence_topic`` the topic id the fence records, ``topic_id`` the topic's id now and ``end``
-    the partition's end offset (None: not known, not checked).
+    ``fence_topic`` the topic id the fence records, ``topic`` the topic's id as last seen and
+    ``end`` the partition's end offset (None: not known, not checked).
     """
     has_commit = committed >= 0
     changed = foreign(
@@ -152,12 +174,26 @@ def start(
         policy,
         fence=fence,
         fence_topic=fence_topic,
-        topic_id=topic_id,
+        topic=topic,
         end=end,
         resume_at=committed if has_commit else OFFSET_INVALID,
     )
+    if changed is not None and changed.wait:
+        # Start as if the fence were ours: the first add carries the id last seen, the store
+        # refuses it if the fence names another, and the applier waits for the broker then.
+        usual = _start(partition, committed, fence, policy, fence_topic)
+        said = "; ".join(m for m in (usual.message, changed.message) if m)
+        return replace(usual, message=said, level=max(usual.level, changed.level))
     if changed is not None:
         return changed
+    return _start(partition, committed, fence, policy, fence_topic)
+
+
+def _start(
+    partition: int, committed: int, fence: int | None, policy: StateLoss, fence_topic: str | None
+) -> Decision:
+    """start() once the fence is known to be this topic's (or cannot be told apart)."""
+    has_commit = committed >= 0
     if fence is None and fence_topic is not None:
         # Reset for a new topic, nothing applied yet: read it as that decision said.
         if policy == "replay" or not has_commit:

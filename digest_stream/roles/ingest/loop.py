@@ -10,6 +10,7 @@ in flight first, so the commit discipline is exactly that of one batch at a time
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -23,6 +24,7 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest.applier import Applier
 from digest_stream.roles.ingest.check import Rejected, Rules, check
 from digest_stream.roles.ingest.ledger import Ledger
+from digest_stream.roles.ingest.moved import MovedTimelines
 from digest_stream.roles.ingest.outputs import Outputs
 from digest_stream.roles.ingest.placement import PlacementCheck
 from digest_stream.roles.ingest.schemas import SchemaFetcher
@@ -34,6 +36,7 @@ from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, NewRecord
 from digest_stream.wire import codec, registry
+from digest_stream.wire.partitioner import partition_for
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +99,18 @@ class Ingest:
         self._starts = Starts(
             store, settings.on_state_loss, self._kafka, self._ledger, self._applier, self._topics
         )
+        self._moved = MovedTimelines(
+            store,
+            metrics,
+            settings.events_topic,
+            max(
+                [
+                    settings.maximum_delay,
+                    *(o.maximum_delay or 0.0 for o in settings.overrides.values()),
+                ]
+            ),
+            functools.partial(partition_for, settings.partitioner),
+        )
         self._worker = StoreWorker(self._applier.timed_add)
         self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)
 
@@ -136,6 +151,8 @@ class Ingest:
         applied = self._finish()
         if self._scheduler.due():
             self._scheduler.tick(self._ledger.owned)
+        for batch in batches:  # the worker is idle here: its store calls and these don't mix
+            self._moved.check(batch.partition, batch.records)
         self._submit(batches)
         return applied
 
@@ -253,6 +270,8 @@ class Ingest:
     def on_assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Assignment handler: each partition starts where its fence and commit say."""
         starts = self._starts.assigned(partitions)
+        # A growth of the events topic triggers this rebalance; the probe just read the count.
+        self._moved.counted(self._topics.partitions)
         self._scheduler.take_over(tp.partition for tp in starts)
         log.info("assigned %s", ", ".join(f"{tp.partition}@{tp.offset}" for tp in starts))
         return starts

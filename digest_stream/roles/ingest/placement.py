@@ -45,7 +45,7 @@ class PlacementCheck:
 
     def sample(self, partition: int, batch: Sequence[Message], now: float) -> None:
         """Check one message of this partition's batch (the topic's size must be known)."""
-        count = self._topics.partition_count
+        count = self._topics.partitions
         if not count or not batch:
             return  # the broker never described the topic: nothing to compare with
         self._turn += 1

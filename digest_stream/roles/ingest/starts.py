@@ -45,8 +45,8 @@ class Starts:
 
     @property
     def topic_id(self) -> str | None:
-        """The events topic's id as last seen by the broker (None: it could not tell)."""
-        return self._topics.topic_id
+        """The events topic's id as last seen (None: never told); the store checks it."""
+        return self._topics.topic.value
 
     def assigned(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Own these partitions; returns where each starts."""
@@ -76,7 +76,7 @@ class Starts:
             found.offset,
             self._policy,
             fence_topic=found.topic_id,
-            topic_id=self._topics.topic_id,
+            topic=self._topics.topic,
             end=end,
         )
 
@@ -111,11 +111,16 @@ class Starts:
             self._policy,
             fence=self._ledger.expected(partition),
             fence_topic=self._ledger.topic(partition),
-            topic_id=self._topics.topic_id,
+            topic=self._topics.topic,
             end=end,
             resume_at=None,
         )
         if decision is None:
+            return True
+        if decision.wait:
+            # The batch goes to the store under the id last seen: a fence naming another is
+            # refused there, and the applier waits for the broker (nothing reset on a guess).
+            self._applier.note(decision)
             return True
         self._applier.act(partition, decision)
         return decision.apply_now

@@ -7,8 +7,9 @@ partition tells, when the id cannot, that a fence lies beyond anything the parti
 
 Both come from one admin round trip, bounded in time, because an assignment handler runs it:
 a broker that cannot tell (an old broker without topic ids, an ACL without Describe, a slow
-answer) leaves the last known id in place, or none, with one WARNING line; the fence then works
-as it did before topic ids (an offset past the end is still detected).
+answer, a topic being recreated) leaves the last known id in place, marked not fresh, or none,
+with one WARNING line. Without any id the fence works as it did before topic ids (an offset
+past the end is still detected); a stale id never resets a fence (fence.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Protocol
 
 from confluent_kafka import KafkaException, TopicCollection, TopicPartition
@@ -28,17 +30,33 @@ log = logging.getLogger(__name__)
 LOOKUP_TIMEOUT = 5.0
 
 
+@dataclass(frozen=True, slots=True)
+class TopicId:
+    """The events topic's id as this process knows it, and whether the broker just told it.
+
+    ``fresh`` is False when the last ask got no answer: ``value`` is then only the id last
+    seen (a guess), never grounds to replace a fence that names another one.
+    """
+
+    value: str | None
+    fresh: bool
+
+
+#: No id: the broker never told one (the fence then works as before topic ids).
+NO_TOPIC_ID = TopicId(None, fresh=False)
+
+
 class TopicProbe(Protocol):
     """The events topic's id (cached) and its partitions' end offsets, as the broker says."""
 
     @property
-    def topic_id(self) -> str | None:
-        """The topic id last seen; None when the broker never told."""
+    def topic(self) -> TopicId:
+        """The topic id last seen (value None: never told), fresh when the last ask told it."""
         ...
 
     @property
-    def partition_count(self) -> int | None:
-        """How many partitions the topic had when last described; None: never told."""
+    def partitions(self) -> int | None:
+        """How many partitions the topic had at the last answer; None before one."""
         ...
 
     def refresh(self, partitions: Collection[int]) -> dict[int, int]:
@@ -54,21 +72,22 @@ class BrokerTopic:
         self._topic = topic
         self._timeout = timeout
         self._topic_id: str | None = None
-        self._partition_count: int | None = None
+        self._fresh = False
+        self._partitions: int | None = None
         self._warned = False
 
     @property
-    def topic_id(self) -> str | None:
-        """The topic id last seen; None when the broker never told."""
-        return self._topic_id
+    def topic(self) -> TopicId:
+        """The topic id last seen (value None: never told), fresh when the last ask told it."""
+        return TopicId(self._topic_id, self._fresh)
 
     @property
-    def partition_count(self) -> int | None:
-        """How many partitions the topic had when last described; None: never told."""
-        return self._partition_count
+    def partitions(self) -> int | None:
+        """How many partitions the topic had at the last answer; None before one."""
+        return self._partitions
 
     def refresh(self, partitions: Collection[int]) -> dict[int, int]:
-        """Ask for the topic id and the partitions' ends at once; keep the cache on failure."""
+        """Ask for the topic id and the partitions' ends at once; a failure leaves it stale."""
         described = self._admin.describe_topics(
             TopicCollection([self._topic]), request_timeout=self._timeout
         )[self._topic]
@@ -93,10 +112,9 @@ class BrokerTopic:
         except (KafkaException, concurrent.futures.TimeoutError) as exc:
             description, problem = None, str(exc) or "no answer in time"
         uuid = getattr(description, "topic_id", None)
-        # The placement check (placement.py) needs it; a failed describe keeps the last one.
-        self._partition_count = len(getattr(description, "partitions", None) or ()) or (
-            self._partition_count
-        )
+        # The placement check and the moved-timeline count need it; a failed describe keeps
+        # the last one.
+        self._partitions = len(getattr(description, "partitions", None) or ()) or self._partitions
         if uuid is not None and (
             uuid.get_most_significant_bits() or uuid.get_least_significant_bits()
         ):
@@ -105,8 +123,9 @@ class BrokerTopic:
                 log.warning(
                     "topic %s: its topic id changed %s -> %s", self._topic, self._topic_id, topic_id
                 )
-            self._topic_id, self._warned = topic_id, False
+            self._topic_id, self._fresh, self._warned = topic_id, True, False
             return
+        self._fresh = False
         if not self._warned:
             self._warned = True
             log.warning(

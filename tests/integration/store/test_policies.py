@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from digest_stream.store import DigestStore, NewRecord, TimelinePolicy
+from digest_stream.store import DigestStore, NewRecord, TimelineInfo, TimelinePolicy
 from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, FLUSH_AT_FLOOR
 from tests.support import new_id
 from tests.support.store import StoreFactory
@@ -200,3 +200,128 @@ def test_a_control_last_in_a_batch_carries_the_batch_fence(
     result = store.add(P, [feed("t"), feed("t", control=FLUSH)], T0, through_offset=9)
     assert result.fence_after == 9
     assert store.applied_offset(P) == 9
+
+
+# ---------------------------------------------------------------- issue 20: at the edges
+
+
+def test_a_flush_while_the_digest_is_open_is_honoured_at_its_close(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    # Issue 20, item 3: the flush used to be dropped (the timeline is READY with its digest
+    # open), so what arrived meanwhile waited the whole cool-down after the close.
+    store = make_store(COOL)
+    store.add(P, [feed("t")], T0)
+    digest = store.open(P, "t", new_id(), T0)
+    result = store.add(P, [feed("t", "late"), feed("t", control=FLUSH)], T0 + 1)
+    assert result.ready == []  # already READY: nothing to announce now
+    info = store.inspect(P, "t")
+    assert (info.state, info.pending, info.reason) == ("ready", 1, "FLUSHED")
+    assert store.close(P, "t", digest.id, T0 + 2)
+    info = store.inspect(P, "t")
+    assert (info.state, info.due, info.reason) == ("waiting", T0 + 2 + FLUSH_AT_FLOOR, "FLUSHED")
+    assert store.schedule(P, T0 + 2.5) == []
+    assert [d.timeline for d in store.schedule(P, T0 + 2 + FLUSH_AT_FLOOR)] == ["t"]
+    assert deliver(store, "t", T0 + 3) == (["late"], "FLUSHED")
+    # Honoured once: the next close is a plain cool-down again.
+    info = store.inspect(P, "t")
+    assert (info.due, info.reason) == (T0 + 3 + 60, "COOLDOWN")
+
+
+def _closed_after(
+    store: DigestStore, feed: Feed, batch: list[tuple[str, str | None]]
+) -> TimelineInfo:
+    """Deliver calendar timeline "d" now (by a flush): ``batch`` (record id, control) arrives
+    while its digest is open, then the digest closes; the timeline as the close left it."""
+    store.add(P, [feed("d"), feed("d", control=FLUSH)], T0)
+    digest = store.open(P, "d", new_id(), T0)
+    store.add(P, [feed("d", record_id, control) for record_id, control in batch], T0 + 1)
+    assert store.close(P, "d", digest.id, T0 + 2)
+    return store.inspect(P, "d")
+
+
+def test_a_flush_while_open_beats_a_calendar_schedule_at_the_close(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    info = _closed_after(make_store(DAILY), feed, [("x", None), ("", FLUSH)])
+    assert (info.due, info.reason) == (T0 + 2 + FLUSH_AT_FLOOR, "FLUSHED")
+
+
+def test_a_flush_while_open_covers_only_what_was_pending_then(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    # Nothing pending behind the open digest: it already holds everything the flush asked for,
+    # so a record after the flush waits for the schedule as usual.
+    info = _closed_after(make_store(DAILY), feed, [("", FLUSH), ("after", None)])
+    nine = datetime(2026, 3, 3, 9, 0, tzinfo=BERLIN).timestamp()
+    assert (info.due, info.reason, info.pending) == (nine, "SCHEDULE", 1)
+
+
+def test_flush_at_is_checked_at_the_close(make_store: StoreFactory, feed: Feed) -> None:
+    # Issue 20, item 4: records that reach flush_at while the digest is open (READY: add leaves
+    # it alone) make the timeline due right after the floor at the close, not a cool-down later.
+    store = make_store(COOL)  # flush_at=3, minimum_delay=60
+    store.add(P, [feed("t"), feed("u")], T0)
+    t_digest = store.open(P, "t", new_id(), T0)
+    u_digest = store.open(P, "u", new_id(), T0)
+    store.add(P, [feed("t") for _ in range(5)] + [feed("u"), feed("u")], T0 + 1)
+    assert store.close_many([(P, "t", t_digest.id), (P, "u", u_digest.id)], T0 + 2) == [True] * 2
+    t_info, u_info = store.inspect(P, "t"), store.inspect(P, "u")
+    assert (t_info.due, t_info.reason) == (T0 + 2 + FLUSH_AT_FLOOR, "FLUSH_AT")
+    assert (u_info.due, u_info.reason) == (T0 + 2 + 60, "COOLDOWN")  # two: below flush_at
+    store.schedule(P, T0 + 3)
+    ids, reason = deliver(store, "t", T0 + 3)
+    assert (len(ids), reason) == (5, "FLUSH_AT")
+
+
+def test_flush_at_at_the_close_of_a_calendar_timeline(make_store: StoreFactory, feed: Feed) -> None:
+    store = make_store(TimelinePolicy(schedule="0 9 * * *", timezone="Europe/Berlin", flush_at=2))
+    info = _closed_after(store, feed, [("", None), ("", None)])
+    assert (info.due, info.reason) == (T0 + 2 + FLUSH_AT_FLOOR, "FLUSH_AT")
+
+
+TRIMMED = TimelinePolicy(minimum_delay=60, increment_delay=0, maximum_delay=60, capacity=2)
+
+
+def _trimmed(store: DigestStore, feed: Feed, timeline: str) -> None:
+    """A timeline in its cool-down holding 2 records after 3 were trimmed."""
+    store.add(P, [feed(timeline)], T0)
+    deliver(store, timeline, T0)
+    result = store.add(P, [feed(timeline, f"{timeline}{i}") for i in range(5)], T0 + 1)
+    assert result.dropped == 3
+    assert store.inspect(P, timeline).dropped == 3
+
+
+def test_a_cancel_all_resets_the_trimmed_count(make_store: StoreFactory, feed: Feed) -> None:
+    # Issue 20, item 9: the trims before a cancel-all stayed in the meta, so the empty digest
+    # reported them (and delivery counted them again, as missing payloads) and a later digest
+    # counted them in dropped and total.
+    store = make_store(TRIMMED)
+    _trimmed(store, feed, "t")
+    assert store.add(P, [feed("t", control=CANCEL_ALL)], T0 + 2).cancelled == 2
+    assert store.inspect(P, "t").dropped == 0
+    store.add(P, [feed("t", "g")], T0 + 3)
+    store.schedule(P, T0 + 61)
+    digest = store.open(P, "t", new_id(), T0 + 61)
+    assert ([r.id for r in digest.records], digest.dropped) == (["g"], 0)
+    # ...and without a record after the cancel, the empty digest reports no loss either.
+    _trimmed(store, feed, "u")
+    store.add(P, [feed("u", control=CANCEL_ALL)], T0 + 2)
+    store.schedule(P, T0 + 61)
+    empty = store.open(P, "u", new_id(), T0 + 61)
+    assert (empty.records, empty.dropped) == ([], 0)
+
+
+def test_a_cancel_of_one_record_keeps_the_trimmed_count_until_nothing_is_left(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(TRIMMED)
+    _trimmed(store, feed, "t")  # holds t3, t4
+    assert store.add(P, [feed("t", "t4", control=CANCEL)], T0 + 2).cancelled == 1
+    assert store.inspect(P, "t").dropped == 3  # t3 still goes out, with the 3 trims before it
+    assert store.add(P, [feed("t", "t3", control=CANCEL)], T0 + 2).cancelled == 1
+    # Nothing pending is left: no digest will carry the trims, and nothing else may count them.
+    assert store.inspect(P, "t").dropped == 0
+    store.schedule(P, T0 + 61)
+    empty = store.open(P, "t", new_id(), T0 + 61)
+    assert (empty.records, empty.dropped) == ([], 0)

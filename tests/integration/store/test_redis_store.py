@@ -18,6 +18,7 @@ from digest_stream.store import (
     routing,
 )
 from digest_stream.store import redis_calls as redis_module
+from digest_stream.store.base import CANCEL_ALL
 from digest_stream.store.keys import (
     digest_key,
     fence_key,
@@ -147,6 +148,24 @@ def test_missing_payloads_add_to_capacity_drops(
     client.hdel(timeline_key(tag(namespace), "t"), "r4")
     digest = store.open(0, "t", new_id(), T0)
     assert ([r.id for r in digest.records], digest.dropped) == (["r3", "r2"], 3)
+
+
+def test_a_cancel_all_takes_lost_and_damaged_records_with_it(
+    make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
+) -> None:
+    # Issue 20, item 9, in Redis only: records that vanished or were damaged are pending too,
+    # so a cancel that leaves nothing pending leaves no loss for a digest to report.
+    store = make_redis_store(TimelinePolicy(capacity=3), inline_records=0)
+    assert store.add(0, records("t", 5), T0).dropped == 2
+    key = timeline_key(tag(namespace), "t")
+    client.hdel(key, "r4")  # lost
+    client.hset(key, "r3", b"xx")  # damaged
+    cancel_all = NewRecord("t", "control", T0, b"", 5, control=CANCEL_ALL)
+    assert store.add(0, [cancel_all], T0).cancelled == 1  # r2: the one intact record
+    assert client.hkeys(key) == [b""]  # only the meta is left
+    store.add(0, [NewRecord("t", "g", T0, b"g", 6)], T0)
+    digest = store.open(0, "t", new_id(), T0)
+    assert ([r.id for r in digest.records], digest.dropped) == (["g"], 0)
 
 
 @pytest.mark.parametrize("inline_records", [0, 16])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import ClassVar, TypeVar
 
@@ -42,8 +43,10 @@ def _sliced(batch: DueBatch) -> tuple[list[DueTimeline], bool]:
 PARTITIONS = [0, 1]
 # "a" timelines have a small capacity so trimming happens often (and they stay inline),
 # "c" ones trim past the inline limit (as hashes), "b" ones are unbounded, "f" ones flush at
-# a count, "s" ones follow a calendar schedule (every minute, Berlin time) with a flush_at.
-TIMELINES = ["a1", "a2", "b1", "c1", "f1", "s1"]
+# a count, "s" ones follow a calendar schedule (every minute, Berlin time) with a flush_at,
+# "d" ones fire daily at 02:30 Berlin (inside the hour the fall-back change repeats) and "h"
+# ones hourly at :15 (fires on both sides of the fold).
+TIMELINES = ["a1", "a2", "b1", "c1", "f1", "s1", "d1", "h1"]
 RECORD_IDS = ["r0", "r1", "r2", "r3", "r4", "r5", "é"]
 # Delays are small against maximum_delay so that one or two adds reach the cap.
 CAPPED = TimelinePolicy(minimum_delay=10, increment_delay=8, maximum_delay=20, ttl=3600, capacity=3)
@@ -63,8 +66,21 @@ CALENDAR = TimelinePolicy(
 )
 
 
+DAILY_IN_FOLD = TimelinePolicy(
+    ttl=3600, capacity=6, flush_at=3, schedule="30 2 * * *", timezone="Europe/Berlin"
+)
+HOURLY = TimelinePolicy(ttl=3600, capacity=8, schedule="15 * * * *", timezone="Europe/Berlin")
+# The machine's clock starts 20 minutes before Berlin's fall-back change (2026-10-25 01:00
+# UTC, 03:00 CEST -> 02:00 CET), and its longer steps cross it: the calendar timelines'
+# fires, closes and flushes around the repeated hour are compared like everything else.
+START = datetime(2026, 10, 25, 0, 40, tzinfo=UTC).timestamp()
+
+
 def resolve(timeline: str) -> TimelinePolicy:
-    policies = {"a": CAPPED, "c": TRIMMED_HASH, "f": FLUSH_AT, "s": CALENDAR}
+    policies = {
+        "a": CAPPED, "c": TRIMMED_HASH, "f": FLUSH_AT, "s": CALENDAR, "d": DAILY_IN_FOLD,
+        "h": HOURLY,
+    }  # fmt: skip
     return policies.get(timeline[0], UNBOUNDED)
 
 
@@ -88,7 +104,8 @@ entries = st.lists(
     st.tuples(
         timelines,
         st.sampled_from(RECORD_IDS),
-        st.integers(990, 1010).map(float),  # few distinct values: timestamp ties happen
+        # few distinct values around the start: timestamp ties happen
+        st.integers(-10, 10).map(lambda offset: START + offset),
         st.binary(max_size=6),
         # mostly records; sometimes a control operation at that place in the batch
         st.sampled_from([None, None, None, None, None, FLUSH, CANCEL, CANCEL_ALL]),
@@ -105,7 +122,7 @@ class StoreComparison(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.namespace = unique("sm")
-        self.clock = ManualClock(1000.0)
+        self.clock = ManualClock(START)
         self.model = MemoryStore(resolver=resolve)
         # A tiny inline limit so timelines cross from the inline to the hash form often.
         self.real = RedisStore(
@@ -171,7 +188,69 @@ class StoreComparison(RuleBasedStateMachine):
             )
         )
 
-    @rule(seconds=st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 7.0, 10.0, 25.0, 60.0]))
+    def _feed(self, partition: int, items: list[tuple[str, str, str | None]]) -> None:
+        """Add (timeline, id, control) items at the partition's next offsets, on both stores."""
+        first = self.next_offset[partition]
+        now = self.clock.now()
+        records = [
+            NewRecord(timeline, record_id, now, record_id.encode(), first + i, control)
+            for i, (timeline, record_id, control) in enumerate(items)
+        ]
+        self.next_offset[partition] = first + len(records)
+        self.both(lambda store: store.add(partition, records, now))
+
+    @rule(
+        pick=st.integers(0, 4),
+        timeline=timelines,
+        partition=partitions,
+        operation=st.sampled_from([FLUSH, CANCEL, CANCEL_ALL]),
+        record_id=st.sampled_from(RECORD_IDS),
+    )
+    def control(
+        self, pick: int, timeline: str, partition: int, operation: str, record_id: str
+    ) -> None:
+        # Mostly aimed at a timeline with a digest opened lately: a flush or cancel while the
+        # digest is open is the edge (issue 20, items 3 and 9).
+        if pick < len(self.opened):
+            partition, timeline, _ = self.opened[-1 - pick]
+        self._feed(partition, [(timeline, record_id, operation)])
+
+    @rule(
+        partition=partitions,
+        timeline=timelines,
+        count=st.integers(0, 5),
+        flush=st.sampled_from([None, "before", "after"]),
+        cancel=st.sampled_from([None, CANCEL, CANCEL_ALL]),
+        wait=st.sampled_from([0.0, 0.5, 2.0]),
+    )
+    def while_open(
+        self,
+        partition: int,
+        timeline: str,
+        count: int,
+        flush: str | None,
+        cancel: str | None,
+        wait: float,
+    ) -> None:
+        """Open a digest, let records (and controls) arrive meanwhile, close it: flush_at and a
+        flush are checked at the close (issue 20, items 3 and 4)."""
+        self.open(partition, timeline)
+        if not self.opened or self.opened[-1][:2] != (partition, timeline):
+            return  # not READY: nothing opened
+        items: list[tuple[str, str, str | None]] = [
+            (timeline, RECORD_IDS[i], None) for i in range(count)
+        ]
+        if cancel is not None:
+            items.insert(count // 2, (timeline, RECORD_IDS[0], cancel))
+        if flush is not None:
+            items.insert(0 if flush == "before" else len(items), (timeline, "flush", FLUSH))
+        self._feed(partition, items)
+        self.clock.advance(wait)
+        self.close(0, timeline, partition)
+
+    # 600 s and 1200 s steps: a run crosses the DST fold (START) and fires of the hourly
+    # and daily schedules
+    @rule(seconds=st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0, 7.0, 10.0, 25.0, 60.0, 600.0, 1200.0]))
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
 

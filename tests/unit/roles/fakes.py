@@ -18,6 +18,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from digest_stream.roles.ingest.topic import TopicId
+
 DeliveryReport = Callable[[KafkaError | None, Message], None]
 
 
@@ -191,8 +193,13 @@ class FakeTopics:
 
     topic_id: str | None = "AAAAAAAAAAAAAAAAAAAAAQ"
     ends: dict[int, int] = field(default_factory=dict)
-    partition_count: int | None = None
     refreshes: int = 0
+    fresh: bool = True  # False: the broker could not tell now (topic_id is the last seen)
+    partitions: int | None = None
+
+    @property
+    def topic(self) -> TopicId:
+        return TopicId(self.topic_id, self.fresh)
 
     def refresh(self, partitions: Collection[int]) -> dict[int, int]:
         self.refreshes += 1

@@ -7,6 +7,7 @@ import logging
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID
 
 from digest_stream.roles.ingest import fence
+from digest_stream.roles.ingest.topic import TopicId
 
 
 def test_a_new_partition_starts_where_auto_offset_reset_says() -> None:
@@ -87,9 +88,14 @@ def test_a_fence_gone_replays_or_applies_now_as_the_policy_says() -> None:
 OLD, NEW = "XJZlQJpjSHCHp8eFP2gP5w", "rHsPZJPATkK3iNAC8jgMdg"
 
 
+def told(value: str | None) -> TopicId:
+    """A topic id the broker just told."""
+    return TopicId(value, fresh=True)
+
+
 def test_a_fence_of_another_topic_is_replayed_from_the_beginning_and_reset() -> None:
     decision = fence.start(
-        0, committed=-1001, fence=19, policy="replay", fence_topic=OLD, topic_id=NEW, end=5
+        0, committed=-1001, fence=19, policy="replay", fence_topic=OLD, topic=told(NEW), end=5
     )
     assert (decision.offset, decision.expected, decision.cause, decision.reset) == (
         OFFSET_BEGINNING,
@@ -105,7 +111,7 @@ def test_a_fence_of_another_topic_is_replayed_from_the_beginning_and_reset() -> 
 
 def test_a_fence_of_another_topic_with_continue_starts_at_the_commit() -> None:
     decision = fence.start(
-        0, committed=3, fence=19, policy="continue", fence_topic=OLD, topic_id=NEW
+        0, committed=3, fence=19, policy="continue", fence_topic=OLD, topic=told(NEW)
     )
     assert (decision.offset, decision.expected, decision.cause, decision.reset) == (
         3,
@@ -118,7 +124,7 @@ def test_a_fence_of_another_topic_with_continue_starts_at_the_commit() -> None:
 
 def test_a_fence_of_another_topic_with_continue_and_no_commit_starts_where_reset_says() -> None:
     decision = fence.start(
-        0, committed=-1001, fence=19, policy="continue", fence_topic=OLD, topic_id=NEW
+        0, committed=-1001, fence=19, policy="continue", fence_topic=OLD, topic=told(NEW)
     )
     assert (decision.offset, decision.cause, decision.reset) == (
         OFFSET_INVALID,
@@ -129,11 +135,11 @@ def test_a_fence_of_another_topic_with_continue_and_no_commit_starts_where_reset
 
 
 def test_the_same_topic_or_an_unknown_id_is_no_change() -> None:
-    same = fence.start(0, committed=20, fence=19, policy="replay", fence_topic=OLD, topic_id=OLD)
+    same = fence.start(0, committed=20, fence=19, policy="replay", fence_topic=OLD, topic=told(OLD))
     assert same == fence.Decision(20, 19)
     # an old broker (no id now) or a fence from before topic ids: fenced as before
-    assert fence.start(0, 20, 19, "replay", fence_topic=OLD, topic_id=None) == same
-    assert fence.start(0, 20, 19, "replay", fence_topic=None, topic_id=NEW) == same
+    assert fence.start(0, 20, 19, "replay", fence_topic=OLD, topic=told(None)) == same
+    assert fence.start(0, 20, 19, "replay", fence_topic=None, topic=told(NEW)) == same
 
 
 def test_a_fence_at_or_past_the_partition_end_is_an_offset_reset() -> None:
@@ -162,7 +168,7 @@ def test_a_fence_reset_for_a_new_topic_reads_it_as_the_policy_said() -> None:
 
 def test_a_running_partition_on_another_topic_replays_or_applies_the_batch_now() -> None:
     replay = fence.foreign(
-        1, "replay", fence=10, fence_topic=OLD, topic_id=NEW, end=None, resume_at=None
+        1, "replay", fence=10, fence_topic=OLD, topic=told(NEW), end=None, resume_at=None
     )
     assert replay is not None
     assert (replay.offset, replay.cause, replay.reset, replay.apply_now) == (
@@ -172,12 +178,33 @@ def test_a_running_partition_on_another_topic_replays_or_applies_the_batch_now()
         False,
     )
     cont = fence.foreign(
-        1, "continue", fence=10, fence_topic=OLD, topic_id=NEW, end=None, resume_at=None
+        1, "continue", fence=10, fence_topic=OLD, topic=told(NEW), end=None, resume_at=None
     )
     assert cont is not None
     assert (cont.cause, cont.reset, cont.apply_now) == ("topic_changed", True, True)
     assert "reading it from this batch on" in cont.message
-    assert fence.foreign(1, "replay", fence=10, fence_topic=OLD, topic_id=OLD,
+    assert fence.foreign(1, "replay", fence=10, fence_topic=OLD, topic=told(OLD),
                          end=11, resume_at=None) is None  # fmt: skip
-    assert fence.foreign(1, "replay", fence=None, fence_topic=None, topic_id=NEW,
+    assert fence.foreign(1, "replay", fence=None, fence_topic=None, topic=told(NEW),
                          end=0, resume_at=None) is None  # fmt: skip
+
+
+def test_a_stale_topic_id_never_resets_a_fence() -> None:
+    # Issue 20, item 10: the broker could not tell the id now; OLD is only the last one seen,
+    # and another owner may already have moved the fence to the recreated topic's id.
+    stale = TopicId(OLD, fresh=False)
+    running = fence.foreign(
+        1, "replay", fence=2, fence_topic=NEW, topic=stale, end=None, resume_at=None
+    )
+    assert running is not None
+    assert (running.wait, running.reset, running.cause) == (True, False, None)
+    assert running.level == logging.WARNING
+    assert f"names topic id {NEW}" in running.message
+    assert f"last saw {OLD}" in running.message
+    # at assignment: starts from the fence as usual; the first add's topic check decides
+    start = fence.start(0, committed=3, fence=2, policy="replay", fence_topic=NEW, topic=stale)
+    assert (start.offset, start.expected, start.cause, start.reset) == (3, 2, None, False)
+    assert "cannot tell" in start.message
+    # once the broker tells the same id again, the fence is the old topic's: reset, as before
+    known = fence.start(0, 3, 2, "replay", fence_topic=NEW, topic=told(OLD))
+    assert (known.offset, known.cause, known.reset) == (OFFSET_BEGINNING, "topic_changed", True)

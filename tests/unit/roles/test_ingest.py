@@ -19,6 +19,7 @@ from digest_stream.store import MemoryStore
 from digest_stream.store.base import AddResult, Fence
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event, ScheduleReason
+from tests.support.kafka import murmur2_choice
 from tests.unit.roles.fakes import FakeConsumer, FakeProducer, FakeTopics, message
 
 EVENTS, SCHEDULE, DLQ = "events", "schedule", "dlq"
@@ -312,6 +313,53 @@ def test_a_stale_topic_id_is_refreshed_instead_of_losing_state() -> None:
     rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 5)
     assert rig.store.fence(0) == Fence(4, NEW)
     assert rig.metrics.value("digest_replays_total", cause="topic_changed") == 0
+
+
+def test_a_stale_topic_id_waits_for_the_broker_instead_of_resetting_the_fence() -> None:
+    # Issue 20, item 10: this process cached OLD; the topic was recreated and another owner
+    # already moved the fence to NEW. The broker cannot tell the id now (OLD is a guess).
+    rig = Rig()
+    rig.topics.topic_id = OLD
+    rig.consumer.assign([0])
+    rig.store.set_applied_offset(0, 2, topic_id=NEW)
+    rig.topics.fresh = False
+    refresh = rig.topics.refresh
+    fences: list[Fence] = []
+
+    def broker_tells_on_the_third_ask(partitions: Collection[int]) -> dict[int, int]:
+        fences.append(rig.store.fence(0))
+        if rig.topics.refreshes == 2:
+            rig.topics.topic_id, rig.topics.fresh = NEW, True
+        return refresh(partitions)
+
+    rig.topics.refresh = broker_tells_on_the_third_ask  # type: ignore[method-assign]
+    _queue(rig, 0, range(3, 5), "new-")
+    rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 5)
+    assert len(fences) == 2  # one ask without an answer (a wait), then the one that told
+    assert all(found == Fence(2, NEW) for found in fences), fences
+    assert rig.store.fence(0) == Fence(4, NEW)
+    assert (0, OFFSET_BEGINNING) not in rig.consumer.seeks
+    assert rig.metrics.value("digest_replays_total", cause="topic_changed") == 0
+    assert rig.consumer.pauses >= 1  # waited serving the group
+    assert not rig.consumer.paused  # and resumed
+
+
+def test_a_timeline_moved_by_a_grown_topic_is_counted() -> None:
+    # Issue 20, item 7: the count read at an assignment grew 2 -> 4; a timeline whose key went
+    # to partition 0 or 1 before now arrives on 2 or 3 while its old partition holds state.
+    rig = Rig()
+    timeline = next(t for t in (f"t{n}" for n in range(1000)) if murmur2_choice(t.encode(), 4) >= 2)
+    old, new = murmur2_choice(timeline.encode(), 2), murmur2_choice(timeline.encode(), 4)
+    rig.topics.partitions = 2
+    rig.consumer.assign([0, 1])
+    rig.send(timeline.encode(), "before", partition=old)
+    rig.step_until(lambda: rig.store.inspect(old, timeline).state != "absent")
+    rig.consumer.revoke([0, 1])
+    rig.topics.partitions = 4
+    rig.consumer.assign([0, 1, 2, 3])
+    rig.send(timeline.encode(), "after", partition=new)
+    rig.step_until(lambda: rig.store.inspect(new, timeline).state != "absent")
+    assert rig.metrics.value("digest_timelines_moved_total") == 1
 
 
 def test_rebalances_are_counted_by_kind() -> None:

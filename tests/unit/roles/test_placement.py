@@ -22,7 +22,7 @@ def _keys_on(partitioner: Partitioner, partition: int, n: int) -> list[bytes]:
 
 
 def _check(metrics: Metrics, count: int | None = PARTITIONS) -> PlacementCheck:
-    topics = FakeTopics(partition_count=count)
+    topics = FakeTopics(partitions=count)
     return PlacementCheck("murmur2_random", topics, metrics.events_mispartitioned, "ev")
 
 
