@@ -103,12 +103,7 @@ class Ingest:
             store,
             metrics,
             settings.events_topic,
-            max(
-                [
-                    settings.maximum_delay,
-                    *(o.maximum_delay or 0.0 for o in settings.overrides.values()),
-                ]
-            ),
+            _longest_maximum_delay(settings),
             functools.partial(partition_for, settings.partitioner),
         )
         self._worker = StoreWorker(self._applier.timed_add)
@@ -157,8 +152,7 @@ class Ingest:
         return applied
 
     def close(self) -> None:
-        """Graceful stop: finish the batch in flight, commit, flush outputs (the runner then
-        leaves the group)."""
+        """Graceful stop: finish the batch in flight, commit, flush (the runner then leaves)."""
         self._finish(sync=True)
         self._worker.shutdown()
         self._outputs.flush()
@@ -297,6 +291,12 @@ class Ingest:
         # A batch kept for the role's thread is read again by whoever owns it next (us too,
         # if it comes back in the same rebalance: from the fence and committed offset).
         self._done = [batch for batch in self._done if batch.partition not in partitions]
+
+
+def _longest_maximum_delay(settings: Settings) -> float:
+    """The longest maximum_delay of any timeline: the default's or an override's."""
+    overrides = (o.maximum_delay or 0.0 for o in settings.overrides.values())
+    return max([settings.maximum_delay, *overrides])
 
 
 def ingest_role(

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import redis
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaException
 
 from digest_stream.clock import ManualClock
@@ -13,87 +12,17 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.delivery import Delivery
 from digest_stream.roles.runner import Runner
 from digest_stream.settings import Settings
-from digest_stream.store import MemoryStore, NewRecord
-from digest_stream.store.base import InvalidState, OpenDigest
+from digest_stream.store import MemoryStore
 from digest_stream.wire import codec
-from digest_stream.wire.models import Event, ScheduleEntry, ScheduleReason
+from tests.unit.roles.delivery.rig import OUTPUT, SCHEDULE, FlakyStore, entry, ready, rig, started
 from tests.unit.roles.fakes import FakeConsumer, FakeProducer, message
-
-SCHEDULE, OUTPUT = "schedule", "output"
-
-
-class FlakyStore(MemoryStore):
-    """The reference store, unreachable for the first ``failures`` open_many calls."""
-
-    def __init__(self, failures: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.failures = failures
-
-    def open_many(self, targets: Any, now: float) -> list[OpenDigest | InvalidState]:
-        if self.failures:
-            self.failures -= 1
-            raise redis.ConnectionError("unreachable (test)")
-        return super().open_many(targets, now)
-
-
-def _rig(store: MemoryStore) -> tuple[Delivery, FakeConsumer, FakeProducer, Metrics]:
-    settings = Settings(
-        schedule_topic=SCHEDULE,
-        output_topic=OUTPUT,
-        batch_timeout=0.0,
-        retry_backoff_initial=0.001,
-        retry_backoff_max=0.01,
-    )
-    consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
-    delivery = _started(settings, store, consumer, producer, metrics)
-    return delivery, consumer, producer, metrics
-
-
-def _started(
-    settings: Settings,
-    store: MemoryStore,
-    consumer: FakeConsumer,
-    producer: FakeProducer,
-    metrics: Metrics | None = None,
-    partitions: tuple[int, ...] = (0,),
-) -> Delivery:
-    """A started delivery on these fakes, assigned ``partitions``."""
-    runner = Runner(settings, "delivery", consumer=consumer.as_consumer())
-    delivery = Delivery(
-        settings, store, ManualClock(2000.0), metrics or Metrics(), producer.as_producer(), runner
-    )
-    runner.start(delivery, lambda: False)
-    consumer.assign(list(partitions))
-    return delivery
-
-
-def _ready(store: MemoryStore, timeline: str, n: int) -> None:
-    records = [
-        NewRecord(
-            timeline=timeline,
-            id=f"r{i}",
-            timestamp=1000.0 + i,
-            payload=codec.encode_event(Event(id=f"r{i}", timestamp=1_000_000 + i, payload=b"p")),
-            offset=i,
-        )
-        for i in range(n)
-    ]
-    store.add(0, records, 1999.0)
-
-
-def _entry(consumer: FakeConsumer, timeline: str, offset: int) -> None:
-    entry = ScheduleEntry(
-        timeline=timeline, partition=0, scheduled_at=1_999_000, reason=ScheduleReason.IMMEDIATE
-    )
-    value = codec.encode_schedule_entry(entry)
-    consumer.queued.append(message(SCHEDULE, 0, offset, timeline.encode(), value))
 
 
 def test_a_ready_timeline_is_published_closed_and_committed() -> None:
     store = MemoryStore()
-    delivery, consumer, producer, metrics = _rig(store)
-    _ready(store, "t1", 3)
-    _entry(consumer, "t1", 0)
+    delivery, consumer, producer, metrics = rig(store)
+    ready(store, "t1", 3)
+    entry(consumer, "t1", 0)
     assert delivery.step() == 1
     ((key, value),) = producer.on(OUTPUT)
     digest = codec.decode_digest(value or b"")
@@ -112,11 +41,11 @@ def test_a_ready_timeline_is_published_closed_and_committed() -> None:
 
 def test_a_repeated_entry_of_a_delivered_timeline_is_stale_and_committed() -> None:
     store = MemoryStore()
-    delivery, consumer, producer, metrics = _rig(store)
-    _ready(store, "t1", 1)
-    _entry(consumer, "t1", 0)
+    delivery, consumer, producer, metrics = rig(store)
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)
     delivery.step()
-    _entry(consumer, "t1", 1)
+    entry(consumer, "t1", 1)
     assert delivery.step() == 0
     assert len(producer.on(OUTPUT)) == 1
     assert metrics.value("digest_stale_entries_total") == 1
@@ -125,9 +54,9 @@ def test_a_repeated_entry_of_a_delivered_timeline_is_stale_and_committed() -> No
 
 def test_a_redis_outage_pauses_and_keeps_polling_like_ingest() -> None:
     store = FlakyStore(failures=3)
-    delivery, consumer, producer, metrics = _rig(store)
-    _ready(store, "t1", 1)
-    _entry(consumer, "t1", 0)
+    delivery, consumer, producer, metrics = rig(store)
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)
     assert delivery.step() == 1
     assert consumer.pauses >= 1
     assert consumer.paused == set()
@@ -138,11 +67,11 @@ def test_a_redis_outage_pauses_and_keeps_polling_like_ingest() -> None:
 
 def test_a_revoked_partition_is_not_committed_by_a_later_batch() -> None:
     store = MemoryStore()
-    delivery, consumer, _, _ = _rig(store)
+    delivery, consumer, _, _ = rig(store)
     consumer.revoke([0])
     assert delivery.assigned == frozenset()
-    _ready(store, "t1", 1)
-    _entry(consumer, "t1", 0)  # a message of the revoked partition still in hand
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)  # a message of the revoked partition still in hand
     delivery.step()
     assert consumer.committed_offsets == {}
 
@@ -152,7 +81,7 @@ def test_an_assignment_says_where_each_partition_starts() -> None:
     # OFFSET_INVALID: librdkafka would fetch the commit again and look the position up first.
     consumer = FakeConsumer(SCHEDULE, committed_offsets={1: 7})
     settings = Settings(schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0)
-    _started(settings, MemoryStore(), consumer, FakeProducer(), partitions=(0, 1))
+    started(settings, MemoryStore(), consumer, FakeProducer(), partitions=(0, 1))
     assert [(tp.partition, tp.offset) for tp in consumer.assigned] == [
         (0, OFFSET_BEGINNING),
         (1, 7),
@@ -164,11 +93,11 @@ def test_an_assignment_whose_commit_cannot_be_read_is_left_to_the_consumer() -> 
     consumer = FakeConsumer(SCHEDULE, commits_unreadable=True)
     settings = Settings(schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0)
     producer = FakeProducer()
-    delivery = _started(settings, store, consumer, producer)
+    delivery = started(settings, store, consumer, producer)
     assert [(tp.partition, tp.offset) for tp in consumer.assigned] == [(0, OFFSET_INVALID)]
     assert delivery.assigned == frozenset({0})
-    _ready(store, "t1", 1)
-    _entry(consumer, "t1", 0)
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)
     assert delivery.step() == 1
     assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
 
@@ -195,7 +124,7 @@ def test_an_unreadable_entry_is_dead_lettered_with_the_codecs_reason(
         schedule_topic=SCHEDULE, output_topic=OUTPUT, dlq_topic="dlq", batch_timeout=0.0
     )
     consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
-    delivery = _started(settings, store, consumer, producer, metrics)
+    delivery = started(settings, store, consumer, producer, metrics)
     consumer.queued.append(message(SCHEDULE, 0, 0, b"t", value))
     assert delivery.step() == 0
     producer.flush()
@@ -225,9 +154,9 @@ def test_an_output_the_producer_refuses_fails_the_attempt_not_the_role() -> None
         retry_backoff_max=0.01,
     )
     consumer, producer = FakeConsumer(SCHEDULE), TooLargeProducer()
-    delivery = _started(settings, store, consumer, producer)
-    _ready(store, "t1", 1)
-    _entry(consumer, "t1", 0)
+    delivery = started(settings, store, consumer, producer)
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)
     assert delivery.step() == 0  # no exception: the entry is dead-lettered after 2 attempts
     producer.flush()
     (dead,) = producer.on("dlq")
@@ -241,158 +170,13 @@ def test_an_expired_timeline_is_counted_and_logged_per_timeline(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     store = MemoryStore()
-    delivery, consumer, _, metrics = _rig(store)
-    _ready(store, "t1", 2)
+    delivery, consumer, _, metrics = rig(store)
+    ready(store, "t1", 2)
     store.expire(0, "t1")  # the ttl ran out while nobody delivered it
-    _entry(consumer, "t1", 0)
+    entry(consumer, "t1", 0)
     delivery.step()
     assert metrics.value("digest_timelines_expired_total") == 1
     assert "timeline t1: records expired" in caplog.text
-
-
-def _one_each(store: MemoryStore, timelines: list[str], first_offset: int = 0) -> None:
-    """One record on each of these timelines (partition 0), from ``first_offset`` on."""
-    store.add(
-        0,
-        [
-            NewRecord(
-                timeline=timeline,
-                id=f"{timeline}-r",
-                timestamp=1000.0,
-                payload=codec.encode_event(
-                    Event(id=f"{timeline}-r", timestamp=1_000_000, payload=b"p")
-                ),
-                offset=first_offset + i,
-            )
-            for i, timeline in enumerate(timelines)
-        ],
-        1999.0,
-    )
-
-
-def _queued(store: MemoryStore, consumer: FakeConsumer, timelines: list[str]) -> None:
-    """One record on each timeline, and its schedule entry at offsets 0, 1, ..."""
-    _one_each(store, timelines)
-    for offset, timeline in enumerate(timelines):
-        _entry(consumer, timeline, offset)
-
-
-def _batched_rig(store: MemoryStore, consumer: FakeConsumer) -> tuple[Delivery, FakeProducer]:
-    """A delivery taking one entry per batch, so the next batch is taken ahead of each one."""
-    settings = Settings(
-        schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0, batch_size=1
-    )
-    producer = FakeProducer()
-    return _started(settings, store, consumer, producer, partitions=(0, 1)), producer
-
-
-def test_the_next_batch_is_opened_while_this_one_is_published() -> None:
-    store = MemoryStore()
-    consumer = FakeConsumer(SCHEDULE)
-    delivery, producer = _batched_rig(store, consumer)
-    _queued(store, consumer, ["t1", "t2"])
-    assert delivery.step() == 1
-    # t2's batch was taken and opened ahead, but not published nor committed yet; t1's
-    # closes overlap t2's publishing, so t1 is committed once they are done, in the next step.
-    assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
-    assert consumer.committed_offsets == {}
-    t2 = store.inspect(0, "t2")
-    assert t2 is not None
-    assert t2.open_digest is not None
-    assert delivery.step() == 1
-    assert [key for key, _ in producer.on(OUTPUT)] == [b"t1", b"t2"]
-    assert consumer.committed_offsets == {0: 2}  # nothing in hand: closed before returning
-    for timeline in ("t1", "t2"):
-        info = store.inspect(0, timeline)
-        assert info is not None
-        assert info.state == "waiting"
-
-
-def test_a_stop_commits_the_closing_batch_and_leaves_the_one_opened_ahead() -> None:
-    store = MemoryStore()
-    consumer = FakeConsumer(SCHEDULE)
-    delivery, producer = _batched_rig(store, consumer)
-    _queued(store, consumer, ["t1", "t2"])
-    assert delivery.step() == 1
-    delivery.close()
-    assert consumer.committed_offsets == {0: 1}  # t1: published, closed, committed
-    t1, t2 = store.inspect(0, "t1"), store.inspect(0, "t2")
-    assert t1 is not None
-    assert t1.state == "waiting"
-    assert t2 is not None
-    assert t2.open_digest is not None  # t2's entry comes back and reopens it, same id
-    assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
-
-
-def test_a_timeline_of_the_batch_in_hand_is_not_opened_ahead() -> None:
-    # Opened ahead, the repeat would reopen the digest in hand and publish it twice; after
-    # that digest is closed, the repeat is stale, as when the batches run one after the other.
-    store = MemoryStore()
-    consumer = FakeConsumer(SCHEDULE)
-    delivery, producer = _batched_rig(store, consumer)
-    _ready(store, "t1", 1)
-    _entry(consumer, "t1", 0)
-    _entry(consumer, "t1", 1)
-    assert delivery.step() == 1
-    assert delivery.step() == 0
-    assert len(producer.on(OUTPUT)) == 1
-    assert consumer.committed_offsets == {0: 2}
-
-
-class RevokingConsumer(FakeConsumer):
-    """Revokes a partition inside the poll that takes the next batch ahead."""
-
-    revoke_at_poll: int = 0
-    revoking: int = 0
-
-    def poll(self, timeout: float) -> Any:
-        if self.polls + 1 == self.revoke_at_poll:
-            self.revoke([self.revoking])
-        return super().poll(timeout)
-
-
-def test_a_partition_revoked_while_its_batch_is_in_hand_is_left_to_the_next_owner() -> None:
-    store = MemoryStore()
-    consumer = RevokingConsumer(SCHEDULE)
-    consumer.revoke_at_poll, consumer.revoking = 2, 0  # the poll taking the next batch
-    delivery, producer = _batched_rig(store, consumer)
-    _ready(store, "t1", 1)
-    _entry(consumer, "t1", 0)
-    assert delivery.step() == 0  # t1's entry is the next owner's now: not published
-    assert producer.on(OUTPUT) == []
-    assert consumer.committed_offsets == {}
-    t1 = store.inspect(0, "t1")
-    assert t1 is not None
-    assert t1.open_digest is not None
-
-
-def test_a_failed_open_ahead_is_retried_in_order() -> None:
-    store = FlakyStore(failures=0)
-    consumer = FakeConsumer(SCHEDULE)
-    delivery, producer = _batched_rig(store, consumer)
-    _queued(store, consumer, ["t1", "t2"])
-    delivery.step()
-    store.failures = 1  # (t2 was opened ahead already; the next ahead open fails)
-    _one_each(store, ["t3"], first_offset=2)
-    _entry(consumer, "t3", 2)
-    assert delivery.step() == 1
-    assert delivery.step() == 1
-    assert store.failures == 0  # the one failure was an open ahead, retried
-    assert [key for key, _ in producer.on(OUTPUT)] == [b"t1", b"t2", b"t3"]
-    assert consumer.committed_offsets == {0: 3}
-
-
-def test_a_revocation_commits_the_closing_batch_before_the_next_owner_starts() -> None:
-    store = MemoryStore()
-    consumer = RevokingConsumer(SCHEDULE)
-    consumer.revoke_at_poll, consumer.revoking = 3, 0  # the next batch's poll in step 2
-    delivery, producer = _batched_rig(store, consumer)
-    _queued(store, consumer, ["t1", "t2", "t3"])
-    assert delivery.step() == 1  # t1 published; its closes overlap t2's batch
-    assert consumer.committed_offsets == {}
-    assert delivery.step() == 0  # revoked while t2 was in hand: t2 is the next owner's
-    assert consumer.committed_offsets == {0: 1}  # t1 closed and committed on revocation
-    assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
 
 
 class SlowBroker(FakeProducer):
@@ -416,7 +200,7 @@ def test_next_delivery_at_is_the_due_time_the_close_sets_when_a_publish_crosses_
         schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0, schedule="* * * * *"
     )
     store = MemoryStore(policy=settings.policy())
-    _ready(store, "t1", 2)
+    ready(store, "t1", 2)
     store.schedule(0, minute)  # its first fire: READY
     clock = ManualClock(minute + 59.5)
     consumer, producer = FakeConsumer(SCHEDULE), SlowBroker(clock, 1.0)
@@ -424,7 +208,7 @@ def test_next_delivery_at_is_the_due_time_the_close_sets_when_a_publish_crosses_
     delivery = Delivery(settings, store, clock, Metrics(), producer.as_producer(), runner)
     runner.start(delivery, lambda: False)
     consumer.assign([0])
-    _entry(consumer, "t1", 0)
+    entry(consumer, "t1", 0)
     assert delivery.step() == 1
     assert clock.now() == minute + 60.5
     ((_, value),) = producer.on(OUTPUT)
