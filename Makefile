@@ -74,13 +74,26 @@ bench-peer-venv:
 	@$(BENCH_PEER_VENV)/bin/python -c 'import quixstreams' 2>/dev/null || \
 		$(BENCH_PEER_VENV)/bin/python -m pip install -q 'quixstreams[avro]==$(QUIXSTREAMS_VERSION)'
 
-bench: venv stack-up bench-peer-venv
+# The Kafka Streams peer of scenario 7 (issue 22): a Java application built once with Maven
+# (jars from Maven Central into ~/.m2; the build output, target/, is git-ignored).
+KSTREAMS_PEER := bench/peers/kafka-streams
+KSTREAMS_JAR := $(KSTREAMS_PEER)/target/kstreams-peer.jar
+
+bench-peer-kstreams: $(KSTREAMS_JAR)
+
+$(KSTREAMS_JAR): $(KSTREAMS_PEER)/pom.xml $(shell find $(KSTREAMS_PEER)/src -name '*.java')
+	@command -v mvn >/dev/null || { echo "the Kafka Streams peer ($(KSTREAMS_PEER)) is built with Maven, and mvn is not on PATH: install Maven and a JDK 17 (apt-get install maven openjdk-17-jdk-headless)" >&2; exit 1; }
+	@command -v java >/dev/null || { echo "the Kafka Streams peer needs a JDK 17, and java is not on PATH (apt-get install openjdk-17-jdk-headless)" >&2; exit 1; }
+	cd $(KSTREAMS_PEER) && mvn -q -B -Dstyle.color=never package
+	@touch $@  # mvn leaves an up-to-date jar's time alone; make compares against it
+
+bench: venv stack-up bench-peer-venv bench-peer-kstreams
 	$(STACK_ENV) && DIGEST_STREAM_BENCH_PEER_PYTHON=$(BENCH_PEER_VENV)/bin/python $(BIN)/python -m bench.run
 
-bench-quick: venv stack-up bench-peer-venv
+bench-quick: venv stack-up bench-peer-venv bench-peer-kstreams
 	$(STACK_ENV) && DIGEST_STREAM_BENCH_PEER_PYTHON=$(BENCH_PEER_VENV)/bin/python $(BIN)/python -m bench.run --quick
 
-.PHONY: bench-peer-venv
+.PHONY: bench-peer-venv bench-peer-kstreams
 
 # The `bench` extra (py-spy, for the sampled profile of scenario 6), installed once.
 bench-deps: venv

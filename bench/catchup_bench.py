@@ -18,6 +18,10 @@ Service: private topics, groups and namespace; stopped by pid).
   group's committed offsets reach the end of the schedule topic. Against a bare produce loop:
   the service's idempotent producer settings, the same number of messages of a digest's size
   with the same keys, one flush at the end.
+  The Kafka Streams peer (bench/peer_kstreams.py, `make bench-peer-kstreams`) catches up the
+  same backlog in the same repetition, at-least-once and exactly-once, on a topic of its own
+  that ends with one later event per partition to close its windows (left out of its rate),
+  timed the same way until its application.id group's committed offsets reach the end.
 - processes: the 20-per-timeline catch-up with one process and with two processes of all
   roles on this machine (the events/s a second process adds).
 
@@ -32,10 +36,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench import peer_kstreams
 from bench.common import (
     Stack,
     create_topics,
@@ -75,7 +80,7 @@ def backlog(count: int, per_timeline: int, prefix: str) -> list[tuple[bytes, byt
     ]
 
 
-def _ends(env: Stack, topic: str) -> list[TopicPartition]:
+def end_offsets(env: Stack, topic: str) -> list[TopicPartition]:
     """The high watermarks of every partition of a topic."""
     consumer = Consumer({"bootstrap.servers": env.bootstrap, "group.id": unique("wm")})
     try:
@@ -87,12 +92,24 @@ def _ends(env: Stack, topic: str) -> list[TopicPartition]:
         consumer.close()
 
 
-class Committed:
-    """Polls a group's committed offsets on a topic until they reach the given ends."""
+class Watched(Protocol):
+    """What runs while Committed waits: the service, or a peer."""
 
-    def __init__(self, env: Stack, group: str, ends: list[TopicPartition]) -> None:
+    def check(self) -> None: ...
+
+    def tail(self) -> str: ...
+
+
+class Committed:
+    """Polls a group's committed offsets on a topic until they reach the given ends; the
+    `uncounted` messages at the end (a peer's window closers) count in no rate."""
+
+    def __init__(
+        self, env: Stack, group: str, ends: list[TopicPartition], uncounted: int = 0
+    ) -> None:
         self.ends = {tp.partition: tp.offset for tp in ends}
         self.total = sum(self.ends.values())
+        self.counted = self.total - uncounted
         self.consumer = Consumer({"bootstrap.servers": env.bootstrap, "group.id": group})
         self.topic = ends[0].topic
 
@@ -102,7 +119,7 @@ class Committed:
         got = self.consumer.committed(tps, timeout=10)
         return sum(min(max(tp.offset, 0), self.ends[tp.partition]) for tp in got)
 
-    def wait(self, service: Service, started: float) -> dict[str, float]:
+    def wait(self, service: Watched, started: float) -> dict[str, float]:
         """Wait until everything is committed: from-cold and steady rates."""
         first: tuple[float, int] | None = None
         try:
@@ -125,8 +142,8 @@ class Committed:
         assert first is not None
         steady_seconds = now - first[0]
         return {
-            "cold": self.total / (now - started),
-            "steady": (self.total - first[1]) / steady_seconds if steady_seconds else 0.0,
+            "cold": self.counted / (now - started),
+            "steady": (self.counted - first[1]) / steady_seconds if steady_seconds else 0.0,
             "seconds": now - started,
         }
 
@@ -138,7 +155,7 @@ def catch_up(
     roles in two processes instead (`--roles ingest,scheduler` and `--roles delivery`)."""
     with Service(env, start=False) as service:
         produce(env.bootstrap, service.topics["events"], pairs)
-        ends = _ends(env, service.topics["events"])
+        ends = end_offsets(env, service.topics["events"])
         if split:
             started = service.launch(roles="ingest,scheduler")
             service.launch(roles="delivery")
@@ -147,14 +164,45 @@ def catch_up(
         return Committed(env, service.group, ends).wait(service, started)
 
 
+def kstreams_catch_up(env: Stack, pairs: list[tuple[bytes, bytes]], guarantee: str) -> float:
+    """Steady events/s of one from-cold run of the Kafka Streams peer over a fresh copy of the
+    backlog plus one closer per partition; checks one digest per timeline, holding every event."""
+    topic = unique("ks-in")
+    create_topics(env.bootstrap, [topic], PARTITIONS)
+    try:
+        produce(env.bootstrap, topic, pairs)
+        peer_kstreams.closers(env.bootstrap, topic, PARTITIONS)
+        ends = end_offsets(env, topic)
+        with peer_kstreams.Peer(env, topic, guarantee) as peer:
+            started = peer.launch()
+            run = Committed(env, peer.group, ends, uncounted=PARTITIONS).wait(peer, started)
+            timelines = len({key for key, _ in pairs})
+            digests, records = peer.digests(timelines)
+            if (digests, records) != (timelines, len(pairs)):
+                raise RuntimeError(
+                    f"Kafka Streams {guarantee}: {digests} digests of {records} events, "
+                    f"expected {timelines} of {len(pairs)}:\n{peer.tail()}"
+                )
+            return run["steady"]
+    finally:
+        delete_topics(env.bootstrap, [topic])
+
+
 def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
-    """Scenario 7: catch-up from cold at 1, 20 and 1,000 events per timeline vs raw."""
+    """Scenario 7: catch-up from cold at 1, 20 and 1,000 events per timeline vs raw, and vs
+    the Kafka Streams peer when it is built."""
     result: dict[str, Any] = {"events": count, "payload_bytes": PAYLOAD, "shapes": {}}
+    missing = peer_kstreams.available()
+    guarantees = peer_kstreams.GUARANTEES if missing is None else ()
+    if missing is not None:
+        result["kstreams_missing"] = missing
+        print(f"  Kafka Streams peer skipped: {missing}", flush=True)
     for per_timeline in (1, 20, 1000):
         pairs = backlog(count, per_timeline, "c")
         raw_topic = unique("raw")
         create_topics(env.bootstrap, [raw_topic], PARTITIONS)
         raw, cold, steady, split = [], [], [], []
+        kstreams: dict[str, list[float]] = {g: [] for g in guarantees}
         try:
             produce(env.bootstrap, raw_topic, pairs)
             for _ in range(reps):
@@ -163,6 +211,8 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                 cold.append(run["cold"])
                 steady.append(run["steady"])
                 split.append(catch_up(env, pairs, split=True)["steady"])
+                for guarantee in guarantees:
+                    kstreams[guarantee].append(kstreams_catch_up(env, pairs, guarantee))
         finally:
             delete_topics(env.bootstrap, [raw_topic])
         result["shapes"][str(per_timeline)] = {
@@ -182,7 +232,20 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
             f"{summary(split)['median']:,}/s",
             flush=True,
         )
+        if guarantees:
+            row = result["shapes"][str(per_timeline)]
+            row["kstreams"] = {g: summary(v) for g, v in kstreams.items()}
+            row["vs_kstreams"] = {g: ratio(steady, v) for g, v in kstreams.items()}
+            print(
+                "    Kafka Streams "
+                + ", ".join(f"{g} {row['kstreams'][g]['median']:,}/s" for g in guarantees)
+                + "; digest-stream / Kafka Streams "
+                + ", ".join(f"{g} {row['vs_kstreams'][g]['median']}" for g in guarantees),
+                flush=True,
+            )
     result["targets"] = {"1": 0.15, "20": 0.30, "1000": 0.45}
+    if guarantees:
+        result["kstreams_targets"] = peer_kstreams.TARGETS
     return result
 
 
@@ -232,18 +295,18 @@ def delivery_run(env: Stack, pairs: list[tuple[bytes, bytes]]) -> dict[str, floa
     """Ingest+scheduler fill the schedule topic; then the delivery role alone drains it."""
     with Service(env, start=False) as service:
         produce(env.bootstrap, service.topics["events"], pairs)
-        events_end = _ends(env, service.topics["events"])
+        events_end = end_offsets(env, service.topics["events"])
         started = service.launch("ingest,scheduler")
         Committed(env, service.group, events_end).wait(service, started)
         # Every timeline is new, so each event put one IMMEDIATE entry on the schedule topic.
         deadline = time.monotonic() + 60
-        while sum(tp.offset for tp in _ends(env, service.topics["schedule"])) < len(pairs):
+        while sum(tp.offset for tp in end_offsets(env, service.topics["schedule"])) < len(pairs):
             service.check()
             if time.monotonic() > deadline:
                 raise RuntimeError("the schedule entries never all arrived")
             time.sleep(POLL)
         service.stop()
-        schedule_end = _ends(env, service.topics["schedule"])
+        schedule_end = end_offsets(env, service.topics["schedule"])
         started = service.launch("delivery")
         return Committed(env, service.delivery_group, schedule_end).wait(service, started)
 
@@ -317,10 +380,30 @@ def main(argv: list[str] | None = None) -> int:
     result["seconds"] = round(time.perf_counter() - started, 1)
     name = "catchup_quick" if args.quick else "catchup"
     path = write_result(name, result, args.only is not None)
-    for line in headline(result):
+    for line in headline(result) + kstreams_headline(result):
         print(line)
     print(f"wrote {path} in {result['seconds']} s")
     return 0
+
+
+def kstreams_headline(result: dict[str, Any]) -> list[str]:
+    """The digest-stream / Kafka Streams catch-up ratios (printed last by bench.run)."""
+    block = result.get("catchup")
+    if block is None:
+        return []
+    if "kstreams_missing" in block:
+        return [f"{'catch-up / Kafka Streams':<34} not run: {block['kstreams_missing']}"]
+    lines = []
+    for guarantee, targets in block["kstreams_targets"].items():
+        for shape, row in block["shapes"].items():
+            r = row["vs_kstreams"][guarantee]
+            label = f"catch-up / KStreams {'ALOS' if guarantee == 'at-least-once' else 'EOS'}"
+            lines.append(
+                f"{f'{label}, {shape}/tl':<34} {r['median']:>7} [{r['min']}..{r['max']}]"
+                f"  target {peer_kstreams.target(targets[shape])[0]}"
+                f"  ({row['kstreams'][guarantee]['median']:,} events/s)"
+            )
+    return lines
 
 
 def headline(result: dict[str, Any]) -> list[str]:

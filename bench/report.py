@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS_DIR
+from bench.peer_kstreams import target as kstreams_target
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 START, END = "<!-- bench-table:start -->", "<!-- bench-table:end -->"
@@ -33,7 +34,11 @@ def _load(name: str) -> dict[str, Any] | None:
     return data
 
 
-MODULES = {"ingest": "bench.ingest_bench", "latency": "bench.latency_bench"}
+MODULES = {
+    "ingest": "bench.ingest_bench",
+    "latency": "bench.latency_bench",
+    "catchup": "bench.catchup_bench",
+}
 
 
 class Runs:
@@ -229,6 +234,19 @@ def _catchup_rows(runs: Runs) -> list[str]:
                     f"{_ratio(row['split_vs_raw'])}, split / one process "
                     f"{_ratio(row['split_vs_one'])} | | |"
                 )
+            for guarantee, targets in block.get("kstreams_targets", {}).items():
+                text, least = kstreams_target(targets[shape])
+                r = row["vs_kstreams"][guarantee]
+                ok = "yes" if r["median"] >= least else "**no**"
+                rows.append(
+                    f"| 7k | the same backlog through Kafka Streams {guarantee} (session "
+                    f"windows, suppress, RocksDB): events/s steady "
+                    f"{_rate(row['kstreams'][guarantee])}{rerun} | digest-stream / Kafka "
+                    f"Streams {_ratio(r)} | {text} | {ok} |"
+                )
+        if "kstreams_missing" in block:
+            missing = _cell(block["kstreams_missing"])
+            rows.append(f"| 7k | Kafka Streams peer not run{rerun} | {missing} | | |")
     if "processes" in data:
         block = data["processes"]
         rerun = runs.mark("catchup", data, "processes")

@@ -4,8 +4,8 @@
 
 Full: writes bench/results/{ingest,latency,memory,tick,catchup}.json and regenerates the table
 between the markers in docs/benchmarks.md. Quick: fewer events, repetitions and seconds (under three
-minutes), writes bench/results/*_quick.json, leaves the docs alone, and prints the headline
-ratios on its last lines.
+minutes, plus the Kafka Streams peer's runs), writes bench/results/*_quick.json, leaves the docs
+alone, and prints the headline ratios on its last lines, digest-stream / Kafka Streams last.
 """
 
 from __future__ import annotations
@@ -78,13 +78,14 @@ def headline(quick: bool) -> list[str]:
         f"  target p99 < {immediate['target_p99_ms']}"
         f"  ({immediate['delivered']} of {immediate['probes']} delivered)"
     )
-    lines += catchup_bench.headline(load(f"catchup{suffix}"))
+    catchup = load(f"catchup{suffix}")
+    lines += catchup_bench.headline(catchup)
     for shape, row in load(f"memory{suffix}")["per_timeline"].items():
         lines.append(
             f"{f'memory/record vs seed, {shape}/timeline':<34} {row['ratio']:>7} "
             f"[{min(row['ratio_reps'])}..{max(row['ratio_reps'])}]  target <= 0.5"
         )
-    return lines
+    return lines + catchup_bench.kstreams_headline(catchup)  # last: the peer (issue 22)
 
 
 def main(argv: list[str] | None = None) -> int:

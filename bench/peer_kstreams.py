@@ -1,0 +1,165 @@
+"""The Kafka Streams peer of scenario 7 (bench/peers/kafka-streams, built by
+`make bench-peer-kstreams`): the Java application in a process of its own, stopped by pid.
+
+The peer consumes a topic of plain Avro events into session windows with
+`suppress(untilWindowCloses)` on RocksDB and writes one digest per session to an output topic.
+Its windows close when stream time passes them, so the bench ends its backlog with one later
+event per partition (`closers`), which the rates leave out.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from bench.common import Stack, create_topics, delete_topics, unique
+from digest_stream.wire import codec
+from digest_stream.wire.models import Event
+
+ROOT = Path(__file__).resolve().parents[1]
+JAR = ROOT / "bench" / "peers" / "kafka-streams" / "target" / "kstreams-peer.jar"
+SCHEMA = ROOT / "digest_stream" / "wire" / "schemas" / "event.avsc"
+GUARANTEES = ("at-least-once", "exactly-once")
+HEAP = "-Xmx512m"  # two cores and the memory are shared with the broker and other benches
+GAP_MS = 10_000
+# The exactly-once default; at-least-once's 30 s default would make "committed offsets reach
+# the end" a 30 s step, so both variants commit every 100 ms.
+COMMIT_MS = 100
+# Far enough past the backlog to close every session (end + gap), and inside the broker's
+# message.timestamp.after.max.ms (1 hour by default), which refuses later CreateTimes.
+CLOSER_AHEAD_MS = 10 * 60_000
+STOP_TIMEOUT = 30.0  # the peer closes its streams client within 10 s of SIGTERM
+OUTPUT_TIMEOUT = 60.0
+# digest-stream / Kafka Streams (issue 22): twice at-least-once at one event per timeline,
+# ahead (above 1) everywhere else.
+TARGETS = {
+    "at-least-once": {"1": 2.0, "20": 1.0, "1000": 1.0},
+    "exactly-once": {"1": 1.0, "20": 1.0, "1000": 1.0},
+}
+
+
+def target(least: float) -> tuple[str, float]:
+    """A digest-stream / Kafka Streams target as text, and the least ratio that meets it
+    ("ahead" is strictly above 1)."""
+    return (f">= {least:g}", least) if least > 1 else ("> 1", 1.0 + 1e-9)
+
+
+def available() -> str | None:
+    """None when the peer can run; otherwise what is missing and how to get it."""
+    if not JAR.exists():
+        return f"{JAR.relative_to(ROOT)} not built: run `make bench-peer-kstreams` (Maven, JDK 17)"
+    if shutil.which("java") is None:
+        return "no `java` on PATH: the Kafka Streams peer needs a JDK 17"
+    return None
+
+
+def closers(bootstrap: str, topic: str, partitions: int) -> None:
+    """One event per partition, CreateTime CLOSER_AHEAD_MS ahead: stream time passes every
+    session of the backlog, so suppress emits them (the closer's own session stays open)."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    value = codec.encode_event(Event(id="closer", timestamp=int(time.time() * 1000), payload=b""))
+    ahead = int(time.time() * 1000) + CLOSER_AHEAD_MS
+    for partition in range(partitions):
+        producer.produce(topic, key=b"closer", value=value, partition=partition, timestamp=ahead)
+    if producer.flush(30):
+        raise RuntimeError(f"the closers of {topic} were not acknowledged")
+
+
+class Peer:
+    """One run of the peer: its output topic, application.id (the consumer group whose
+    committed offsets the bench watches) and RocksDB state dir are its own, and are removed,
+    with the internal changelog topics Kafka Streams created, when the with block ends."""
+
+    def __init__(self, env: Stack, input_topic: str, guarantee: str) -> None:
+        if guarantee not in GUARANTEES:
+            raise ValueError(f"guarantee {guarantee!r}: one of {GUARANTEES}")
+        self.env = env
+        self.input = input_topic
+        self.guarantee = guarantee
+        self.output = unique("ks-out")
+        self.group = unique("ks-app")  # the application.id is the group id
+        self.state_dir = tempfile.mkdtemp(prefix="bench-kstreams-")
+        self.log = tempfile.NamedTemporaryFile(prefix="bench-kstreams-", suffix=".log")  # noqa: SIM115
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Peer:
+        create_topics(self.env.bootstrap, [self.output], 4)
+        return self
+
+    def launch(self) -> float:
+        """Start the JVM; returns the perf_counter time just before."""
+        command = [
+            "java", HEAP, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-jar", str(JAR),
+            f"--bootstrap={self.env.bootstrap}", f"--input={self.input}",
+            f"--output={self.output}", f"--application-id={self.group}",
+            f"--state-dir={self.state_dir}", f"--schema={SCHEMA}",
+            f"--guarantee={self.guarantee}", f"--gap-ms={GAP_MS}", f"--commit-ms={COMMIT_MS}",
+        ]  # fmt: skip
+        started = time.perf_counter()
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        return started
+
+    def check(self) -> None:
+        """Raise if the JVM exited."""
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(
+                f"the Kafka Streams peer exited ({self.process.returncode}):\n{self.tail()}"
+            )
+
+    def tail(self) -> str:
+        """The end of the JVM's output."""
+        return Path(self.log.name).read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        """SIGTERM by pid (the peer closes its client), SIGKILL past STOP_TIMEOUT."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def digests(self, expected: int, timeout: float = OUTPUT_TIMEOUT) -> tuple[int, int]:
+        """Read the output topic until `expected` digests arrived or `timeout` passed
+        (read_committed: an exactly-once run shows only committed ones): (digests, records
+        counted in them)."""
+        consumer = Consumer(
+            {"bootstrap.servers": self.env.bootstrap, "group.id": unique("ks-read")}
+            | {"enable.auto.commit": False, "isolation.level": "read_committed"}
+        )
+        consumer.assign([TopicPartition(self.output, p, 0) for p in range(4)])
+        seen = records = 0
+        deadline = time.monotonic() + timeout
+        try:
+            while seen < expected and time.monotonic() < deadline:
+                for message in consumer.consume(10_000, 0.2):
+                    value = message.value()
+                    if message.error() is None and value is not None:
+                        seen += 1
+                        records += struct.unpack_from(">i", value)[0]  # the digest's count
+        finally:
+            consumer.close()
+        return seen, records
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self.log.close()
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            admin = AdminClient({"bootstrap.servers": self.env.bootstrap})
+            names = admin.list_topics(timeout=10).topics
+            internal = [name for name in names if name.startswith(f"{self.group}-")]
+            delete_topics(self.env.bootstrap, [self.output, *internal])
