@@ -197,7 +197,7 @@ def cpu_model() -> str:
 
 def machine(redis_url: str) -> dict[str, Any]:
     """What produced the figures: cores, CPU, load, versions."""
-    from digest_stream.dev.stack import KAFKA_VERSION
+    from digest_stream.dev.kafka import KAFKA_VERSION
 
     client = redis.Redis.from_url(redis_url)
     try:

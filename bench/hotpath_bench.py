@@ -31,7 +31,7 @@ from confluent_kafka import Producer
 from bench.common import stack
 from digest_stream.clock import SystemClock
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest import Ingest
+from digest_stream.roles.ingest import ingest_role
 from digest_stream.settings import Settings
 from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
 from digest_stream.wire import codec
@@ -140,11 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     def fake_fcall(function: str, call_keys: list[str], call_args: Sequence[Any], **_: Any) -> Any:
         # The packing redis-py does is part of the hot path: keep it, send nothing.
         connection.pack_command("FCALL", function, len(call_keys), *call_keys, *call_args)
-        return [[], BATCH, 0, 0, None, BATCH - 1, None]
+        return [[], BATCH, 0, 0, None, BATCH - 1, None, 0]  # ds_add's reply
 
     setattr(store, "_fcall", fake_fcall)  # noqa: B010 - an instance attribute, on purpose
     producer = Producer({"bootstrap.servers": env.bootstrap})
-    ingest = Ingest(settings, store, SystemClock(), Metrics(), producer, None)
+    _, ingest = ingest_role(settings, store, SystemClock(), Metrics(), producer)
     now = time.time()
     records: list[NewRecord] = []
 

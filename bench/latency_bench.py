@@ -47,7 +47,7 @@ from bench.common import (
     unique,
     write_result,
 )
-from digest_stream.roles.runner import take_batch
+from digest_stream.kafka import take_batch
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event, ScheduleReason
 

@@ -7,13 +7,10 @@ import os
 import re
 import time
 from contextvars import ContextVar
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -27,13 +24,17 @@ from pydantic_settings import (
 )
 
 from digest_stream.store import calendar
-from digest_stream.store.base import (
+from digest_stream.store.base import MAX_TTL
+from digest_stream.store.errors import InvalidArgument
+from digest_stream.store.policy import (
     DEFAULT_CAPACITY,
     DEFAULT_TTL,
-    MAX_TTL,
-    InvalidArgument,
+    PolicyOverride,
     PolicyResolver,
     TimelinePolicy,
+    overridden,
+    prefix_of,
+    prefix_resolver,
 )
 from digest_stream.wire.partitioner import DEFAULT_PARTITIONER, Partitioner
 
@@ -54,22 +55,6 @@ config_file: ContextVar[Path | None] = ContextVar("digest_stream_config_file", d
 
 class ConfigFileError(ValueError):
     """The TOML settings file is unreadable or names something that is not a setting."""
-
-
-class PolicyOverride(BaseModel):
-    """Per-timeline-prefix changes to the default policy; unset fields keep the default."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    minimum_delay: float | None = Field(None, ge=0)
-    increment_delay: float | None = Field(None, ge=0)
-    maximum_delay: float | None = Field(None, ge=0)
-    ttl: float | None = Field(None, gt=0, le=MAX_TTL)
-    capacity: int | None = Field(None, ge=1)
-    flush_at: int | None = Field(None, ge=1)
-    schedule: str | None = None
-    timezone: str | None = None
-    collapse_by: str | None = Field(None, min_length=1)
 
 
 class Settings(BaseSettings):
@@ -290,12 +275,10 @@ class Settings(BaseSettings):
         except InvalidArgument as exc:
             raise ValueError(_POLICY_FIELD.sub(lambda m: env_name(m[0]), str(exc))) from exc
         for pattern in self.overrides:
-            prefix = pattern.removesuffix("*")
-            if not pattern.endswith("*") or not prefix or any(c in prefix for c in "*?["):
-                raise ValueError(
-                    f"{env_name('overrides')}: {pattern!r} must be a timeline prefix ending "
-                    "in '*' (e.g. 'mail:p:*')"
-                )
+            try:
+                prefix_of(pattern)
+            except InvalidArgument as exc:
+                raise ValueError(f"{env_name('overrides')}: {exc}") from exc
             try:
                 self.policy_for(pattern)
             except InvalidArgument as exc:
@@ -351,29 +334,11 @@ class Settings(BaseSettings):
 
     def policy_for(self, pattern: str) -> TimelinePolicy:
         """The policy of timelines matching one override pattern."""
-        changes = self.overrides[pattern].model_dump(exclude_none=True)
-        return dataclasses.replace(self.policy(), **changes)
+        return overridden(self.policy(), self.overrides[pattern])
 
     def resolver(self) -> PolicyResolver:
         """timeline -> policy: the longest matching override prefix, else the default."""
-        default = self.policy()
-        if not self.overrides:
-            return lambda _timeline: default
-        # Longest prefix first, so "mail:p:*" beats "mail:*" whatever the order given.
-        table = sorted(
-            ((p.removesuffix("*"), self.policy_for(p)) for p in self.overrides),
-            key=lambda item: -len(item[0]),
-        )
-
-        # Called once per timeline per add batch; timelines repeat, so remember answers.
-        @lru_cache(maxsize=65_536)
-        def resolve(timeline: str) -> TimelinePolicy:
-            for prefix, policy in table:
-                if timeline.startswith(prefix):
-                    return policy
-            return default
-
-        return resolve
+        return prefix_resolver(self.policy(), self.overrides)
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -11,7 +11,8 @@ import click
 from digest_stream.cli.common import event_partitions, load_settings, settings_options, when
 
 if TYPE_CHECKING:  # the store (and redis-py) loads only for the commands that use it
-    from digest_stream.store.base import TimelineInfo, TimelinePolicy
+    from digest_stream.store.base import TimelineInfo
+    from digest_stream.store.policy import TimelinePolicy
     from digest_stream.store.redis import RedisStore
 
 

@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 
 from digest_stream.cli.common import event_partitions, load_settings, settings_options
 from digest_stream.settings import Settings, env_name
-from digest_stream.store.base import LibraryVersionMismatch
+from digest_stream.store.errors import LibraryVersionMismatch
 from digest_stream.wire.partitioner import partition_for
 
 _PARTITION_HELP = (

@@ -53,7 +53,6 @@ def run(roles: str, **flags: Any) -> None:
     while not app.stopping:
         time.sleep(STOP_POLL)
     finished = app.wait()  # each role gets STOP_TIMEOUT to finish its batch and leave
-    _dump_metrics(app)
     if not finished:
         click.echo(
             f"digest-stream run: roles still running {STOP_TIMEOUT:.0f}s after the stop; "
@@ -76,26 +75,3 @@ def _exit_now(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-#: Test hook (not a setting): a path where `run` writes its counters (Prometheus text format)
-#: when it stops, so fault-injection tests can account for drops across process lifetimes.
-METRICS_DUMP_ENV = "DIGEST_STREAM_TEST_METRICS_FILE"
-
-
-def _dump_metrics(app: Any) -> None:
-    path = os.environ.get(METRICS_DUMP_ENV)
-    if not path:
-        return
-    from prometheus_client import Counter, generate_latest
-
-    # Only the declared counters: live gauges (lag, per-partition stats) need open clients.
-    counters = [m for m in vars(app.metrics).values() if isinstance(m, Counter)]
-
-    class _Counters:
-        def collect(self) -> Any:
-            for counter in counters:
-                yield from counter.collect()
-
-    with open(path, "wb") as out:
-        out.write(generate_latest(_Counters()))

@@ -12,18 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from digest_stream.dev.kafka import (
-    CONTROLLER_PORT,
-    KAFKA_PORT,
-    KAFKA_VERSION,
-    LOG4J2_XML,
-    kafka_answers,
-    kafka_down,
-    kafka_libs,
-    kafka_properties,
-    kafka_up,
-)
-from digest_stream.dev.process import HOST, StackError, alive, require, say
+from digest_stream.dev.kafka import KAFKA_PORT, kafka_answers, kafka_down, kafka_up
+from digest_stream.dev.process import HOST, StackError, say
 from digest_stream.dev.redis import (
     CLUSTER_NODES,
     REDIS_PORT,
@@ -39,10 +29,6 @@ from digest_stream.dev.registry import (
     registry_running,
     registry_up,
 )
-
-# The chaos harness builds its own broker from these (names it had before the split).
-_LOG4J2_XML = LOG4J2_XML
-_kafka_properties = kafka_properties
 
 
 @dataclass(frozen=True)
@@ -107,18 +93,12 @@ def status() -> dict[str, bool]:
 
 
 __all__ = [
-    "CONTROLLER_PORT",
-    "KAFKA_PORT",
-    "KAFKA_VERSION",
     "REGISTRY_ENV",
     "Endpoints",
     "StackError",
-    "alive",
     "cluster_running",
     "down",
-    "kafka_libs",
     "registry_running",
-    "require",
     "status",
     "up",
 ]

@@ -25,9 +25,9 @@ from redis.exceptions import RedisError
 
 from digest_stream.clock import Clock
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.retry import REDIS_DOWN
 from digest_stream.settings import Settings
-from digest_stream.store.base import DigestStore, StoreError
+from digest_stream.store.base import DigestStore
+from digest_stream.store.errors import REDIS_DOWN, StoreError
 from digest_stream.store.library import library_versions
 from digest_stream.store.redis import LIBRARY_VERSION, RedisStore
 

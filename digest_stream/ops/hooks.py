@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from digest_stream.ops.metrics import Metrics
 from digest_stream.settings import Settings
 from digest_stream.store.base import AddResult, NewRecord
 from digest_stream.wire.models import Digest
@@ -42,8 +43,12 @@ class Hook:
     def on_dead_letter(self, reason: str, detail: str, source: tuple[str, int, int]) -> None:
         """A message went to the DLQ; ``source`` is (topic, partition, offset)."""
 
+    def on_stop(self, metrics: Metrics) -> None:
+        """The roles stopped (or were given up on): ``metrics`` holds the process's final
+        counts, e.g. to push them somewhere before the process exits."""
 
-_EVENTS = ("on_add", "on_ready", "on_publish", "on_close", "on_dead_letter")
+
+_EVENTS = ("on_add", "on_ready", "on_publish", "on_close", "on_dead_letter", "on_stop")
 
 
 class Hooks:
@@ -87,6 +92,10 @@ class Hooks:
     def on_dead_letter(self, reason: str, detail: str, source: tuple[str, int, int]) -> None:
         """Dispatch on_dead_letter."""
         self._call("on_dead_letter", reason, detail, source)
+
+    def on_stop(self, metrics: Metrics) -> None:
+        """Dispatch on_stop."""
+        self._call("on_stop", metrics)
 
 
 #: Shared by every component built without hooks.

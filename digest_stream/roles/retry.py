@@ -1,54 +1,15 @@
-"""Retry policy shared by every role: capped exponential backoff (tenacity)."""
+"""Retry policy shared by every role: capped exponential backoff (tenacity).
+
+Which errors are waited out is the store's knowledge (``store.errors.unavailable``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import redis
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
 
-#: Errors that mean "Redis is unreachable right now", as opposed to a refused call.
-REDIS_DOWN: tuple[type[BaseException], ...] = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.BusyLoadingError,
-)
-
-#: Replies by which a reachable Redis refuses a call for a while: out of memory under
-#: noeviction, busy in a long script, a replica during failover, a master without replicas,
-#: and an ACL that lacks a permission (an operator fixes it; crashing would only loop).
-REFUSING_FOR_NOW = ("OOM", "BUSY", "READONLY", "LOADING", "MASTERDOWN", "NOREPLICAS", "NOPERM")
-
-
-#: redis-py turns some of those replies into classes of their own, with the code word cut
-#: off the message: they are matched by class, the rest by their first word.
-REFUSING_CLASSES: tuple[type[BaseException], ...] = (
-    redis.exceptions.OutOfMemoryError,
-    redis.exceptions.ReadOnlyError,
-    redis.exceptions.NoPermissionError,
-    redis.exceptions.MasterDownError,
-)
-
-#: A command the library calls that the ACL user lacks is refused inside the script with a
-#: plain error (no NOPERM code word): e.g. a new library version needing a command the
-#: operator has not granted yet.
-SCRIPT_ACL_REFUSAL = "can't run this command or subcommand"
-
-
-def unavailable(exc: BaseException) -> bool:
-    """Redis cannot serve this call now (unreachable, or refusing for a while): retry it.
-
-    Anything else (a wrong argument, a store invariant) is a bug and stops the role.
-    """
-    if isinstance(exc, REDIS_DOWN + REFUSING_CLASSES):
-        return True
-    if isinstance(exc, redis.ResponseError):
-        message = str(exc)
-        code = message.partition(" ")[0]
-        return code in REFUSING_FOR_NOW or SCRIPT_ACL_REFUSAL in message
-    return False
+from digest_stream.store.errors import unavailable
 
 
 def backoff(initial: float, cap: float) -> wait_exponential:

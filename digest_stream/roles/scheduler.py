@@ -18,12 +18,13 @@ import redis
 from confluent_kafka import KafkaError, Message, Producer
 
 from digest_stream.clock import Clock
+from digest_stream.kafka import produce_waiting_for_room
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import produce_waiting_for_room
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
+from digest_stream.store.errors import unavailable
 from digest_stream.wire import codec
 from digest_stream.wire.models import ScheduleReason
 

@@ -15,19 +15,20 @@ from digest_stream.store.base import (
     DueBatch,
     DueTimeline,
     Fence,
-    InvalidArgument,
-    InvalidState,
-    LibraryVersionMismatch,
     NewRecord,
     OpenDigest,
     PartitionStats,
-    PolicyResolver,
     StoredRecord,
-    StoreError,
     TimelineInfo,
-    TimelinePolicy,
+)
+from digest_stream.store.errors import (
+    InvalidArgument,
+    InvalidState,
+    LibraryVersionMismatch,
+    StoreError,
 )
 from digest_stream.store.model import MemoryStore
+from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 from digest_stream.store.redis import LIBRARY_NAME, LIBRARY_VERSION, RedisStore
 
 __all__ = [

@@ -1,24 +1,19 @@
-"""The store contract: value types, errors and the protocol both stores implement."""
+"""The store contract: value types and the protocol both stores implement.
+
+Its errors are in ``store.errors``, timeline policies in ``store.policy``.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from digest_stream.store.errors import InvalidState
+
 #: The longest TTL (seconds, ten years) the store accepts; the Lua guard enforces it too.
 MAX_TTL = 315_360_000
-
-#: Seconds a timeline's keys live without being written or maintained (seven days). It is
-#: leak protection only: maintenance and open refresh it while the service runs, so records
-#: never expire while the service is merely down or behind for less than this.
-DEFAULT_TTL = 7 * 24 * 3600.0
-
-#: Records a timeline holds by default (the oldest are dropped past it, and counted): it
-#: bounds the work of one open, trim or digest, and the memory of one runaway timeline.
-#: ``capacity=None`` lifts the bound (opening then costs O(n log n) in Redis's C code).
-DEFAULT_CAPACITY = 10_000
 
 #: flush_at never makes a timeline due sooner than this many seconds after its last delivery:
 #: a burst of events on a timeline with a small ``flush_at`` cannot turn into a digest storm.
@@ -37,84 +32,6 @@ CONTROLS = (FLUSH, CANCEL, CANCEL_ALL)
 
 #: Digest ids are 32 lowercase hex characters (a uuid4 hex), minted by the caller.
 DIGEST_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
-
-
-class StoreError(Exception):
-    """Base class of every error the store raises."""
-
-
-class InvalidArgument(StoreError, ValueError):
-    """An argument was refused before (or by) the server-side guard."""
-
-
-class InvalidState(StoreError):
-    """The operation is not allowed in the timeline's current state (e.g. open when not READY)."""
-
-
-class LibraryVersionMismatch(StoreError):
-    """The Redis Functions library loaded on the server is not the one this code expects."""
-
-
-@dataclass(frozen=True, slots=True)
-class TimelinePolicy:
-    """Delays (seconds), capacity and digest policy that govern one timeline.
-
-    ``flush_at``: a WAITING timeline holding this many pending records becomes due at once
-    (never sooner than FLUSH_AT_FLOOR after its last delivery). ``schedule`` (5-field cron, in
-    ``timezone``): the timeline is due at the schedule's next fire time instead of after a
-    cool-down, with no leading edge. ``collapse_by``: an attribute name; the delivery role
-    collapses a digest's records sharing its value (the store does not look at it).
-    """
-
-    minimum_delay: float = 300.0
-    increment_delay: float = 30.0
-    maximum_delay: float = 1800.0
-    ttl: float = DEFAULT_TTL
-    capacity: int | None = DEFAULT_CAPACITY
-    flush_at: int | None = None
-    schedule: str | None = None
-    timezone: str = "UTC"
-    collapse_by: str | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("minimum_delay", "increment_delay", "maximum_delay", "ttl"):
-            if getattr(self, name) < 0:
-                raise InvalidArgument(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if self.ttl > MAX_TTL:
-            raise InvalidArgument(f"ttl must be at most {MAX_TTL} seconds, got {self.ttl!r}")
-        if self.ttl <= self.maximum_delay:
-            raise InvalidArgument(
-                f"ttl ({self.ttl}) must exceed maximum_delay ({self.maximum_delay})"
-            )
-        if self.capacity is not None and self.capacity < 1:
-            raise InvalidArgument(f"capacity must be >= 1 when set, got {self.capacity!r}")
-        if self.flush_at is not None:
-            if self.flush_at < 1:
-                raise InvalidArgument(f"flush_at must be >= 1 when set, got {self.flush_at!r}")
-            if self.capacity is not None and self.flush_at > self.capacity:
-                raise InvalidArgument(
-                    f"flush_at ({self.flush_at}) must not exceed capacity ({self.capacity}): "
-                    "a timeline could never hold that many records"
-                )
-        if self.collapse_by is not None and not self.collapse_by:
-            raise InvalidArgument("collapse_by must be an attribute name when set")
-        from digest_stream.store import calendar  # calendar imports this module
-
-        calendar.zone(self.timezone)
-        if self.schedule is not None:
-            calendar.check(self.schedule, self.timezone)
-
-    def next_fire(self, now: float) -> float | None:
-        """The schedule's first fire time after ``now``; None without a schedule."""
-        if self.schedule is None:
-            return None
-        from digest_stream.store import calendar
-
-        return calendar.next_fire(self.schedule, self.timezone, now)
-
-
-#: Maps a timeline name to its policy; per-prefix overrides plug in here.
-PolicyResolver = Callable[[str], TimelinePolicy]
 
 
 class NewRecord(NamedTuple):

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from digest_stream.store.base import InvalidArgument
+from digest_stream.store.errors import InvalidArgument
 
 #: Fires sampled (at most) when measuring a schedule's longest gap between two deliveries.
 GAP_SAMPLE_FIRES = 1_000

@@ -49,6 +49,12 @@ local TIMELINE_FORMAT = '>I4Hc0'
 -- A record: timeline index (1-based), id length, id, timestamp, offset (a double: exact
 -- up to MAX_OFFSET), payload length, payload.
 local RECORD_FORMAT = '>I4Hc0ddI4c0'
+-- A control operation of an add call (its optional last argument): how many of the call's
+-- records come before it, its offset, its operation (CONTROL_CODES), timeline name length,
+-- name, record id length, id.
+local CONTROL_FORMAT = '>I4dBHc0Hc0'
+-- Operation codes of CONTROL_FORMAT (CONTROL_CODES in store/redis.py).
+local CONTROL_CODES = {'flush', 'cancel', 'cancel_all'}
 -- Fields of one distinct policy of an add call: minimum, increment, maximum, ttl,
 -- capacity, flush_at (0 = off), next_fire ("" = no calendar schedule).
 local POLICY_WIDTH = 7
@@ -988,6 +994,33 @@ local function parse_records(packed, timelines, through_offset)
     return records
 end
 
+-- The control operations of an add call (one packed argument, in order): each with the
+-- number of records before it, so the call applies both in their offset order.
+local function parse_controls(packed, record_count, through_offset)
+    local controls, previous = {}, 0
+    unpacked(function()
+        local position, size = 1, #packed
+        while position <= size do
+            local before, offset, code, timeline, id
+            before, offset, code, timeline, id, position =
+                struct.unpack(CONTROL_FORMAT, packed, position)
+            parse_integer(before, 'records before a control', previous, record_count)
+            previous = before
+            parse_integer(offset, 'offset', 0, through_offset or MAX_OFFSET)
+            local operation = CONTROL_CODES[code]
+            if operation == nil then
+                invalid_argument('unknown control operation code: ' .. tostring(code))
+            end
+            parse_name(timeline, 'timeline')
+            controls[#controls + 1] = {
+                before = before, offset = offset, operation = operation, timeline = timeline,
+                id = operation == 'cancel' and parse_name(id, 'record id') or nil,
+            }
+        end
+    end, 'controls')
+    return controls
+end
+
 -- Step 1: the whole call, checked before the first write: a refused batch must leave
 -- no trace (Redis functions are not rolled back on error).
 local function parse_add(keys, args)
@@ -1009,9 +1042,11 @@ local function parse_add(keys, args)
     end
     call.topic = parse_topic_id(args[6])
     local policy_count = parse_integer(args[7], 'policy count', 0, #args)
-    if #args ~= 9 + policy_count * POLICY_WIDTH then
-        invalid_argument('add expects ' .. POLICY_WIDTH
-            .. ' fields per policy, then the packed timelines and the packed records')
+    local packed = 8 + policy_count * POLICY_WIDTH -- the packed timelines; then the records
+    -- the controls argument, when sent, holds at least one (a plain add sends none)
+    if #args ~= packed + 1 and (#args ~= packed + 2 or args[packed + 2] == '') then
+        invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
+            .. ' packed timelines, the packed records and (optional) the packed controls')
     end
     local policies = {}
     for i = 1, policy_count do
@@ -1020,8 +1055,11 @@ local function parse_add(keys, args)
         -- formatted (%.17g) on every call
         policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
     end
-    local timelines = parse_timelines(args[#args - 1], tag, policies)
-    call.records = parse_records(args[#args], timelines, call.through_offset)
+    local timelines = parse_timelines(args[packed], tag, policies)
+    call.records = parse_records(args[packed + 1], timelines, call.through_offset)
+    if args[packed + 2] ~= nil then
+        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset)
+    end
     return call
 end
 
@@ -1240,40 +1278,18 @@ local function advance_fence(tag, fence_before, topic_before, fence, topic)
     return moved and fence or fence_before
 end
 
--- KEYS: fence, waiting, ready.
--- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
---       topic_id|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
---       each), records (packed, RECORD_FORMAT each).
--- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
--- Redis lost writes: nothing is applied and the caller replays from the fence found.
--- through_offset: the batch's last offset; the fence advances to it even for input
--- the caller never handed over (dead letters).
--- topic_id: the id of the topic the records were read from; a fence of another topic
--- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
--- is applied and the caller decides (on_state_loss). "" = not known: no check.
--- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil,
--- topic id of the fence found|nil}.
-local function add(keys, args)
-    local call = parse_add(keys, args)
-    local tag = call.tag
-    local fence_before, topic_before = read_fence(tag)
-    if call.topic ~= nil and topic_before ~= nil and topic_before ~= call.topic then
-        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before}
-    end
-    if call.expected_fence ~= nil
-            and (fence_before == nil or fence_before < call.expected_fence) then
-        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before or false}
-    end
-    local fence = fence_before or -1
-    local applied, touched = {}, {}
-    local added, skipped = 0, 0
-    for _, record in ipairs(call.records) do
+-- Steps 2 and 3 over call.records[first..last] (no control among them): those at or below
+-- `fence` are skipped. Counts into `totals` and lists what became READY in totals.ready;
+-- returns the fence after them.
+local function add_run(call, first, last, fence, totals)
+    local records, applied, touched = call.records, {}, {}
+    for i = first, last do
+        local record = records[i]
         if record.offset <= fence then
-            skipped = skipped + 1 -- a replay: at or below the fence
+            totals.skipped = totals.skipped + 1 -- a replay: at or below the fence
         else
             fence = record.offset
-            added = added + 1
-            applied[added] = record
+            applied[#applied + 1] = record
             local timeline = record.timeline
             if not timeline.touched then
                 timeline.touched = true
@@ -1281,17 +1297,33 @@ local function add(keys, args)
             end
         end
     end
-    begin_timelines(tag, touched)
-    local ready = {}
+    totals.added = totals.added + #applied
+    begin_timelines(call.tag, touched)
     for _, record in ipairs(applied) do
-        apply_record(record.timeline, record, ready)
+        apply_record(record.timeline, record, totals.ready)
     end
-    local dropped, partition_ttl = write_back(tag, touched, call)
-    local fence_after = advance_fence(tag, fence_before, topic_before,
-        math.max(fence, call.through_offset or -1), call.topic)
-    refresh_partition_ttl(tag, partition_ttl)
-    return {ready, added, skipped, dropped, fence_before or false, fence_after or false,
-        topic_before or false}
+    local dropped, partition_ttl = write_back(call.tag, touched, call)
+    totals.dropped = totals.dropped + dropped
+    if partition_ttl > totals.partition_ttl then
+        totals.partition_ttl = partition_ttl
+    end
+    return fence
+end
+
+-- Records of records[first..last] point at a timeline state of their own: a run after a
+-- control reads its timelines again (the control changed them in Redis).
+local function fresh_timelines(records, first, last)
+    local fresh = {}
+    for i = first, last do
+        local record = records[i]
+        local timeline = fresh[record.timeline]
+        if timeline == nil then
+            local old = record.timeline
+            timeline = new_timeline(old.policy, old.timeline, old.key)
+            fresh[old] = timeline
+        end
+        record.timeline = timeline
+    end
 end
 
 -- KEYS: waiting, ready, fence. ARGV: now, partition_ttl, limit.
@@ -1620,7 +1652,7 @@ local function stats(keys, _)
     }
 end
 
--- Control operations (ds_control) ----------------------------------------------------
+-- Control operations (flush, cancel) -------------------------------------------------
 
 -- Removes pending records of a timeline container (all of them, or the one `id`), keeping
 -- its meta (last delivery, marks, cause). Returns how many it removed.
@@ -1683,57 +1715,91 @@ local function flush_timeline(tag, timeline, now)
     return 0
 end
 
--- KEYS: fence, timeline, digest, waiting, ready.
--- ARGV: now, offset, expected_fence|"", through_offset|"", operation, timeline, record id|"",
--- topic_id|"".
--- operation: flush | cancel (the record id) | cancel_all. Fenced like one record of ds_add
--- (topic id included): skipped at or below the fence, and the fence moves to the offset (or
--- through_offset).
--- Returns {became ready 1|0, cancelled, applied 1|0, fence_before|nil, fence_after|nil,
--- fence_topic|nil}.
-local function control(keys, args)
-    local tag = tag_of(keys[1])
-    local timeline = parse_name(args[6], 'timeline')
-    expect_key(keys, 1, fence_key(tag))
-    expect_key(keys, 2, timeline_key(tag, timeline))
-    expect_key(keys, 3, digest_key(tag, timeline))
-    expect_key(keys, 4, waiting_key(tag))
-    expect_key(keys, 5, ready_key(tag))
-    local now = parse_time(args[1], 'now')
-    local offset = parse_integer(args[2], 'offset', 0, MAX_OFFSET)
-    local expected, through = nil, nil
-    if args[3] ~= '' then
-        expected = parse_integer(args[3], 'expected fence', 0, MAX_OFFSET)
+-- One control operation on a timeline (ds_add applies a batch's controls with it).
+-- Returns became ready 1|0 and the records it cancelled.
+local function apply_control(tag, operation, timeline, id, now)
+    if operation == 'flush' then
+        return flush_timeline(tag, timeline, now), 0
     end
-    if args[4] ~= '' then
-        through = parse_integer(args[4], 'through offset', offset, MAX_OFFSET)
-    end
-    local operation = args[5]
-    local id = nil
-    if operation == 'cancel' then
-        id = parse_name(args[7], 'record id')
-    elseif operation ~= 'flush' and operation ~= 'cancel_all' then
-        invalid_argument('unknown control operation: ' .. tostring(operation))
-    end
-    local topic = parse_topic_id(args[8] or '')
-    local fence_before, topic_before = read_fence(tag)
-    if (topic ~= nil and topic_before ~= nil and topic_before ~= topic)
-            or (expected ~= nil and (fence_before == nil or fence_before < expected)) then
-        return {0, 0, 0, fence_before or false, fence_before or false, topic_before or false}
-    end
-    local became_ready, cancelled, applied = 0, 0, 0
-    if fence_before == nil or offset > fence_before then
-        applied = 1
-        if operation == 'flush' then
-            became_ready = flush_timeline(tag, timeline, now)
-        else
-            cancelled = cancel_records(timeline_key(tag, timeline), id)
+    return 0, cancel_records(timeline_key(tag, timeline), id)
+end
+
+-- ds_add (the command: after the control operations, which a batch may hold) ----------
+
+-- A batch holding controls, in ONE call (so Redis cannot lose part of it and keep the rest):
+-- each run of records as a plain add does it, each control with apply_control, in offset
+-- order, each fenced the same way. Returns the fence after the last.
+local function add_with_controls(call, fence, totals)
+    local records, done = call.records, 0
+    for _, control in ipairs(call.controls) do
+        if control.before > done then
+            if done > 0 then
+                fresh_timelines(records, done + 1, control.before)
+            end
+            fence = add_run(call, done + 1, control.before, fence, totals)
+            done = control.before
+        end
+        if control.offset > fence then
+            fence = control.offset
+            local became_ready, cancelled = apply_control(call.tag, control.operation,
+                control.timeline, control.id, call.now)
+            if became_ready == 1 then
+                totals.ready[#totals.ready + 1] = control.timeline
+            end
+            totals.cancelled = totals.cancelled + cancelled
         end
     end
+    if #records > done then
+        if done > 0 then
+            fresh_timelines(records, done + 1, #records)
+        end
+        fence = add_run(call, done + 1, #records, fence, totals)
+    end
+    return fence
+end
+
+-- KEYS: fence, waiting, ready.
+-- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
+--       topic_id|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
+--       each), records (packed, RECORD_FORMAT each)[, controls (packed, CONTROL_FORMAT
+--       each)].
+-- controls: flush | cancel | cancel_all operations among the records, applied at their
+-- place (the records before each one first), fenced like records; they count in neither
+-- added nor skipped. A batch with controls is one call like any other: all or nothing.
+-- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
+-- Redis lost writes: nothing is applied and the caller replays from the fence found.
+-- through_offset: the batch's last offset; the fence advances to it even for input
+-- the caller never handed over (dead letters).
+-- topic_id: the id of the topic the records were read from; a fence of another topic
+-- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
+-- is applied and the caller decides (on_state_loss). "" = not known: no check.
+-- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil,
+-- topic id of the fence found|nil, cancelled}.
+local function add(keys, args)
+    local call = parse_add(keys, args)
+    local tag = call.tag
+    local fence_before, topic_before = read_fence(tag)
+    if call.topic ~= nil and topic_before ~= nil and topic_before ~= call.topic then
+        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before, 0}
+    end
+    if call.expected_fence ~= nil
+            and (fence_before == nil or fence_before < call.expected_fence) then
+        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before or false,
+            0}
+    end
+    local totals = {ready = {}, added = 0, skipped = 0, dropped = 0, cancelled = 0,
+        partition_ttl = call.partition_ttl}
+    local fence
+    if call.controls == nil then
+        fence = add_run(call, 1, #call.records, fence_before or -1, totals)
+    else
+        fence = add_with_controls(call, fence_before or -1, totals)
+    end
     local fence_after = advance_fence(tag, fence_before, topic_before,
-        math.max(applied == 1 and offset or -1, through or -1), topic)
-    return {became_ready, cancelled, applied, fence_before or false, fence_after or false,
-        topic_before or false}
+        math.max(fence, call.through_offset or -1), call.topic)
+    refresh_partition_ttl(tag, totals.partition_ttl)
+    return {totals.ready, totals.added, totals.skipped, totals.dropped, fence_before or false,
+        fence_after or false, topic_before or false, totals.cancelled}
 end
 
 -- KEYS: fence. Returns {applied offset|nil, topic id|nil}.
@@ -1776,4 +1842,3 @@ redis.register_function{function_name = 'ds_inspect', callback = inspect, flags 
 redis.register_function{function_name = 'ds_stats', callback = stats, flags = READ_ONLY}
 redis.register_function{function_name = 'ds_fence_get', callback = fence_get, flags = READ_ONLY}
 redis.register_function{function_name = 'ds_fence_set', callback = fence_set}
-redis.register_function{function_name = 'ds_control', callback = control}

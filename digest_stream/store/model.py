@@ -21,13 +21,12 @@ from digest_stream.store.base import (
     DigestTarget,
     DueBatch,
     DueTimeline,
-    InvalidState,
     NewRecord,
     OpenDigest,
     StoredRecord,
-    TimelinePolicy,
     reason_of,
 )
+from digest_stream.store.errors import InvalidState
 from digest_stream.store.model_admin import MemoryAdmin
 from digest_stream.store.model_state import (
     DigestState,
@@ -36,6 +35,7 @@ from digest_stream.store.model_state import (
     age_key,
     score_key,
 )
+from digest_stream.store.policy import TimelinePolicy
 
 
 class MemoryStore(MemoryAdmin):

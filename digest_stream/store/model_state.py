@@ -5,11 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from digest_stream.store import validate
-from digest_stream.store.base import (
-    PolicyResolver,
-    StoredRecord,
-    TimelinePolicy,
-)
+from digest_stream.store.base import StoredRecord
+from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 
 
 def age_key(record: StoredRecord) -> tuple[float, bytes]:

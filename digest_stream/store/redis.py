@@ -12,7 +12,15 @@ import struct
 from collections.abc import Sequence
 
 from digest_stream.store import keys, replies, validate
-from digest_stream.store.base import DEFAULT_SLICE, AddResult, DueBatch, NewRecord
+from digest_stream.store.base import (
+    CANCEL,
+    CANCEL_ALL,
+    DEFAULT_SLICE,
+    FLUSH,
+    AddResult,
+    DueBatch,
+    NewRecord,
+)
 from digest_stream.store.redis_admin import RedisAdmin
 from digest_stream.store.redis_calls import (
     DEFAULT_INLINE_RECORDS,
@@ -44,6 +52,12 @@ __all__ = [
 _TIMELINE_HEAD = struct.Struct(">IH").pack  # policy index, name length; then the name
 _RECORD_HEAD = struct.Struct(">IH").pack  # timeline index, id length; then the id
 _RECORD_TAIL = struct.Struct(">ddI").pack  # timestamp, offset, payload length; then payload
+#: A control operation (CONTROL_FORMAT): records before it, offset, operation code, timeline
+#: name length; then the name, the record id's length (_NAME_LENGTH) and the id.
+_CONTROL_HEAD = struct.Struct(">IdBH").pack
+_NAME_LENGTH = struct.Struct(">H").pack
+#: Operation codes of CONTROL_FORMAT (CONTROL_CODES in digests.lua).
+CONTROL_CODES = {FLUSH: 1, CANCEL: 2, CANCEL_ALL: 3}
 
 
 def _short_ascii(value: object) -> bool:
@@ -68,8 +82,8 @@ class RedisStore(RedisDigests, RedisAdmin):
         through_offset: int | None = None,
         topic_id: str | None = None,
     ) -> AddResult:
-        """Store a batch of records of one partition, fenced by offset (one FCALL; a batch
-        with control operations: one per run of records and one per control, in order)."""
+        """Store a batch of records of one partition, fenced by offset: one FCALL, control
+        operations included (applied in offset order among the records)."""
         tag = self._tag(partition)
         now = validate.time_value(now, "now")
         expected, through = validate.fence_arguments(expected_fence, through_offset)
@@ -85,11 +99,12 @@ class RedisStore(RedisDigests, RedisAdmin):
         through: int | None,
         topic: str | None,
     ) -> AddResult:
-        """One ds_add; a batch holding controls goes to _add_with_controls instead."""
+        """One ds_add, a batch holding controls included (packed as its last argument)."""
         index: dict[str, int] = {}
         policy_args: list[str | bytes] = []
         timeline_parts: list[bytes] = []
         record_parts: list[bytes] = []
+        control_parts: list[bytes] = []
         # Hot path (bench/hotpath_bench.py): a batch's timelines mostly share one policy
         # object (the default), so each object is checked and formatted once per call, not
         # once per timeline. The dict holds the object, so its id cannot be reused meanwhile.
@@ -113,10 +128,21 @@ class RedisStore(RedisDigests, RedisAdmin):
                 and _short_ascii(record_id)
                 and control is None
             ):
-                if validate.records(records, through):  # the batch holds control operations
-                    return self._add_with_controls(tag, records, now, expected, through, topic)
+                validate.records(records, through)
                 checked = True
                 timeline, record_id, timestamp, payload, offset, control = record
+            if checked and control is not None:
+                # Placed after the records packed so far (4 parts each): Lua applies it there.
+                name, encoded_id = timeline.encode(), record_id.encode()
+                control_parts += (
+                    _CONTROL_HEAD(
+                        len(record_parts) // 4, offset, CONTROL_CODES[control], len(name)
+                    ),
+                    name,
+                    _NAME_LENGTH(len(encoded_id)),
+                    encoded_id,
+                )
+                continue
             if not (type(timestamp) is float and 0.0 <= timestamp < math.inf):
                 timestamp = validate.time_value(timestamp, "record timestamp")
             position = index.get(timeline)
@@ -163,96 +189,10 @@ class RedisStore(RedisDigests, RedisAdmin):
                 *policy_args,
                 b"".join(timeline_parts),
                 b"".join(record_parts),
+                *((b"".join(control_parts),) if control_parts else ()),
             ],
         )
         return replies.add_result(reply)
-
-    def _add_with_controls(
-        self,
-        tag: str,
-        records: Sequence[NewRecord],
-        now: float,
-        expected: int | None,
-        through: int | None,
-        topic: str | None,
-    ) -> AddResult:
-        """A batch with controls: each run of records (one ds_add) and each control (one
-        ds_control) in offset order, each fenced, so a crash between two calls replays
-        exactly what the fence has not seen. Control messages are rare; the plain path is
-        untouched by them."""
-        calls: list[NewRecord | list[NewRecord]] = []
-        for record in records:
-            if record.control is not None:
-                calls.append(record)
-            elif calls and isinstance(calls[-1], list):
-                calls[-1].append(record)
-            else:
-                calls.append([record])
-        ready: list[str] = []
-        added = skipped = dropped = cancelled = 0
-        fence_before: int | None = None
-        fence_after: int | None = None
-        fence_topic: str | None = None
-        for position, item in enumerate(calls):
-            last = position == len(calls) - 1
-            # The caller's expectation guards the first call; each later one expects what
-            # the previous left (Redis losing writes in between is noticed the same way).
-            guard = expected if position == 0 else fence_after
-            upto = through if last else None
-            if isinstance(item, list):
-                result = self._add_call(tag, item, now, guard, upto, topic)
-            else:
-                result = self._control_call(tag, item, now, guard, upto, topic)
-            if topic is not None and result.fence_topic not in (None, topic):
-                return result  # another topic's fence: nothing applied (see fence.py)
-            if guard is not None and (result.fence_before is None or result.fence_before < guard):
-                # The fence is behind (on a later call: Redis lost writes in between): report
-                # the fence found, as a plain add does, so the caller replays from it.
-                found = result.fence_before
-                return AddResult([], 0, 0, 0, found, found, result.fence_topic)
-            if position == 0:
-                fence_before, fence_topic = result.fence_before, result.fence_topic
-            fence_after = result.fence_after
-            ready += [name for name in result.ready if name not in ready]
-            added += result.added
-            skipped += result.skipped
-            dropped += result.dropped
-            cancelled += result.cancelled
-        return AddResult(
-            ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled
-        )
-
-    def _control_call(
-        self,
-        tag: str,
-        record: NewRecord,
-        now: float,
-        expected: int | None,
-        through: int | None,
-        topic: str | None,
-    ) -> AddResult:
-        """One ds_control: a flush or cancel of the record's timeline, fenced by its offset."""
-        reply = self._fcall(
-            "ds_control",
-            [
-                keys.fence_key(tag),
-                keys.timeline_key(tag, record.timeline),
-                keys.digest_key(tag, record.timeline),
-                keys.waiting_key(tag),
-                keys.ready_key(tag),
-            ],
-            [
-                arg(now),
-                str(record.offset),
-                "" if expected is None else str(expected),
-                "" if through is None else str(through),
-                record.control or "",
-                record.timeline,
-                record.id,
-                topic or "",
-            ],
-        )
-        return replies.control_result(record.timeline, reply)
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""

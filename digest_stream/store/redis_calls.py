@@ -12,13 +12,9 @@ from redis.cluster import ClusterNode
 from redis.exceptions import ResponseError
 
 from digest_stream.store import keys, library, routing, validate
-from digest_stream.store.base import (
-    InvalidArgument,
-    LibraryVersionMismatch,
-    PolicyResolver,
-    TimelinePolicy,
-)
+from digest_stream.store.errors import InvalidArgument, LibraryVersionMismatch
 from digest_stream.store.library import library_versions
+from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 from digest_stream.store.replies import Reply, map_error
 
 LIBRARY_NAME = library.NAME

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from redis.exceptions import ResponseError
 
 from digest_stream.store import keys, replies, routing, validate
-from digest_stream.store.base import DigestTarget, InvalidState, OpenDigest, TimelinePolicy
+from digest_stream.store.base import DigestTarget, OpenDigest
+from digest_stream.store.errors import InvalidState
+from digest_stream.store.policy import TimelinePolicy
 from digest_stream.store.redis_calls import RedisCalls
 from digest_stream.store.replies import Reply, arg, array, integer, map_error
 from digest_stream.store.routing import Call

@@ -16,14 +16,13 @@ from digest_stream.store.base import (
     DueBatch,
     DueTimeline,
     Fence,
-    InvalidArgument,
-    InvalidState,
     OpenDigest,
     PartitionStats,
     StoredRecord,
     TimelineInfo,
     reason_of,
 )
+from digest_stream.store.errors import InvalidArgument, InvalidState
 
 #: A reply piece, before it is checked.
 Reply = object
@@ -125,7 +124,7 @@ def map_error(error: ResponseError) -> Exception:
 
 def add_result(reply: Reply) -> AddResult:
     """``ds_add``: {ready[], added, skipped, dropped, fence_before|nil, fence_after|nil,
-    fence_topic|nil}."""
+    fence_topic|nil, cancelled}."""
     values = array(reply)
     return AddResult(
         ready=[text(name) for name in array(values[0])],
@@ -135,22 +134,7 @@ def add_result(reply: Reply) -> AddResult:
         fence_before=optional_integer(values[4]),
         fence_after=optional_integer(values[5]),
         fence_topic=optional_text(values[6]),
-    )
-
-
-def control_result(timeline: str, reply: Reply) -> AddResult:
-    """``ds_control``: {became ready, cancelled, applied, fence_before|nil, fence_after|nil,
-    fence_topic|nil}."""
-    values = array(reply)
-    return AddResult(
-        ready=[timeline] if integer(values[0]) == 1 else [],
-        added=0,
-        skipped=0,
-        dropped=0,
-        fence_before=optional_integer(values[3]),
-        fence_after=optional_integer(values[4]),
-        fence_topic=optional_text(values[5]),
-        cancelled=integer(values[1]),
+        cancelled=integer(values[7]),
     )
 
 

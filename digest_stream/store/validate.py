@@ -6,16 +6,10 @@ import math
 import re
 from collections.abc import Sequence
 
-from digest_stream.store.base import (
-    CONTROLS,
-    DIGEST_ID_PATTERN,
-    MAX_SLICE,
-    MAX_TTL,
-    InvalidArgument,
-    NewRecord,
-    TimelinePolicy,
-)
+from digest_stream.store.base import CONTROLS, DIGEST_ID_PATTERN, MAX_SLICE, MAX_TTL, NewRecord
+from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.keys import NAMESPACE_PATTERN
+from digest_stream.store.policy import TimelinePolicy
 
 #: Timeline names and record ids end up in key names and hash fields; anything
 #: longer is almost certainly a producer bug (same limit as MAX_NAME_BYTES in Lua).

@@ -40,17 +40,17 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from digest_stream.dev import stack as devstack
+from digest_stream.dev import kafka as devkafka
 from digest_stream.settings import Settings
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
 from tests.support import free_port, unique, wait_until
+from tests.support.metrics_dump import metrics_dump_env
 from tests.support.pipeline import FAST, ServiceProcess
 
 #: Where each scenario's one-line summary is appended (make chaos sets it).
 RESULTS_ENV = "DIGEST_STREAM_CHAOS_RESULTS"
 CHAOS_ENV = "DIGEST_STREAM_CHAOS"
-METRICS_DUMP_ENV = "DIGEST_STREAM_TEST_METRICS_FILE"
 
 #: Group session timeout of every service process (a SIGKILLed member's partitions move on
 #: after this long).
@@ -787,9 +787,7 @@ class Services:
         """Start one `digest-stream run`; it dumps its counters on a graceful stop."""
         dump = Path(tempfile.gettempdir()) / f"{unique('metrics')}.prom"
         self._dumps.append(dump)
-        proc = ServiceProcess(
-            self.settings, roles, {**self.env, **env, METRICS_DUMP_ENV: str(dump)}
-        )
+        proc = ServiceProcess(self.settings, roles, metrics_dump_env(dump, {**self.env, **env}))
         self.all.append(proc)
         return proc
 
@@ -885,10 +883,17 @@ class OwnRedis:
     def snapshot(self) -> float:
         """BGSAVE and wait until it is on disk; returns the wall time of the snapshot."""
         client = self.client()
-        before = client.lastsave()
+        # rdb_saves counts saves started: this one is done once none is in progress (LASTSAVE
+        # has whole seconds: a save in the second the server started would go unseen)
+        before = int(client.info("persistence")["rdb_saves"])
         at = time.time()
         client.bgsave()
-        wait_until(lambda: client.lastsave() != before, 60, "BGSAVE to finish", 0.05)
+
+        def saved() -> bool:
+            info = client.info("persistence")
+            return int(info["rdb_saves"]) > before and not int(info["rdb_bgsave_in_progress"])
+
+        wait_until(saved, 60, "BGSAVE to finish", 0.05)
         assert client.info("persistence")["rdb_last_bgsave_status"] == "ok"
         return at
 
@@ -974,9 +979,9 @@ class OwnKafka:
         self.proc: subprocess.Popen[bytes] | None = None
         self.bootstrap = f"127.0.0.1:{self.port}"
         self._java = shutil.which("java") or "java"
-        self._libs = devstack.kafka_libs()
+        self._libs = devkafka.kafka_libs()
         self._log4j = self.home / "log4j2.xml"
-        self._log4j.write_text(devstack._LOG4J2_XML)
+        self._log4j.write_text(devkafka.LOG4J2_XML)
         self._props = self.home / "server.properties"
         self._props.write_text(self._properties())
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -991,10 +996,10 @@ class OwnKafka:
         return [f"-Dlog4j2.configurationFile={self._log4j}", "-Djava.awt.headless=true"]
 
     def _properties(self) -> str:
-        stock = devstack._kafka_properties(self.home / "data")
+        stock = devkafka.kafka_properties(self.home / "data")
         return (
-            stock.replace(f":{devstack.CONTROLLER_PORT}", f":{self.controller_port}")
-            .replace(f":{devstack.KAFKA_PORT}", f":{self.port}")
+            stock.replace(f":{devkafka.CONTROLLER_PORT}", f":{self.controller_port}")
+            .replace(f":{devkafka.KAFKA_PORT}", f":{self.port}")
             .replace("num.partitions=4", "num.partitions=1")
         )
 

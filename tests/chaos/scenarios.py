@@ -7,7 +7,6 @@ lost == 0 (and, where the contract promises it, duplicated == 0).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -25,8 +24,8 @@ import redis
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 
-from digest_stream.settings import Settings, env_name
-from digest_stream.wire import codec
+from digest_stream.settings import Settings
+from digest_stream.wire import codec, control
 from digest_stream.wire.models import Event
 from tests.chaos.harness import (
     Accounting,
@@ -50,7 +49,7 @@ from tests.chaos.harness import (
 from tests.support import REPO_ROOT, unique, wait_until
 from tests.support.crash_hooks import pause_before_close_env
 from tests.support.kafka import committed_offsets
-from tests.support.pipeline import ServiceProcess
+from tests.support.pipeline import ServiceProcess, settings_env
 from tests.support.proxy import TcpProxy
 
 
@@ -239,6 +238,25 @@ def rolling_restart(settings: Settings, size: Size, every: float = 4.0) -> Figur
 # --------------------------------------------------------------------------- 4 Redis rollback
 
 
+def _after_rollback(
+    acc: Accounting, size: Size, name: str, what: str
+) -> tuple[Figures, dict[str, set[str]]]:
+    """Wait for every event after a Redis rollback, report the line (the duplicates in its
+    note), assert lost == 0 and the recovery deadline; the figures and the duplicates."""
+    acc.load.wait_acked(timeout=size.seconds * 4 + 300)
+    acc.wait_complete(size.drain)
+    dup = acc.duplicated()
+    figures = acc.figures(
+        name,
+        note=f"{what}; {len(dup)} re-published under a new id (their close was rolled back)",
+        deadline=recovery_deadline(acc.load.settings),
+    )
+    report(figures)
+    assert figures.lost == 0, f"{figures.line()}; e.g. {sorted(acc.missing())[:5]}"
+    figures.check_recovery()
+    return figures, dup
+
+
 def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: float = 5.0) -> Figures:
     """BGSAVE, run on, SHUTDOWN NOSAVE, restart from the snapshot: fence behind -> replay."""
     with scenario(settings) as (services, output, dlq):
@@ -251,18 +269,12 @@ def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: floa
             redis.start()  # loads the snapshot: every write since it is gone
             up_at = time.time()
             acc.fault_ended()
-            acc.load.wait_acked(timeout=size.seconds * 4 + 300)
-            acc.wait_complete(size.drain)
-            dup = acc.duplicated()
-            figures = acc.figures(
+            figures, dup = _after_rollback(
+                acc,
+                size,
                 "4a Redis rolled back to a snapshot",
-                note=f"snapshot, {run_on:.0f}s on, SHUTDOWN NOSAVE, restart; "
-                f"{len(dup)} re-published under a new id (their close was rolled back)",
-                deadline=recovery_deadline(settings),
+                f"snapshot, {run_on:.0f}s on, SHUTDOWN NOSAVE, restart",
             )
-            report(figures)
-            assert figures.lost == 0, f"{figures.line()}; e.g. {sorted(acc.missing())[:5]}"
-            figures.check_recovery()
         finally:
             load.stop()
         logs = services.logs()
@@ -275,6 +287,52 @@ def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: floa
             if acc.output.first_opened[rid] < snapshot_at - 5.0 or load.acked[rid].at > up_at
         }
         assert not unexplained, f"duplicates the rollback does not explain: {list(unexplained)[:5]}"
+        _all_alive(services)
+        return figures
+
+
+def controls_every(load: Load, every: int) -> Callable[[int], Hostile | None]:
+    """After every `every`-th event, a flush of its timeline (a control message, in order with
+    the events): nearly every ingest batch then holds a control."""
+
+    def flush(i: int) -> Hostile | None:
+        if i % every:
+            return None
+        timeline = f"c:{load.prefix}:{i % load.timelines}"
+        value = control.encode(control.Control("flush"))
+        return Hostile("flush", timeline.encode(), value, frozenset())
+
+    return flush
+
+
+def redis_rollback_inside_controls(
+    settings: Settings, size: Size, redis: OwnRedis, rollbacks: int = 6, every: int = 5
+) -> Figures:
+    """Rollbacks that land inside batches holding controls: a flush after every `every`-th
+    event, and `rollbacks` times BGSAVE then SHUTDOWN NOSAVE at once and restart, so Redis goes
+    back to a snapshot taken a moment before, while the ingest applies such batches."""
+    with scenario(settings) as (services, output, dlq):
+        load = Load(settings, size.events, size.timelines, size.rate)
+        load._hostile = controls_every(load, every)
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, ALL, ALL, load=load)
+        try:
+            load.wait_progress(0.2)
+            for _ in range(rollbacks):
+                redis.snapshot()
+                redis.shutdown_nosave()
+                redis.start()
+                acc.fault_ended()
+                pace(3.0, output, dlq)
+            figures, _ = _after_rollback(
+                acc,
+                size,
+                "4d Redis rollback inside batches holding controls",
+                f"{rollbacks} rollbacks (BGSAVE, SHUTDOWN NOSAVE at once, restart) 3s apart, "
+                f"a flush after every {every}th event",
+            )
+        finally:
+            load.stop()
+        assert "Redis lost writes" in services.logs(), "no rollback was noticed by the fence"
         _all_alive(services)
         return figures
 
@@ -756,7 +814,7 @@ def acl_capacity(settings: Settings, size: Size, admin_settings: Settings | None
         # shared cluster: the stack loaded it, and a load there would touch every tenant.
         preload = subprocess.run(
             [sys.executable, "-m", "digest_stream.cli", "stats"],
-            env={**os.environ, **service_env(admin_settings)},
+            env={**os.environ, **settings_env(admin_settings)},
             capture_output=True,
             text=True,
             timeout=60,
@@ -785,15 +843,6 @@ def acl_capacity(settings: Settings, size: Size, admin_settings: Settings | None
         assert codes == [0] * len(codes), f"exit codes {codes}"
         assert services.counter("digest_events_dropped_total", reason="capacity") > 0
         return figures
-
-
-def service_env(settings: Settings) -> dict[str, str]:
-    """The environment that gives a `digest-stream` command these settings."""
-    env: dict[str, str] = {}
-    for name, value in settings.model_dump(mode="json").items():
-        if value is not None:
-            env[env_name(name)] = value if isinstance(value, str) else json.dumps(value)
-    return env
 
 
 # --------------------------------------------------------------------------- 11 Redis refusing
@@ -1067,7 +1116,7 @@ def topic_recreated(settings: Settings, first: int = 20, then: int = 5) -> Figur
         )
         created = subprocess.run(
             [sys.executable, "-m", "digest_stream.cli", "topics", "create", "--partitions", "8"],
-            env={**os.environ, **service_env(settings)},
+            env={**os.environ, **settings_env(settings)},
             capture_output=True,
             text=True,
             timeout=120,

@@ -70,6 +70,14 @@ def test_chaos_4a_redis_rollback(make_settings: SettingsFactory, own_redis: OwnR
 
 
 @full_run
+def test_chaos_4d_redis_rollback_inside_batches_holding_controls(
+    make_settings: SettingsFactory, own_redis: OwnRedis
+) -> None:
+    settings = make_settings(redis=own_redis.url)
+    scenarios.redis_rollback_inside_controls(settings, FULL, own_redis)
+
+
+@full_run
 @pytest.mark.parametrize("mode", ["replay", "continue"])
 def test_chaos_4bc_redis_restarted_empty(
     make_settings: SettingsFactory, own_redis: OwnRedis, mode: str

@@ -19,26 +19,17 @@ import sys
 import redis
 from confluent_kafka.admin import AdminClient
 
-from digest_stream.settings import Settings, env_name
 from digest_stream.store.keys import fence_key, partition_tag
 from tests.support import free_port, wait_until
 from tests.support.http import get, metric
 from tests.support.kafka import send_events
-from tests.support.pipeline import Pipeline, PipelineFactory, ServiceProcess
+from tests.support.pipeline import Pipeline, PipelineFactory, ServiceProcess, settings_env
 
 PARTITIONS = 2
 FIRST = 20
 AFTER = 5
 #: Generous on a shared 2-core box: a rebalance (session timeout 10 s) plus a digest.
 DELIVERY_SECONDS = 90.0
-
-
-def _env(settings: Settings) -> dict[str, str]:
-    env = dict(os.environ)
-    for name, value in settings.model_dump(mode="json").items():
-        if isinstance(value, str):
-            env[env_name(name)] = value
-    return env
 
 
 def _recreate_events_topic(pipe: Pipeline) -> None:
@@ -55,7 +46,8 @@ def _recreate_events_topic(pipe: Pipeline) -> None:
     created = subprocess.run(
         [sys.executable, "-m", "digest_stream.cli", "topics", "create",
          "--partitions", str(PARTITIONS)],
-        env=_env(settings), capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, **settings_env(settings)},
+        capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert created.returncode == 0, created.stderr
     assert f"created {topic}" in created.stdout

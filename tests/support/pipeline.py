@@ -88,11 +88,7 @@ class ServiceProcess:
     """The real CLI in a child process, with its own log file; killed by pid."""
 
     def __init__(self, settings: Settings, roles: str, extra_env: dict[str, str]) -> None:
-        env = dict(os.environ)
-        for name, value in settings.model_dump(mode="json").items():
-            if value is not None:
-                env[env_name(name)] = value if isinstance(value, str) else _json(value)
-        env.update(extra_env)
+        env = {**os.environ, **settings_env(settings), **extra_env}
         self.log_path = Path(os.environ.get("PYTEST_TMP", "/tmp")) / f"{unique('svc')}.log"
         self._log = self.log_path.open("wb")
         self.popen = subprocess.Popen(
@@ -130,6 +126,15 @@ class ServiceProcess:
         return self.log_path.read_text(errors="replace")
 
 
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment variables that give a CLI command these settings (unset ones left out)."""
+    return {
+        env_name(name): value if isinstance(value, str) else json.dumps(value)
+        for name, value in settings.model_dump(mode="json").items()
+        if value is not None
+    }
+
+
 def cli_flags(settings: Settings) -> list[str]:
     """The flags that point a CLI command at one test's topics and namespace."""
     return [
@@ -141,10 +146,6 @@ def cli_flags(settings: Settings) -> list[str]:
         "--output-topic", settings.output_topic,
         "--dlq-topic", settings.dlq_topic,
     ]  # fmt: skip
-
-
-def _json(value: object) -> str:
-    return json.dumps(value)
 
 
 PipelineFactory = Callable[..., Pipeline]

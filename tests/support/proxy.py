@@ -3,7 +3,10 @@
 `TcpProxy(upstream_host, upstream_port)` listens on 127.0.0.1 (a free port) and forwards every
 connection to the upstream, one thread per direction. `block()` closes every open connection
 and refuses new ones (accepted, then reset at once, like a host that went away); `unblock()`
-forwards again. `close()` stops the listener and every connection.
+forwards again. `lose_reply_to(marker)` lets the next request holding `marker` reach the
+server, then drops its reply and resets the connection (the server ran it; the client never
+hears back, as after a network cut at the wrong moment). `close()` stops the listener and every
+connection.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ class TcpProxy:
         self._closed = threading.Event()
         self.accepted = 0
         self.refused = 0
+        self._lose_marker: bytes | None = None
+        self._doomed: set[socket.socket] = set()  # upstreams whose next reply is dropped
+        self.replies_lost = 0
         self._thread = threading.Thread(target=self._accept_loop, name="tcp-proxy", daemon=True)
         self._thread.start()
 
@@ -58,6 +64,11 @@ class TcpProxy:
             self._open.clear()
         for sock in victims:
             _reset(sock)
+
+    def lose_reply_to(self, marker: bytes) -> None:
+        """Forward the next request holding ``marker``, then drop its reply and reset."""
+        with self._lock:
+            self._lose_marker = marker
 
     def unblock(self) -> None:
         """Forward connections again."""
@@ -111,17 +122,29 @@ class TcpProxy:
                     continue
                 self._open.update((client, upstream))
             self.accepted += 1
-            for source, sink in ((client, upstream), (upstream, client)):
+            for source, sink, request in ((client, upstream, True), (upstream, client, False)):
                 threading.Thread(
-                    target=self._pump, args=(source, sink), name="tcp-proxy-pump", daemon=True
+                    target=self._pump,
+                    args=(source, sink, request),
+                    name="tcp-proxy-pump",
+                    daemon=True,
                 ).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, request: bool) -> None:
         try:
             while True:
                 data = source.recv(_CHUNK)
                 if not data:
                     break
+                with self._lock:
+                    if request and self._lose_marker is not None and self._lose_marker in data:
+                        # marked before it is sent: its reply cannot come back first
+                        self._lose_marker = None
+                        self._doomed.add(sink)
+                    elif not request and source in self._doomed:
+                        self._doomed.discard(source)
+                        self.replies_lost += 1
+                        break  # the reply is dropped; both ends reset below
                 sink.sendall(data)
         except OSError:
             pass

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import redis
 from redis.cluster import RedisCluster
 
-from digest_stream.store import DigestStore
+from digest_stream.store import DigestStore, library
 from digest_stream.store.keys import partition_tag
 
 StoreFactory = Callable[..., DigestStore]
 """The `make_store` fixture: `make(policy=None, resolver=None) -> DigestStore`."""
 RedisClient = redis.Redis | RedisCluster
+#: Words in the library's command strings that are options, not commands.
+COMMAND_OPTIONS = {"KEEPTTL", "LIMIT", "PX", "WITHSCORES"}
+
+
+def library_commands() -> set[str]:
+    """Every command the Lua library can run (lower case): each quoted upper-case word, whether
+    it is passed to redis.call directly, through call_chunked or chosen by an expression."""
+    return {w.lower() for w in re.findall(r"'([A-Z]+)'", library.SOURCE)} - {
+        o.lower() for o in COMMAND_OPTIONS
+    }
 
 
 def tag_keys(client: RedisClient, namespace: str, partition: int) -> set[bytes]:

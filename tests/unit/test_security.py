@@ -7,13 +7,13 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 
 import digest_stream
+from digest_stream.store import library
 
 PACKAGE = Path(digest_stream.__file__).parent
-LUA = resources.files("digest_stream.store").joinpath("digests.lua").read_text()
+LUA = library.SOURCE
 
 # Modules that turn bytes into code or arbitrary objects.
 UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "jsonpickle"}

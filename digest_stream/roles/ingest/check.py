@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from digest_stream.store import validate
-from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, InvalidArgument, NewRecord
+from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, NewRecord
+from digest_stream.store.errors import InvalidArgument
 from digest_stream.wire import codec, control, envelope
 from digest_stream.wire.event_head import EventHead, decode_event_head
 from digest_stream.wire.models import MAX_TIMELINE_LENGTH, Event, validate_timeline

@@ -258,3 +258,13 @@ def after_add(
         f"through {expected}); replaying offsets {fence_before + 1}..{expected} from Kafka",
         logging.WARNING,
     )
+
+
+def applied_unbooked(expected: int | None, first: int, fence_before: int | None) -> bool:
+    """Whether a store call found offsets of its own batch (from ``first``) already applied
+    beyond the fence this process booked: an earlier run of the same call whose reply was lost
+    (redis-py re-sends a call whose connection broke; so does the outage retry). That run's
+    READY timelines were never announced."""
+    if fence_before is None or fence_before < first:
+        return False
+    return expected is None or fence_before > expected

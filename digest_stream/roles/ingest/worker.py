@@ -48,11 +48,6 @@ class StoreWorker:
         if batches:
             self._in_flight = self._pool.submit(self._run, batches)
 
-    def wait(self, timeout: float | None = None) -> None:
-        """Wait for the calls in flight to finish, without collecting them."""
-        if self._in_flight is not None:
-            self._in_flight.exception(timeout)
-
     def collect(self) -> list[Batch]:
         """Wait for the calls in flight and return their batches (empty when none)."""
         if self._in_flight is None:

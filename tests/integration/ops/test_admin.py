@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 from click.testing import CliRunner
 
 from digest_stream.app import connect_store
 from digest_stream.cli import main
-from digest_stream.settings import Settings, env_name
 from digest_stream.store import NewRecord
 from tests.support import unique, wait_until
-from tests.support.pipeline import PipelineFactory
-
-
-def _env(settings: Settings) -> dict[str, str]:
-    return {
-        env_name(k): v if isinstance(v, str) else json.dumps(v)
-        for k, v in settings.model_dump(mode="json").items()
-        if v is not None
-    }
+from tests.support.pipeline import PipelineFactory, settings_env
 
 
 def test_delete_asks_first_unless_yes(pipeline_factory: PipelineFactory) -> None:
@@ -27,7 +16,7 @@ def test_delete_asks_first_unless_yes(pipeline_factory: PipelineFactory) -> None
     store = connect_store(pipe.settings)
     timeline = unique("mail:p")
     store.add(1, [NewRecord(timeline, "r1", 1.0, b"x", offset=0)], 10.0)
-    env = _env(pipe.settings)
+    env = settings_env(pipe.settings)
     runner = CliRunner()
 
     refused = runner.invoke(main, ["delete", timeline], input="n\n", env=env)
@@ -52,7 +41,7 @@ def test_replay_resets_fence_and_offset_and_refuses_an_active_group(
     pipeline_factory: PipelineFactory,
 ) -> None:
     pipe = pipeline_factory(partitions=1)
-    env = _env(pipe.settings)
+    env = settings_env(pipe.settings)
     runner = CliRunner()
     app = pipe.app(roles="ingest,scheduler")
     with pipe.producer() as producer:

@@ -20,7 +20,8 @@ from digest_stream.ops import health as health_module
 from digest_stream.ops.health import Health, HealthView, Heartbeats
 from digest_stream.ops.metrics import Metrics
 from digest_stream.settings import Settings
-from digest_stream.store.base import DigestStore, InvalidState
+from digest_stream.store.base import DigestStore
+from digest_stream.store.errors import InvalidState
 from digest_stream.store.redis import RedisStore
 from tests.support.proxy import TcpProxy
 

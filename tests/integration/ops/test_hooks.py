@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
 
 from digest_stream.app import App
 from digest_stream.ops.hooks import Hook, Hooks, load_hooks
+from digest_stream.ops.metrics import Metrics
 from digest_stream.settings import Settings
 from digest_stream.store import AddResult, MemoryStore, NewRecord
 from digest_stream.wire import codec, envelope
 from digest_stream.wire.models import Digest, Event
 from tests.support import unique, wait_until
 from tests.support.kafka import send_events
+from tests.support.metrics_dump import metrics_dump_env
 from tests.support.pipeline import Pipeline
 
 
@@ -49,6 +53,15 @@ class Recorder(Hook):
 
     def on_dead_letter(self, reason: str, detail: str, source: tuple[str, int, int]) -> None:
         self._note("on_dead_letter", reason)
+
+    def on_stop(self, metrics: Metrics) -> None:
+        self._note("on_stop", _ingested(metrics))
+
+
+def _ingested(metrics: Metrics) -> float:
+    """The events_ingested counter's value."""
+    total = metrics.registry.get_sample_value("digest_events_ingested_total")
+    return total or 0.0
 
 
 class Broken(Hook):
@@ -102,6 +115,44 @@ def test_hooks_fire_and_trace_headers_reach_the_digest(
     dead = [args for name, args in recorder.calls if name == "on_dead_letter"]
     assert len(dead) == 1
     output.close()
+
+
+def test_on_stop_gets_the_final_counts_once(pipeline_factory: Callable[..., Pipeline]) -> None:
+    pipe = pipeline_factory(partitions=1)
+    recorder = Recorder()
+    app = App(pipe.settings, hooks=[recorder])
+    app.start()
+    pipe.apps.append(app)  # stopped by the fixture too: wait() again must not call it twice
+    send_events(pipe.settings, unique("t"), ids=["a", "b", "c"])
+    wait_until(lambda: _ingested(app.metrics) == 3, 30, "the three events ingested")
+    assert "on_stop" not in recorder.names()
+    app.stop()
+    assert app.wait()
+    app.wait()
+    stops = [args for name, args in recorder.calls if name == "on_stop"]
+    assert stops == [(3.0,)]
+
+
+def test_a_service_process_dumps_its_counters_through_the_hooks_setting(
+    pipeline_factory: Callable[..., Pipeline], tmp_path: Path
+) -> None:
+    # The chaos harness counts drops across process lifetimes this way (no test switch).
+    pipe = pipeline_factory(partitions=1)
+    dump = tmp_path / "counters.prom"
+    proc = pipe.process(**metrics_dump_env(dump, {}))
+    send_events(pipe.settings, unique("t"), ids=["a", "b"])
+    output = pipe.output()
+    output.wait_for(lambda: len(output.messages) >= 1, 60, "a digest")
+    output.close()
+    assert not dump.exists()
+    assert proc.stop() == 0, proc.log()[-3000:]
+    counters = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(dump.read_text())
+        for sample in family.samples
+    }
+    assert counters["digest_events_ingested_total"] == 2
+    assert counters["digest_digests_published_total"] >= 1
 
 
 def test_envelope_round_trip_and_old_payloads() -> None:

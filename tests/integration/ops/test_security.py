@@ -16,6 +16,7 @@ from digest_stream.store import NewRecord
 from tests.support import REPO_ROOT, free_port, unique, wait_until
 from tests.support.http import probe
 from tests.support.pipeline import Pipeline
+from tests.support.store import library_commands
 
 #: Commands the Functions library runs (checked against the caller's ACL inside FCALL).
 LIBRARY_COMMANDS = [
@@ -176,14 +177,7 @@ def test_without_function_load_a_preloaded_library_is_only_checked(
 
 
 def test_acl_lists_match_the_library_and_the_readme() -> None:
-    import re
-    from importlib import resources
-
-    lua = resources.files("digest_stream.store").joinpath("digests.lua").read_text("utf-8")
-    # every quoted command word: call_chunked('HDEL', ...) and chosen ones count too
-    options = {"keepttl", "limit", "px", "withscores"}
-    used = {c.lower() for c in re.findall(r"'([A-Z]+)'", lua)} - options
-    assert used == set(LIBRARY_COMMANDS)
+    assert library_commands() == set(LIBRARY_COMMANDS)
     readme = (REPO_ROOT / "README.md").read_text()
     line = " ".join(["ACL SETUSER digest-stream on >CHANGE-ME resetkeys",
                      *acl_rules("d", load_library=False)])  # fmt: skip

@@ -16,11 +16,12 @@ from digest_stream.app import connect_store
 from digest_stream.clock import SystemClock
 from digest_stream.kafka import producer_config
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest import Ingest
+from digest_stream.roles.ingest import ingest_role
 from digest_stream.settings import Settings
 from digest_stream.store import RedisStore
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
+from tests.support import wait_until
 from tests.support.pipeline import Pipeline, PipelineFactory
 from tests.support.proxy import TcpProxy
 
@@ -43,15 +44,15 @@ class Harness:
         self.store: RedisStore = connect_store(self.settings)
         self.metrics = Metrics()
         self.stopping = False
-        self.ingest = Ingest(
-            self.settings,
-            self.store,
-            SystemClock(),
-            self.metrics,
-            Producer(producer_config(self.settings)),
-            None,
+        producer = Producer(producer_config(self.settings))
+        self.runner, self.ingest = ingest_role(
+            self.settings, self.store, SystemClock(), self.metrics, producer
         )
-        self.ingest.start(lambda: self.stopping)
+        self.runner.start(self.ingest, lambda: self.stopping)
+
+    def close(self) -> None:
+        """The graceful stop: the role finishes, the consumer leaves its group."""
+        self.runner.close(self.ingest)
 
     def step_until(self, condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -59,17 +60,31 @@ class Harness:
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             self.ingest.step()
 
-    def stored_not_booked(self) -> None:
-        """Step until a batch is handed to the store worker, then wait for its call only."""
-        self.step_until(lambda: self.ingest.in_flight, "a batch in flight")
-        self.ingest.wait_in_flight(timeout=30)
+    def store_calls(self) -> float:
+        """Store calls the ingest finished (its digest_store_call_seconds{operation="add"})."""
+        count = self.metrics.registry.get_sample_value(
+            "digest_store_call_seconds_count", {"operation": "add"}
+        )
+        return count or 0.0
+
+    def fetched(self, count: int) -> None:
+        """Wait (not stepping) until the consumer has fetched `count` events nobody took yet."""
+        wait_until(lambda: self.ingest.lag().get(0) == count, 30, f"{count} events fetched")
+
+    def stored_not_booked(self, count: int) -> None:
+        """Take `count` fetched events in one step (which hands them to the store worker),
+        then wait for their store call only: nothing books it before the next step."""
+        self.fetched(count)
+        calls = self.store_calls()
+        self.ingest.step()
+        assert self.ingest.lag()[0] == 0  # all taken by that one step
+        wait_until(lambda: self.store_calls() == calls + 1, 30, "the batch's store call")
 
     def applied_and_committed(self, pipe: Pipeline, count: int) -> None:
         """Produce `count` events to partition 0 and step until all are stored and committed."""
         produce(pipe, 0, 0, count)
         self.step_until(
-            lambda: pipe.committed(0) == count and not self.ingest.in_flight,
-            f"the first {count} events applied and committed",
+            lambda: pipe.committed(0) == count, f"the first {count} events applied and committed"
         )
 
     def revoke(self, partition: int) -> None:
@@ -85,16 +100,16 @@ def test_a_revocation_books_and_commits_the_batch_in_flight(
     try:
         harness.step_until(lambda: 0 in harness.ingest.owned, "the assignment")
         produce(pipe, 0, 0, 20)
-        harness.stored_not_booked()
+        harness.stored_not_booked(20)
         fence = harness.store.applied_offset(0)
-        assert fence is not None
+        assert fence == 19
+        assert pipe.committed(0) < 0  # stored, not booked
         harness.revoke(0)
-        # The callback waited for the batch, booked it and committed exactly what it applied.
-        assert not harness.ingest.in_flight
+        # The callback booked the batch and committed exactly what it applied.
         assert pipe.committed(0) == fence + 1
         assert harness.ingest.owned == frozenset()
     finally:
-        harness.ingest.close()
+        harness.close()
 
 
 def test_a_fence_found_behind_during_a_callback_is_rewound_on_the_role_thread(
@@ -108,11 +123,10 @@ def test_a_fence_found_behind_during_a_callback_is_rewound_on_the_role_thread(
         # Redis loses writes: its fence goes back to 9 while this process applied through 19.
         harness.store.set_applied_offset(0, 9)
         produce(pipe, 0, 20, 10)
-        harness.stored_not_booked()
+        harness.stored_not_booked(10)
         # Partition 1 is revoked meanwhile: the callback must neither seek nor commit past the
-        # batch that found the fence behind; it keeps it for the role's thread.
+        # batch that found the fence behind; it keeps it for the role's thread, which rewinds.
         harness.revoke(1)
-        assert harness.ingest.kept == 1  # kept for the role's thread
         assert pipe.committed(0) == 20
         harness.step_until(
             lambda: harness.store.applied_offset(0) == 29 and pipe.committed(0) == 30,
@@ -122,7 +136,7 @@ def test_a_fence_found_behind_during_a_callback_is_rewound_on_the_role_thread(
         assert replays == 1
         assert harness.store.inspect(0, "t").pending == 30  # r0..r29, each once
     finally:
-        harness.ingest.close()
+        harness.close()
 
 
 def test_a_batch_kept_for_the_role_thread_is_dropped_when_its_partition_goes(
@@ -135,15 +149,16 @@ def test_a_batch_kept_for_the_role_thread_is_dropped_when_its_partition_goes(
         harness.applied_and_committed(pipe, 10)
         harness.store.set_applied_offset(0, 4)  # Redis lost writes
         produce(pipe, 0, 10, 10)
-        harness.stored_not_booked()
+        harness.stored_not_booked(10)
         harness.revoke(0)
         # Not booked, not committed, not kept: the next owner replays from the committed offset
         # (10) and its own fence check, and nothing of this process acts on the partition.
-        assert harness.ingest.kept == 0
+        harness.ingest.step()
         assert pipe.committed(0) == 10
+        assert harness.store.applied_offset(0) == 4
         assert harness.metrics.replays.labels(cause="fence_behind")._value.get() == 0
     finally:
-        harness.ingest.close()
+        harness.close()
 
 
 def test_a_batch_given_up_is_read_again_before_anything_after_it(
@@ -158,12 +173,14 @@ def test_a_batch_given_up_is_read_again_before_anything_after_it(
             harness.applied_and_committed(pipe, 10)
             proxy.block()  # Redis unreachable
             produce(pipe, 0, 10, 10)  # batch A: its call fails on the worker
-            harness.stored_not_booked()
+            harness.stored_not_booked(10)
             produce(pipe, 0, 20, 10)  # batch B: read while A waits for Redis
+            harness.fetched(10)
             harness.stopping = True  # a stop request during the outage: A is given up
             harness.ingest.step()
-            # B must not be stored before A (its fence would pass A's offsets for good).
-            assert not harness.ingest.in_flight
+            # A is given up, not committed, and read again before B: B must not be stored
+            # before A (its fence would pass A's offsets for good).
+            assert pipe.committed(0) == 10
             proxy.unblock()
             harness.stopping = False
             harness.step_until(
@@ -172,4 +189,4 @@ def test_a_batch_given_up_is_read_again_before_anything_after_it(
             )
             assert harness.store.inspect(0, "t").pending == 30  # r0..r29: A was not lost
         finally:
-            harness.ingest.close()
+            harness.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from importlib import resources
 
 import pytest
 import redis
@@ -16,12 +15,10 @@ from redis.exceptions import NoPermissionError
 
 from digest_stream.store import NewRecord, RedisStore, TimelinePolicy, library
 from tests.support import REPO_ROOT
-from tests.support.store import RedisClient
+from tests.support.store import RedisClient, library_commands
 
 ROOT = REPO_ROOT
 T0 = 1_000_000.0
-#: Words in digests.lua's command strings that are options, not commands.
-OPTIONS = {"KEEPTTL", "LIMIT", "PX", "WITHSCORES"}
 
 
 def readme_acl_lines() -> dict[str, list[str]]:
@@ -34,13 +31,6 @@ def readme_acl_lines() -> dict[str, list[str]]:
 
 def granted(rules: list[str]) -> set[str]:
     return {rule[1:].lower() for rule in rules if rule.startswith("+")}
-
-
-def library_commands() -> set[str]:
-    """Every command digests.lua can run: each quoted upper-case word, whether it is passed to
-    redis.call directly, through call_chunked or chosen by an expression."""
-    lua = resources.files("digest_stream.store").joinpath("digests.lua").read_text("utf-8")
-    return {word.lower() for word in re.findall(r"'([A-Z]+)'", lua)} - {o.lower() for o in OPTIONS}
 
 
 def test_the_lines_grant_every_command_of_the_library() -> None:

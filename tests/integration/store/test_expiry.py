@@ -4,13 +4,13 @@ does expire is reported, never hidden: the stores side."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 
 import pytest
 
 from digest_stream.store import DigestStore, MemoryStore, NewRecord, RedisStore, TimelinePolicy
 from digest_stream.store.keys import digest_key, partition_tag, timeline_key
+from tests.support import new_id
 from tests.support.store import RedisClient
 
 T0 = 1_000_000.0
@@ -18,10 +18,6 @@ T0 = 1_000_000.0
 SHORT = TimelinePolicy(minimum_delay=1.0, increment_delay=0.0, maximum_delay=1.0, ttl=6.0)
 MAINTENANCE_TIMEOUT = 2.0
 MAINTENANCE_INTERVAL = 1.0
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
 
 
 def expire(

@@ -222,6 +222,40 @@ def test_lua_refuses_bad_records_and_writes_nothing(
     assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
 
 
+def packed_controls(*controls: tuple[int, float, int, str, str]) -> bytes:
+    """ds_add's packed controls: (records before it, offset, operation code, timeline, id)."""
+    return b"".join(
+        struct.pack(">IdBH", before, offset, code, len(timeline.encode()))
+        + timeline.encode()
+        + struct.pack(">H", len(record_id.encode()))
+        + record_id.encode()
+        for before, offset, code, timeline, record_id in controls
+    )
+
+
+@pytest.mark.parametrize(
+    ("controls", "expected"),
+    [
+        (packed_controls((1, 1, 4, "t", "x")), "unknown control operation code"),
+        (packed_controls((2, 1, 1, "t", "x")), "records before a control must be"),
+        (packed_controls((1, 2, 1, "t", "x"), (0, 3, 1, "t", "x")), "records before a control"),
+        (packed_controls((1, 9, 1, "t", "x")), "offset must be an integer"),  # past through
+        (packed_controls((1, 1, 1, "", "x")), "timeline must be"),
+        (packed_controls((1, 1, 2, "t", "")), "record id must be"),
+        (packed_controls((1, 1, 1, "t", "x"))[:-1], "malformed controls"),
+    ],
+)
+def test_lua_refuses_bad_controls_and_writes_nothing(
+    client: RedisClient, tag: str, controls: bytes, expected: str
+) -> None:
+    message = guard(
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", 4, "", 1, *policy_args(),
+        ONE_TIMELINE, packed_records((1, "a", T0, 0, b"p")), controls,
+    )  # fmt: skip
+    assert expected in message
+    assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
+
+
 @pytest.mark.parametrize(
     ("head", "expected"),
     [

@@ -9,7 +9,7 @@ from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore, NewRecord
 from digest_stream.wire import codec
 from digest_stream.wire.models import ScheduleReason
-from tests.unit.roles.fakes import FakeProducer
+from tests.support.fakes import FakeProducer
 
 TOPIC = "schedule"
 

@@ -43,6 +43,7 @@ from digest_stream.wire.models import (
     ScheduleReason,
 )
 from tests.support import REPO_ROOT
+from tests.support.avro import write
 
 REPO = REPO_ROOT
 T0 = 1_700_000_000_000
@@ -182,9 +183,7 @@ def test_a_generic_avro_reader_reads_our_bytes_with_logical_types() -> None:
     parsed = fastavro.parse_schema(dict(EVENT_SCHEMA))
     value: Any = fastavro.schemaless_reader(io.BytesIO(encode_event(sample_event())), parsed)
     assert value["timestamp"] == datetime.fromtimestamp(T0 / 1000, tz=UTC)
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(buffer, parsed, value)
-    assert decode_event(buffer.getvalue()) == sample_event()
+    assert decode_event(write(EVENT_SCHEMA, value)) == sample_event()
 
 
 # ---------------------------------------------------------------------------------- round trips
@@ -211,11 +210,11 @@ def test_decode_record_is_the_decoded_events_record(event: Event) -> None:
 
 
 def test_decode_record_reads_old_writers_and_rejects_what_decode_event_rejects() -> None:
-    old = _write(EVENT_V1, {"id": "old", "timestamp": T0, "payload": b"p"})
+    old = write(EVENT_V1, {"id": "old", "timestamp": T0, "payload": b"p"})
     assert decode_record(old, writer_schema=EVENT_V1) == Record(
         id="old", timestamp=T0, payload=b"p"
     )
-    empty_id = _write(dict(EVENT_SCHEMA), {"id": "", "timestamp": T0, "payload": b""})
+    empty_id = write(dict(EVENT_SCHEMA), {"id": "", "timestamp": T0, "payload": b""})
     assert _reason(empty_id, decode_record) == "invalid-value"
     assert _reason(encode_event(sample_event())[:-1], decode_record) == "truncated"
 
@@ -274,14 +273,8 @@ EVENT_V1 = {
 }
 
 
-def _write(schema: dict[str, Any], value: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(buffer, fastavro.parse_schema(schema), value)
-    return buffer.getvalue()
-
-
 def test_reads_an_event_written_with_an_older_schema() -> None:
-    data = _write(EVENT_V1, {"id": "old", "timestamp": T0, "payload": b"p"})
+    data = write(EVENT_V1, {"id": "old", "timestamp": T0, "payload": b"p"})
     event = decode_event(data, writer_schema=EVENT_V1)
     assert event == Event(id="old", timestamp=T0, payload=b"p", attributes={})
     # The same, with the writer schema as JSON text (the cached fast form).
@@ -295,7 +288,7 @@ def test_reads_an_event_written_with_an_older_schema() -> None:
 def test_reads_an_event_written_with_a_newer_schema() -> None:
     newer = json.loads(json.dumps(EVENT_SCHEMA))
     newer["fields"].insert(2, {"name": "source", "type": "string", "default": ""})
-    data = _write(
+    data = write(
         newer, {"id": "new", "timestamp": T0, "payload": b"p", "source": "x", "attributes": {}}
     )
     assert decode_event(data, writer_schema=newer) == Event(id="new", timestamp=T0, payload=b"p")
@@ -338,11 +331,11 @@ def test_invalid_avro() -> None:
 
 
 def test_valid_avro_with_invalid_content() -> None:
-    empty_id = _write(dict(EVENT_SCHEMA), {"id": "", "timestamp": T0, "payload": b""})
+    empty_id = write(dict(EVENT_SCHEMA), {"id": "", "timestamp": T0, "payload": b""})
     with pytest.raises(DecodeError, match="id") as info:
         decode_event(empty_id)
     assert info.value.reason == "invalid-value"
-    negative = _write(dict(EVENT_SCHEMA), {"id": "x", "timestamp": -5, "payload": b""})
+    negative = write(dict(EVENT_SCHEMA), {"id": "x", "timestamp": -5, "payload": b""})
     assert _reason(negative) == "invalid-value"
 
 

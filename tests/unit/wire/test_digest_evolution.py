@@ -11,6 +11,7 @@ import pytest
 
 from digest_stream.wire import codec
 from digest_stream.wire.models import Digest, DigestReason, Event, Record
+from tests.support.avro import write
 
 
 def _explained() -> Digest:
@@ -47,10 +48,8 @@ def test_an_old_reader_reads_a_new_digest() -> None:
 
 
 def _old_bytes() -> bytes:
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(
-        buffer,
-        fastavro.parse_schema(dict(codec.DIGEST_SCHEMA_V1)),
+    return write(
+        codec.DIGEST_SCHEMA_V1,
         {
             "id": "d0", "timeline": "t", "start": 5, "end": 7, "dropped": 1, "opened_at": 8,
             "part": 1, "parts": 1,
@@ -60,7 +59,6 @@ def _old_bytes() -> bytes:
             ],
         },
     )  # fmt: skip
-    return buffer.getvalue()
 
 
 @pytest.mark.parametrize("writer", [codec.DIGEST_SCHEMA_V1, None])

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import io
 import random
 from typing import Any
 
-import fastavro
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from digest_stream.wire import codec
-from digest_stream.wire.codec import EVENT_SCHEMA, DecodeError, decode_event, encode_event
+from digest_stream.wire.codec import EVENT_SCHEMA, decode_event, encode_event
 from digest_stream.wire.event_head import EventHead, decode_event_head
 from digest_stream.wire.models import LONG_MAX, Event
+from tests.support.avro import assert_agree, verdict, write
 
 T0 = 1_700_000_000_000
 
@@ -27,17 +26,13 @@ events = st.builds(
 )
 
 
-def _verdict(decode: Any, data: bytes, **kwargs: Any) -> tuple[str, object]:
-    """("ok", (id, timestamp)) or ("error", reason): what a decoder makes of the bytes."""
-    try:
-        value = decode(data, **kwargs)
-    except DecodeError as error:
-        return "error", error.reason
-    return "ok", (value.id, value.timestamp)
+def _head(value: Any) -> object:
+    """What the lean decode gives: the id and the timestamp."""
+    return (value.id, value.timestamp)
 
 
 def _agree(data: bytes) -> None:
-    assert _verdict(decode_event_head, data) == _verdict(decode_event, data)
+    assert_agree(decode_event_head, decode_event, _head, data)
 
 
 @given(events)
@@ -74,18 +69,12 @@ def test_every_prefix_and_byte_flip_of_a_sample_agrees() -> None:
             _agree(data[:at] + bytes([rng.randrange(256)]) + data[at + 1 :])
 
 
-def _write(datum: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(buffer, fastavro.parse_schema(dict(EVENT_SCHEMA)), datum)
-    return buffer.getvalue()
-
-
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
         (b"", "truncated"),
-        (_write({"id": "", "timestamp": T0, "payload": b""}), "invalid-value"),
-        (_write({"id": "x", "timestamp": -5, "payload": b""}), "invalid-value"),
+        (write(EVENT_SCHEMA, {"id": "", "timestamp": T0, "payload": b""}), "invalid-value"),
+        (write(EVENT_SCHEMA, {"id": "x", "timestamp": -5, "payload": b""}), "invalid-value"),
         (b"\x02\xff", "invalid-avro"),  # an id that is not UTF-8
         (b"\x02a\x02\x05abc\x00", "invalid-avro"),  # a negative payload length
         (b"\x02a\x02\x00\x02\x02\xff\x00\x00", "invalid-avro"),  # an attribute key not UTF-8
@@ -94,8 +83,8 @@ def _write(datum: dict[str, Any]) -> bytes:
     ],
 )
 def test_each_refusal_keeps_the_codecs_reason(data: bytes, reason: str) -> None:
-    assert _verdict(decode_event, data) == ("error", reason)
-    assert _verdict(decode_event_head, data) == ("error", reason)
+    assert verdict(decode_event, data, _head) == ("error", reason)
+    assert verdict(decode_event_head, data, _head) == ("error", reason)
 
 
 def test_a_map_in_sized_blocks_is_read_by_the_full_decoder() -> None:
@@ -122,11 +111,5 @@ def test_a_writer_schema_takes_the_full_decoder() -> None:
         **EVENT_SCHEMA,
         "fields": [f for f in EVENT_SCHEMA["fields"] if f["name"] != "attributes"],
     }
-    data = _write_with(old, {"id": "x", "timestamp": T0, "payload": b"p"})
+    data = write(old, {"id": "x", "timestamp": T0, "payload": b"p"})
     assert decode_event_head(data, old) == EventHead("x", T0)
-
-
-def _write_with(schema: dict[str, Any], datum: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(buffer, fastavro.parse_schema(schema), datum)
-    return buffer.getvalue()

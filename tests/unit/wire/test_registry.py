@@ -20,6 +20,7 @@ from digest_stream.settings import Settings
 from digest_stream.store.base import NewRecord
 from digest_stream.wire import codec, framing, registry
 from digest_stream.wire.models import Event, ScheduleEntry, ScheduleReason
+from tests.support.avro import write
 
 NOW = 1_700_000_000.0
 EVENT = Event(id="r1", timestamp=int(NOW * 1000), payload=b"p", attributes={"a": "b"})
@@ -60,15 +61,9 @@ def _schemas(fake: FakeRegistry, clock: list[float] | None = None) -> registry.W
 
 
 def _v2_body(source: str | None = "v2") -> bytes:
-    import io
-
-    import fastavro
-
-    out = io.BytesIO()
     datum = {"id": EVENT.id, "timestamp": EVENT.timestamp, "payload": EVENT.payload,
              "attributes": EVENT.attributes, "source": source}  # fmt: skip
-    fastavro.schemaless_writer(out, fastavro.parse_schema(V2), datum)
-    return out.getvalue()
+    return write(V2, datum)
 
 
 def test_the_prefix_is_magic_zero_and_a_big_endian_id() -> None:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import io
 import random
 from typing import Any
 
-import fastavro
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,12 +12,12 @@ from hypothesis import strategies as st
 from digest_stream.wire import codec, framing
 from digest_stream.wire.codec import (
     SCHEDULE_ENTRY_SCHEMA,
-    DecodeError,
     decode_schedule_entry,
     encode_schedule_entry,
 )
 from digest_stream.wire.models import INT_MAX, LONG_MAX, ScheduleEntry, ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields, decode_schedule_fields
+from tests.support.avro import assert_agree, verdict, write
 
 T0 = 1_700_000_000_000
 
@@ -33,17 +31,13 @@ entries = st.builds(
 )
 
 
-def _verdict(decode: Any, data: bytes, **kwargs: Any) -> tuple[str, object]:
-    """("ok", fields) or ("error", reason): what a decoder makes of the bytes."""
-    try:
-        value = decode(data, **kwargs)
-    except DecodeError as error:
-        return "error", error.reason
-    return "ok", ScheduleFields(value.timeline, value.partition, value.scheduled_at, value.reason)
+def _fields(value: Any) -> object:
+    """What the lean decode gives, from either decoder's value."""
+    return ScheduleFields(value.timeline, value.partition, value.scheduled_at, value.reason)
 
 
 def _agree(data: bytes) -> None:
-    assert _verdict(decode_schedule_fields, data) == _verdict(decode_schedule_entry, data)
+    assert_agree(decode_schedule_fields, decode_schedule_entry, _fields, data)
 
 
 @given(entries)
@@ -132,12 +126,6 @@ def test_every_prefix_and_byte_flip_of_a_sample_agrees() -> None:
             _agree(data[:at] + bytes([rng.randrange(256)]) + data[at + 1 :])
 
 
-def _write(datum: dict[str, Any], schema: Any = SCHEDULE_ENTRY_SCHEMA) -> bytes:
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(buffer, fastavro.parse_schema(dict(schema)), datum)
-    return buffer.getvalue()
-
-
 def _entry(**fields: Any) -> dict[str, Any]:
     return {"timeline": "t", "partition": 0, "scheduled_at": T0, "reason": "IMMEDIATE", **fields}
 
@@ -147,21 +135,21 @@ def _entry(**fields: Any) -> dict[str, Any]:
     [
         (b"", "truncated"),
         # An empty timeline starts with byte 0: read as the registry's framing, cut short.
-        (_write(_entry(timeline="")), "truncated"),
-        (_write(_entry(timeline="x" * 1025)), "invalid-value"),
-        (_write(_entry(partition=-1)), "invalid-value"),
-        (_write(_entry(scheduled_at=-1)), "invalid-value"),
+        (write(SCHEDULE_ENTRY_SCHEMA, _entry(timeline="")), "truncated"),
+        (write(SCHEDULE_ENTRY_SCHEMA, _entry(timeline="x" * 1025)), "invalid-value"),
+        (write(SCHEDULE_ENTRY_SCHEMA, _entry(partition=-1)), "invalid-value"),
+        (write(SCHEDULE_ENTRY_SCHEMA, _entry(scheduled_at=-1)), "invalid-value"),
         (b"\x02\xff\x00\x02\x00", "invalid-avro"),  # a timeline that is not UTF-8
         (b"\x06\xed\xa0\x80\x00\x02\x00", "invalid-avro"),  # a surrogate
         (b"\x02t\x00\x02\x06", "invalid-avro"),  # a fourth reason
         (b"\x04t", "truncated"),
-        (_write(_entry()) + b"\x00", "trailing-bytes"),
+        (write(SCHEDULE_ENTRY_SCHEMA, _entry()) + b"\x00", "trailing-bytes"),
         (framing.prefix(7)[:3], "truncated"),
     ],
 )
 def test_each_refusal_keeps_the_codecs_reason(data: bytes, reason: str) -> None:
-    assert _verdict(decode_schedule_entry, data) == ("error", reason)
-    assert _verdict(decode_schedule_fields, data) == ("error", reason)
+    assert verdict(decode_schedule_entry, data, _fields) == ("error", reason)
+    assert verdict(decode_schedule_fields, data, _fields) == ("error", reason)
 
 
 def test_a_writer_schema_takes_the_full_decoder() -> None:
@@ -170,10 +158,10 @@ def test_a_writer_schema_takes_the_full_decoder() -> None:
         **SCHEDULE_ENTRY_SCHEMA,
         "fields": [*SCHEDULE_ENTRY_SCHEMA["fields"], {"name": "note", "type": "string"}],
     }
-    data = _write({**_entry(), "note": "n"}, newer)
+    data = write(newer, {**_entry(), "note": "n"})
     expected = ScheduleFields("t", 0, T0, ScheduleReason.IMMEDIATE)
     assert decode_schedule_fields(data, newer) == expected
-    assert _verdict(decode_schedule_fields, data) == ("error", "trailing-bytes")
+    assert verdict(decode_schedule_fields, data, _fields) == ("error", "trailing-bytes")
 
 
 @pytest.mark.parametrize(

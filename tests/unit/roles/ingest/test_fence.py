@@ -208,3 +208,15 @@ def test_a_stale_topic_id_never_resets_a_fence() -> None:
     # once the broker tells the same id again, the fence is the old topic's: reset, as before
     known = fence.start(0, 3, 2, "replay", fence_topic=NEW, topic=told(OLD))
     assert (known.offset, known.cause, known.reset) == (OFFSET_BEGINNING, "topic_changed", True)
+
+
+def test_a_batch_found_applied_beyond_the_booked_fence_is_one_this_process_ran_before() -> None:
+    # the re-run of a call whose reply was lost: the fence covers the batch (10..14)
+    assert fence.applied_unbooked(9, 10, 14)
+    assert fence.applied_unbooked(None, 10, 14)  # a first batch: nothing booked yet
+    assert fence.applied_unbooked(9, 10, 10)  # applied in part (the fence moves per record)
+    # the usual call, and a start below the fence (the previous owner's uncommitted tail)
+    assert not fence.applied_unbooked(9, 10, 9)
+    assert not fence.applied_unbooked(14, 8, 14)
+    assert not fence.applied_unbooked(None, 10, None)
+    assert not fence.applied_unbooked(None, 10, 9)

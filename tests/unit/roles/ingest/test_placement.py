@@ -10,7 +10,7 @@ import pytest
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest.placement import WARN_EVERY, PlacementCheck
 from digest_stream.wire.partitioner import Partitioner, partition_for
-from tests.unit.roles.fakes import FakeTopics, message
+from tests.support.fakes import FakeTopics, message
 
 PARTITIONS = 2
 MISSED = "digest_events_mispartitioned_total"

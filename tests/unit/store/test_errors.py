@@ -1,11 +1,11 @@
-"""Which Redis errors pause a role (retry later) and which stop it."""
+"""Which Redis errors are "unavailable for now" (a role waits and retries) and which are bugs."""
 
 from __future__ import annotations
 
 import pytest
 import redis
 
-from digest_stream.roles.retry import unavailable
+from digest_stream.store.errors import unavailable
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,49 @@
+"""Which policy a timeline gets: the default, or the longest matching per-prefix override."""
+
+from __future__ import annotations
+
+import pytest
+
+from digest_stream.store.errors import InvalidArgument
+from digest_stream.store.policy import (
+    PolicyOverride,
+    TimelinePolicy,
+    overridden,
+    prefix_of,
+    prefix_resolver,
+)
+
+DEFAULT = TimelinePolicy(minimum_delay=300, capacity=50)
+
+
+def test_the_longest_matching_prefix_wins_whatever_the_order_given() -> None:
+    resolve = prefix_resolver(
+        DEFAULT,
+        {
+            "mail:*": PolicyOverride(minimum_delay=60),
+            "mail:p:*": PolicyOverride(minimum_delay=5),
+        },
+    )
+    assert resolve("mail:p:7").minimum_delay == 5
+    assert resolve("mail:q").minimum_delay == 60
+    assert resolve("sms:1") == DEFAULT
+
+
+def test_an_override_keeps_the_default_fields_it_leaves_unset() -> None:
+    policy = overridden(DEFAULT, PolicyOverride(flush_at=10))
+    assert (policy.flush_at, policy.capacity, policy.minimum_delay) == (10, 50, 300)
+
+
+def test_without_overrides_every_timeline_gets_the_default() -> None:
+    assert prefix_resolver(DEFAULT, {})("anything") is DEFAULT
+
+
+@pytest.mark.parametrize("pattern", ["mail", "*", "ma*il:*", "mail?:*", "[a]:*"])
+def test_a_pattern_that_is_not_a_prefix_and_a_star_is_refused(pattern: str) -> None:
+    with pytest.raises(InvalidArgument, match="must be a timeline prefix ending in"):
+        prefix_of(pattern)
+
+
+def test_an_override_is_checked_as_a_whole_policy() -> None:
+    with pytest.raises(InvalidArgument, match="flush_at"):
+        overridden(DEFAULT, PolicyOverride(flush_at=100))  # over the default capacity
