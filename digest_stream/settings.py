@@ -222,15 +222,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_sizes(self) -> Settings:
-        # Every event must fit a digest part of its own, with room for the digest's fields and
-        # carried headers; otherwise a digest holding it could never be published.
-        room = self.max_message_bytes - MESSAGE_OVERHEAD_BYTES
-        if self.max_event_bytes > room:
-            raise ValueError(
-                f"{env_name('max_event_bytes')} ({self.max_event_bytes}) must leave "
-                f"{MESSAGE_OVERHEAD_BYTES} bytes of room under {env_name('max_message_bytes')} "
-                f"({self.max_message_bytes}): at most {room}"
-            )
+        check_sizes(self)
         return self
 
     @field_validator("kafka_config")
@@ -292,6 +284,19 @@ class Settings(BaseSettings):
     def resolver(self) -> PolicyResolver:
         """timeline -> policy: the longest matching override prefix, else the default."""
         return prefix_resolver(self.policy(), self.overrides)
+
+
+def check_sizes(settings: Settings) -> None:
+    """Refuse an event size limit that leaves a digest part no room for one event."""
+    # Every event must fit a digest part of its own, with room for the digest's fields and
+    # carried headers; otherwise a digest holding it could never be published.
+    room = settings.max_message_bytes - MESSAGE_OVERHEAD_BYTES
+    if settings.max_event_bytes > room:
+        raise ValueError(
+            f"{env_name('max_event_bytes')} ({settings.max_event_bytes}) must leave "
+            f"{MESSAGE_OVERHEAD_BYTES} bytes of room under {env_name('max_message_bytes')} "
+            f"({settings.max_message_bytes}): at most {room}"
+        )
 
 
 def check_policies(settings: Settings) -> None:
