@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from digest_stream.roles.delivery.compose import Entry, compose, next_delivery_at, reason
 from digest_stream.roles.delivery.parts import encoded_parts, part_budget
-from digest_stream.store.base import OpenDigest, TimelinePolicy
+from digest_stream.store.base import OpenDigest
+from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire import codec, envelope
 from digest_stream.wire.digest_bytes import whole_digest
 from digest_stream.wire.event_head import decode_event_head

@@ -26,10 +26,10 @@ from digest_stream.roles.delivery.partitions import Partitions
 from digest_stream.roles.delivery.publish import Pending, Publisher
 from digest_stream.roles.delivery.report import Report
 from digest_stream.roles.dlq import DeadLetters
-from digest_stream.roles.retry import unavailable
 from digest_stream.roles.runner import Runner, highest_offsets
 from digest_stream.settings import Settings
-from digest_stream.store.base import DigestStore, InvalidState, OpenDigest
+from digest_stream.store.base import DigestStore, OpenDigest
+from digest_stream.store.errors import InvalidState, unavailable
 from digest_stream.wire import codec
 from digest_stream.wire.schedule_fields import ScheduleFields, decode_schedule_fields
 

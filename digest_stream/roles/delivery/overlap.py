@@ -26,7 +26,8 @@ from digest_stream.ops.hooks import Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.delivery.partitions import Stamp
 from digest_stream.roles.runner import Runner
-from digest_stream.store.base import DigestStore, DigestTarget, InvalidState, OpenDigest
+from digest_stream.store.base import DigestStore, DigestTarget, OpenDigest
+from digest_stream.store.errors import InvalidState
 from digest_stream.wire.schedule_fields import ScheduleFields
 
 T = TypeVar("T")

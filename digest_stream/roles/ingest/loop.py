@@ -116,7 +116,6 @@ class Ingest:
         """Input partitions this instance owns right now."""
         return self._ledger.owned
 
-
     def step(self) -> int:
         """Consume and decode a batch while the previous one is stored; book, commit, tick."""
         # With a batch in flight, take only what is already fetched: waiting here would

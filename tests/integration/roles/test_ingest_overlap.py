@@ -69,7 +69,7 @@ class Harness:
 
     def fetched(self, count: int) -> None:
         """Wait (not stepping) until the consumer has fetched `count` events nobody took yet."""
-        wait_until(lambda: self.ingest.lag().get(0) == count, 30, f"{count} events fetched")
+        wait_until(lambda: self.runner.lag().get(0) == count, 30, f"{count} events fetched")
 
     def stored_not_booked(self, count: int) -> None:
         """Take `count` fetched events in one step (which hands them to the store worker),
@@ -77,7 +77,7 @@ class Harness:
         self.fetched(count)
         calls = self.store_calls()
         self.ingest.step()
-        assert self.ingest.lag()[0] == 0  # all taken by that one step
+        assert self.runner.lag()[0] == 0  # all taken by that one step
         wait_until(lambda: self.store_calls() == calls + 1, 30, "the batch's store call")
 
     def applied_and_committed(self, pipe: Pipeline, count: int) -> None:

@@ -11,7 +11,7 @@ from confluent_kafka import TopicPartition
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.runner import Runner
 from digest_stream.settings import Settings
-from tests.unit.roles.fakes import FakeConsumer
+from tests.support.fakes import FakeConsumer
 
 TOPIC = "schedule"
 

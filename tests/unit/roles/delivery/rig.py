@@ -12,10 +12,11 @@ from digest_stream.roles.delivery import Delivery
 from digest_stream.roles.runner import Runner
 from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore, NewRecord
-from digest_stream.store.base import InvalidState, OpenDigest
+from digest_stream.store.base import OpenDigest
+from digest_stream.store.errors import InvalidState
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event, ScheduleEntry, ScheduleReason
-from tests.unit.roles.fakes import FakeConsumer, FakeProducer, message
+from tests.support.fakes import FakeConsumer, FakeProducer, message
 
 SCHEDULE, OUTPUT = "schedule", "output"
 

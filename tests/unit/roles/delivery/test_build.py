@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from digest_stream.roles.delivery.build import build
-from digest_stream.store.base import OpenDigest, StoredRecord, TimelinePolicy
+from digest_stream.store.base import OpenDigest, StoredRecord
+from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire import codec, envelope
 from digest_stream.wire.models import Digest, DigestReason, Event, ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields

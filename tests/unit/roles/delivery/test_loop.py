@@ -14,8 +14,8 @@ from digest_stream.roles.runner import Runner
 from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore
 from digest_stream.wire import codec
+from tests.support.fakes import FakeConsumer, FakeProducer, message
 from tests.unit.roles.delivery.rig import OUTPUT, SCHEDULE, FlakyStore, entry, ready, rig, started
-from tests.unit.roles.fakes import FakeConsumer, FakeProducer, message
 
 
 def test_a_ready_timeline_is_published_closed_and_committed() -> None:

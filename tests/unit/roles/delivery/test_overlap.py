@@ -7,6 +7,7 @@ from typing import Any
 from digest_stream.roles.delivery import Delivery
 from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore
+from tests.support.fakes import FakeConsumer, FakeProducer
 from tests.unit.roles.delivery.rig import (
     OUTPUT,
     SCHEDULE,
@@ -17,7 +18,6 @@ from tests.unit.roles.delivery.rig import (
     ready,
     started,
 )
-from tests.unit.roles.fakes import FakeConsumer, FakeProducer
 
 
 def _batched_rig(store: MemoryStore, consumer: FakeConsumer) -> tuple[Delivery, FakeProducer]:
