@@ -1,4 +1,4 @@
-"""Policy benchmark: the ingest cost of each digest policy against the plain one (issue 15).
+"""Policy benchmark: the ingest cost of each digest policy against the plain one.
 
 Run with ``python -m bench.policy_bench`` against the Redis named by ``DIGEST_STREAM_REDIS_URL``
 (default: the stack's). Prints a summary and writes ``bench/results/policies.json``. Not a
