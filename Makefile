@@ -57,7 +57,7 @@ clean:
 demo: venv
 	bash scripts/demo.sh
 
-# Issues 7 and 12: the fault-injection scenarios (~25 min on 2 cores); figures appended to
+# The fault-injection scenarios (about 20 min on 2 cores); figures appended to
 # chaos-results.txt, one line per scenario (see docs/reliability.md). One scenario:
 # make chaos PYTEST_ARGS="-k test_chaos_8_"; the backlog size: DIGEST_STREAM_CHAOS_BACKLOG.
 chaos: venv stack-up
@@ -74,7 +74,7 @@ bench-peer-venv:
 	@$(BENCH_PEER_VENV)/bin/python -c 'import quixstreams' 2>/dev/null || \
 		$(BENCH_PEER_VENV)/bin/python -m pip install -q 'quixstreams[avro]==$(QUIXSTREAMS_VERSION)'
 
-# The Kafka Streams peer of scenario 7 (issue 22): a Java application built once with Maven
+# The Kafka Streams peer of scenario 7: a Java application built once with Maven
 # (jars from Maven Central into ~/.m2; the build output, target/, is git-ignored).
 KSTREAMS_PEER := bench/peers/kafka-streams
 KSTREAMS_JAR := $(KSTREAMS_PEER)/target/kstreams-peer.jar

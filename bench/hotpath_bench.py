@@ -31,7 +31,7 @@ from confluent_kafka import Producer
 from bench.common import stack
 from digest_stream.clock import SystemClock
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest import Ingest
+from digest_stream.roles.ingest import ingest_role
 from digest_stream.settings import Settings
 from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
 from digest_stream.wire import codec
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     setattr(store, "_fcall", fake_fcall)  # noqa: B010 - an instance attribute, on purpose
     producer = Producer({"bootstrap.servers": env.bootstrap})
-    ingest = Ingest(settings, store, SystemClock(), Metrics(), producer, None)
+    _, ingest = ingest_role(settings, store, SystemClock(), Metrics(), producer)
     now = time.time()
     records: list[NewRecord] = []
 

@@ -62,7 +62,7 @@ from bench.store_bench import SeedStyle
 from digest_stream.clock import SystemClock
 from digest_stream.kafka import consumer_config, producer_config
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest import Ingest
+from digest_stream.roles.ingest import ingest_role
 from digest_stream.settings import Settings
 from digest_stream.store import NewRecord, RedisStore
 from digest_stream.wire import codec
@@ -196,8 +196,9 @@ def run_ingest(
     settings = _settings(env, topic, schedule_topic=schedule_topic, batch_size=batch, **extra)
     store = RedisStore(client, namespace=settings.namespace, policy=settings.policy())
     producer = Producer(producer_config(settings))
-    ingest = Ingest(settings, store, SystemClock(), Metrics(), producer, None)
-    ingest.start(lambda: False)
+    # The real path: the scheduler ticks the partitions ingest owns, as `run` does.
+    runner, ingest = ingest_role(settings, store, SystemClock(), Metrics(), producer)
+    runner.start(ingest, lambda: False)
     measured, total, started = Measured(), 0, time.monotonic()
     try:
         while total < count:
@@ -212,7 +213,7 @@ def run_ingest(
                 total += applied
                 measured.batch(applied)
     finally:
-        ingest.close()
+        runner.close(ingest)
         delete_namespace(client, settings.namespace)
         delete_topics(env.bootstrap, [schedule_topic])
     return measured.rate

@@ -47,7 +47,7 @@ from bench.common import (
     unique,
     write_result,
 )
-from digest_stream.roles.runner import take_batch
+from digest_stream.kafka import take_batch
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event, ScheduleReason
 
@@ -301,7 +301,7 @@ def immediate(env: Stack, seconds: float, rate: int = 1_000, **settings: str) ->
         "p90_ms": round(percentile(latencies, 0.90), 1),
         "p99_ms": round(percentile(latencies, 0.99), 1),
         "max_ms": round(max(latencies), 1) if latencies else None,
-        "target_p99_ms": 50,  # issue 13 (was 100)
+        "target_p99_ms": 50,
     }
 
 

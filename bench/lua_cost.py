@@ -10,7 +10,7 @@ stack's Redis is shared, so a round counts only if FCALL's call count went up by
 between, and the round is redone with fresh record ids (up to ATTEMPTS attempts per round; the
 printout says how many were redone).
 
-Shapes (the three of issue 13): 1,000 records on 1,000 timelines per call (the ingest
+Shapes (1, 20 and 1,000 records per timeline per call): 1,000 records on 1,000 timelines (the ingest
 benchmark's shape: every record touches a timeline of its own), repeated so each timeline grows
 by one record per round; 1,000 records on 50 timelines (20 per timeline per call); and 1,000
 records on one timeline (1,000 per timeline per call). Prints ms of Redis time per 1,000 records

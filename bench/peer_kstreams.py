@@ -39,7 +39,7 @@ COMMIT_MS = 100
 CLOSER_AHEAD_MS = 10 * 60_000
 STOP_TIMEOUT = 30.0  # the peer closes its streams client within 10 s of SIGTERM
 OUTPUT_TIMEOUT = 60.0
-# digest-stream / Kafka Streams (issue 22): twice at-least-once at one event per timeline,
+# digest-stream / Kafka Streams: twice at-least-once at one event per timeline,
 # ahead (above 1) everywhere else.
 TARGETS = {
     "at-least-once": {"1": 2.0, "20": 1.0, "1000": 1.0},

@@ -1,4 +1,4 @@
-"""Policy benchmark: the ingest cost of each digest policy against the plain one (issue 15).
+"""Policy benchmark: the ingest cost of each digest policy against the plain one.
 
 Run with ``python -m bench.policy_bench`` against the Redis named by ``DIGEST_STREAM_REDIS_URL``
 (default: the stack's). Prints a summary and writes ``bench/results/policies.json``. Not a
@@ -29,7 +29,7 @@ from typing import Any
 import redis
 
 from bench.common import T0, delete_namespace, stack, summary, write_result
-from digest_stream.roles.compose import compose
+from digest_stream.roles.delivery.compose import compose
 from digest_stream.roles.ingest.check import Rules, check
 from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
 from digest_stream.store.base import OpenDigest, StoredRecord

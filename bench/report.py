@@ -286,7 +286,7 @@ def _head(runs: Runs) -> str:
         head = (
             f"Stamp of {name}.json: {m['at']} {where} The file predates per-scenario stamps, "
             "so this is its last writer's stamp, which may be a rerun of only some of its "
-            "scenarios (`--only`); see the findings for which run each row comes from."
+            "scenarios (`--only`); see 'Which run a row comes from' in the doc."
         )
     else:
         head = f"Main run: started {m['at']} {where}"

@@ -85,7 +85,7 @@ def headline(quick: bool) -> list[str]:
             f"{f'memory/record vs seed, {shape}/timeline':<34} {row['ratio']:>7} "
             f"[{min(row['ratio_reps'])}..{max(row['ratio_reps'])}]  target <= 0.5"
         )
-    return lines + catchup_bench.kstreams_headline(catchup)  # last: the peer (issue 22)
+    return lines + catchup_bench.kstreams_headline(catchup)  # last: the Kafka Streams peer
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@
 The WAITING set of one partition is filled directly (ZADD in pipelined chunks: `ds_schedule`
 reads only the partition's sets, so timeline containers would change nothing but memory).
 Per size, three ticks are timed, each on a fresh copy of the due set:
-- `due_1pct`: 1% of the waiting timelines are due (the issue's shape);
+- `due_1pct`: 1% of the waiting timelines are due;
 - `due_1000`: exactly 1,000 are due, whatever the total: equal costs at 100k and 1M show that
   a tick does not scan the total;
 - `due_0`: nothing is due, the idle tick.

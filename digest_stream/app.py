@@ -19,8 +19,8 @@ from digest_stream.ops.hooks import Hook, Hooks, load_hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.ops.server import OpsServer
 from digest_stream.roles.delivery import Delivery
-from digest_stream.roles.ingest import Ingest
-from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
+from digest_stream.roles.ingest import Ingest, ingest_role
+from digest_stream.roles.runner import Role, Runner
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
 from digest_stream.store.redis import RedisStore
@@ -148,28 +148,20 @@ class App:
             check_clock(store, self.clock, self.metrics)
         hooks = Hooks([*self.hooks, *load_hooks(self.settings.hooks, self.settings)])
         self._hooks = hooks
-        if "ingest" in self.roles:
+        if "ingest" in self.roles:  # with the scheduler (parse_roles)
             producer = Producer(producer_config(self.settings))
-            scheduler = None
-            if "scheduler" in self.roles:
-                emitter = ScheduleEmitter(
-                    producer, self.settings.schedule_topic, self.metrics, hooks=hooks,
-                    frame=schedule_frame(self.settings),
-                )  # fmt: skip
-                scheduler = Scheduler(self.settings, store, emitter, self.clock, self.metrics)
-            self.ingest = Ingest(
-                self.settings, store, self.clock, self.metrics, producer, scheduler, hooks=hooks
-            )
-            self._spawn(
-                "ingest", self.ingest.start, self.ingest.step, self.ingest.close, self.ingest.lag
-            )
+            runner, self.ingest = ingest_role(
+                self.settings, store, self.clock, self.metrics, producer, hooks=hooks,
+                frame=schedule_frame(self.settings),
+            )  # fmt: skip
+            self._spawn(runner, self.ingest)
         if "delivery" in self.roles:
             producer = Producer(producer_config(self.settings))
+            runner = Runner(self.settings, "delivery", rebalances=self.metrics.rebalances)
             self.delivery = Delivery(
-                self.settings, store, self.clock, self.metrics, producer, hooks=hooks
+                self.settings, store, self.clock, self.metrics, producer, runner, hooks=hooks
             )
-            d = self.delivery
-            self._spawn("delivery", d.start, d.step, d.close, d.lag)
+            self._spawn(runner, self.delivery)
         self.metrics.registry.register(PartitionGauges(self, self.health.ready))
         if self.settings.metrics_port is not None:
             self.server = OpsServer(
@@ -202,33 +194,29 @@ class App:
         """stop() was asked for (or a role failed)."""
         return self._stop.is_set()
 
-    def _spawn(
-        self,
-        name: str,
-        start: Callable[[Callable[[], bool]], None],
-        step: Callable[[], int],
-        close: Callable[[], None],
-        lag: Callable[[], dict[int, int]],
-    ) -> None:
+    def _spawn(self, runner: Runner, role: Role) -> None:
+        """The role's thread: its runner joins the group, the role steps until a stop."""
+        name = runner.role
+
         def loop() -> None:
             try:
-                start(self._stop.is_set)
+                runner.start(role, self._stop.is_set)
                 next_lag = 0.0
                 while not self._stop.is_set():
-                    step()
+                    role.step()
                     now = self.heartbeats.beat(name)
                     if now >= next_lag:
                         # On the role's own thread: a consumer blocks calls from other threads
                         # while it is inside consume(), so a scrape only reads this cache.
                         next_lag = now + LAG_REFRESH
-                        self.heartbeats.refresh_lag(name, lag)
+                        self.heartbeats.refresh_lag(name, runner.lag)
             except BaseException as exc:
                 log.exception("%s role failed; stopping the process", name)
                 self._errors.append(exc)
                 self._stop.set()
             finally:
                 try:
-                    close()
+                    runner.close(role)
                 except Exception:
                     log.exception("%s role did not close cleanly", name)
 

@@ -222,15 +222,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_sizes(self) -> Settings:
-        # Every event must fit a digest part of its own, with room for the digest's fields and
-        # carried headers; otherwise a digest holding it could never be published.
-        room = self.max_message_bytes - MESSAGE_OVERHEAD_BYTES
-        if self.max_event_bytes > room:
-            raise ValueError(
-                f"{env_name('max_event_bytes')} ({self.max_event_bytes}) must leave "
-                f"{MESSAGE_OVERHEAD_BYTES} bytes of room under {env_name('max_message_bytes')} "
-                f"({self.max_message_bytes}): at most {room}"
-            )
+        check_sizes(self)
         return self
 
     @field_validator("kafka_config")
@@ -268,55 +260,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_policy(self) -> Settings:
-        # TimelinePolicy holds the cross-field rules (ttl > maximum_delay); an error has no
-        # single field, so its policy field names are reworded as the settings' env names.
-        try:
-            self.policy()
-        except InvalidArgument as exc:
-            raise ValueError(_POLICY_FIELD.sub(lambda m: env_name(m[0]), str(exc))) from exc
-        for pattern in self.overrides:
-            try:
-                prefix_of(pattern)
-            except InvalidArgument as exc:
-                raise ValueError(f"{env_name('overrides')}: {exc}") from exc
-            try:
-                self.policy_for(pattern)
-            except InvalidArgument as exc:
-                raise ValueError(f"{env_name('overrides')} {pattern!r}: {exc}") from exc
-        for pattern in ("", *self.overrides):
-            self._check_recovery(pattern)
+        check_policies(self)
         return self
-
-    def _check_recovery(self, pattern: str) -> None:
-        # Records must outlive the slowest path back to delivery: a digest due at
-        # last_delivery + maximum_delay, stranded READY until maintenance re-announces it
-        # (maintenance_timeout, checked every maintenance_interval) and refreshes its TTL.
-        policy = self.policy_for(pattern) if pattern else self.policy()
-        where = f" (in {env_name('overrides')} {pattern!r})" if pattern else ""
-        names = [env_name(n) for n in ("minimum_delay", "maximum_delay", "ttl")]
-        if policy.minimum_delay > policy.maximum_delay:
-            raise ValueError(
-                f"{names[0]} ({policy.minimum_delay}) must not exceed {names[1]} "
-                f"({policy.maximum_delay}){where}"
-            )
-        bound = policy.maximum_delay + self.maintenance_timeout + self.maintenance_interval
-        if policy.ttl <= bound:
-            raise ValueError(
-                f"{names[2]} ({policy.ttl}) must exceed {names[1]} + "
-                f"{env_name('maintenance_timeout')} + {env_name('maintenance_interval')} "
-                f"({bound}){where}, or records expire before maintenance re-announces them"
-            )
-        if policy.schedule is not None:
-            # A calendar timeline waits up to the longest gap between two fires.
-            gap = calendar.longest_gap(policy.schedule, policy.timezone, time.time())
-            bound = gap + self.maintenance_timeout + self.maintenance_interval
-            if policy.ttl <= bound:
-                raise ValueError(
-                    f"{names[2]} ({policy.ttl}) must exceed the longest gap of "
-                    f"{env_name('schedule')} {policy.schedule!r} ({gap:.0f} s) + "
-                    f"{env_name('maintenance_timeout')} + {env_name('maintenance_interval')} "
-                    f"({bound:.0f}){where}, or records expire before their digest"
-                )
 
     def policy(self) -> TimelinePolicy:
         """The default timeline policy these settings describe."""
@@ -339,6 +284,72 @@ class Settings(BaseSettings):
     def resolver(self) -> PolicyResolver:
         """timeline -> policy: the longest matching override prefix, else the default."""
         return prefix_resolver(self.policy(), self.overrides)
+
+
+def check_sizes(settings: Settings) -> None:
+    """Refuse an event size limit that leaves a digest part no room for one event."""
+    # Every event must fit a digest part of its own, with room for the digest's fields and
+    # carried headers; otherwise a digest holding it could never be published.
+    room = settings.max_message_bytes - MESSAGE_OVERHEAD_BYTES
+    if settings.max_event_bytes > room:
+        raise ValueError(
+            f"{env_name('max_event_bytes')} ({settings.max_event_bytes}) must leave "
+            f"{MESSAGE_OVERHEAD_BYTES} bytes of room under {env_name('max_message_bytes')} "
+            f"({settings.max_message_bytes}): at most {room}"
+        )
+
+
+def check_policies(settings: Settings) -> None:
+    """Refuse a default or override policy that breaks a cross-field rule (one line each)."""
+    # TimelinePolicy holds the cross-field rules (ttl > maximum_delay); an error has no
+    # single field, so its policy field names are reworded as the settings' env names.
+    try:
+        settings.policy()
+    except InvalidArgument as exc:
+        raise ValueError(_POLICY_FIELD.sub(lambda m: env_name(m[0]), str(exc))) from exc
+    for pattern in settings.overrides:
+        try:
+            prefix_of(pattern)
+        except InvalidArgument as exc:
+            raise ValueError(f"{env_name('overrides')}: {exc}") from exc
+        try:
+            settings.policy_for(pattern)
+        except InvalidArgument as exc:
+            raise ValueError(f"{env_name('overrides')} {pattern!r}: {exc}") from exc
+    for pattern in ("", *settings.overrides):
+        _check_recovery(settings, pattern)
+
+
+def _check_recovery(settings: Settings, pattern: str) -> None:
+    # Records must outlive the slowest path back to delivery: a digest due at
+    # last_delivery + maximum_delay, stranded READY until maintenance re-announces it
+    # (maintenance_timeout, checked every maintenance_interval) and refreshes its TTL.
+    policy = settings.policy_for(pattern) if pattern else settings.policy()
+    where = f" (in {env_name('overrides')} {pattern!r})" if pattern else ""
+    names = [env_name(n) for n in ("minimum_delay", "maximum_delay", "ttl")]
+    if policy.minimum_delay > policy.maximum_delay:
+        raise ValueError(
+            f"{names[0]} ({policy.minimum_delay}) must not exceed {names[1]} "
+            f"({policy.maximum_delay}){where}"
+        )
+    bound = policy.maximum_delay + settings.maintenance_timeout + settings.maintenance_interval
+    if policy.ttl <= bound:
+        raise ValueError(
+            f"{names[2]} ({policy.ttl}) must exceed {names[1]} + "
+            f"{env_name('maintenance_timeout')} + {env_name('maintenance_interval')} "
+            f"({bound}){where}, or records expire before maintenance re-announces them"
+        )
+    if policy.schedule is not None:
+        # A calendar timeline waits up to the longest gap between two fires.
+        gap = calendar.longest_gap(policy.schedule, policy.timezone, time.time())
+        bound = gap + settings.maintenance_timeout + settings.maintenance_interval
+        if policy.ttl <= bound:
+            raise ValueError(
+                f"{names[2]} ({policy.ttl}) must exceed the longest gap of "
+                f"{env_name('schedule')} {policy.schedule!r} ({gap:.0f} s) + "
+                f"{env_name('maintenance_timeout')} + {env_name('maintenance_interval')} "
+                f"({bound:.0f}){where}, or records expire before their digest"
+            )
 
 
 def read_toml(path: Path) -> dict[str, Any]:

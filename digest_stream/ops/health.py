@@ -154,7 +154,7 @@ class Health:
         """(alive, details): role loops not stuck."""
         app = self._app
         limit = app.settings.stall_timeout
-        # A schema registry outage is waited out the same way (issue 14): it counts as one.
+        # A schema registry outage is waited out the same way: it counts as one.
         errors = app.metrics.value("digest_redis_errors_total") + app.metrics.value(
             "digest_schema_registry_errors_total"
         )

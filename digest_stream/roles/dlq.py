@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from digest_stream.kafka import produce_waiting_for_room
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.runner import produce_waiting_for_room
 
 log = logging.getLogger(__name__)
 

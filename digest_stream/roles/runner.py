@@ -1,32 +1,32 @@
-"""What every role does with its Kafka consumer: join, take batches, commit, and ride out outages.
+"""One runner owns each role's consumer: join, batches, commits, rebalances, lag and leaving.
 
-Ingest and delivery share this one piece, so a Redis outage looks the same in both: the role
-pauses its partitions and keeps polling (so the group keeps it as a member and rebalances still
-run), backs off, and resumes when Redis answers. Neither role can be evicted from its group by an
-outage longer than ``max.poll.interval.ms``, because neither sleeps without polling.
+A role is a policy object (``Role``): it takes its batches from the runner, decides what to
+commit and when, and says where assigned partitions start and what losing them means; the
+runner does everything that touches the consumer's life cycle, the same way for both roles
+(arroyo's StreamProcessor is the model). A Redis outage looks the same in both too: the runner
+pauses the role's partitions and keeps polling (so the group keeps it as a member and
+rebalances still run), backs off, and resumes when Redis answers. Neither role can be evicted
+from its group by an outage longer than ``max.poll.interval.ms``, because neither sleeps
+without polling.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal, Protocol, TypeVar
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
     OFFSET_INVALID,
     Consumer,
-    KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 from prometheus_client import Counter
 from tenacity import RetryCallState
 
-from digest_stream.kafka import consumer_config, incremental
+from digest_stream.kafka import consumer_config, incremental, reset_start, take_batch, usable
 from digest_stream.roles.retry import until_redis_answers
 from digest_stream.settings import Settings
 
@@ -34,27 +34,56 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: A rebalance handler of a role: the partition numbers given, taken away or lost.
-Handler = Callable[[list[int]], None]
+#: The roles that consume: ingest (the events topic) and delivery (the schedule topic).
+RoleName = Literal["ingest", "delivery"]
+
+# Bounded so an assignment handler (which reads the group's commit) stays well inside the
+# group's rebalance budget.
+COMMITTED_TIMEOUT = 10.0
 
 
-class RoleConsumer:
+class Role(Protocol):
+    """What a runner runs: batches taken and committed through the runner, and rebalances."""
+
+    def step(self) -> int:
+        """Take and handle one batch (or none); returns how much it got done."""
+        ...
+
+    def close(self) -> None:
+        """A graceful stop: finish the work in hand and commit it (the runner then leaves)."""
+        ...
+
+    def on_assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Partitions given to this member: returns where each starts."""
+        ...
+
+    def on_revoke(self, partitions: list[int]) -> None:
+        """Partitions taken away in an orderly rebalance: commit what is done, let go."""
+        ...
+
+    def on_lost(self, partitions: list[int]) -> None:
+        """Partitions lost (another member may own them already): let go, commit nothing."""
+        ...
+
+
+class Runner:
     """One role's consumer: subscription, batches, seeks, commits, lag and the outage pause."""
 
     def __init__(
         self,
         settings: Settings,
-        group_id: str,
-        topic: str,
-        role: str,
+        role: RoleName,
         *,
         consumer: Consumer | None = None,
         rebalances: Counter | None = None,
     ) -> None:
         self.settings = settings
-        self._rebalances = rebalances
-        self.topic = topic
         self.role = role
+        if role == "ingest":
+            group_id, self.topic = settings.group_id, settings.events_topic
+        else:
+            group_id, self.topic = settings.delivery_group_id, settings.schedule_topic
+        self._rebalances = rebalances
         config = consumer_config(settings, group_id)
         # A user may choose cooperative-sticky (kafka_config); the handlers then assign
         # incrementally, as librdkafka requires.
@@ -63,29 +92,25 @@ class RoleConsumer:
         # Injectable: broker-free unit tests hand in a fake that records seeks and commits.
         self._consumer: Consumer = consumer or Consumer(config)
         self._paused = False
+        self._stopping: Callable[[], bool] = lambda: False
+        self._closing = False
 
-    @property
-    def paused(self) -> bool:
-        """Fetching is paused for an outage."""
-        return self._paused
+    # ------------------------------------------------------------------ life cycle
 
-    def subscribe(
-        self,
-        *,
-        on_assign: Callable[[list[TopicPartition]], list[TopicPartition]] | None = None,
-        on_revoke: Handler,
-        on_lost: Handler,
-    ) -> None:
+    def start(self, role: Role, stopping: Callable[[], bool]) -> None:
         """Join the group; the role's handlers run inside poll, on the role's thread.
 
-        ``on_assign`` returns the start positions to assign (None: the committed offsets).
+        ``stopping()`` tells long waits (outages, publish retries) to give up.
         """
+        self._stopping = stopping
 
         def assigned(consumer: object, partitions: list[TopicPartition]) -> None:
             if not partitions:
                 return
             self._count("assigned", partitions)
-            starts = on_assign(partitions) if on_assign is not None else partitions
+            # An assignment that lands while close() leaves the group: nothing will be read,
+            # and reading the commit would only time out against a closing consumer.
+            starts = [] if self._closing else role.on_assign(partitions)
             if self._incremental:
                 self._consumer.incremental_assign(starts)
             else:
@@ -96,29 +121,47 @@ class RoleConsumer:
 
         def revoked(consumer: object, partitions: list[TopicPartition]) -> None:
             self._count("revoked", partitions)
-            on_revoke(sorted(tp.partition for tp in partitions))
+            role.on_revoke(sorted(tp.partition for tp in partitions))
 
         def lost(consumer: object, partitions: list[TopicPartition]) -> None:
             self._count("lost", partitions)
-            on_lost(sorted(tp.partition for tp in partitions))
+            role.on_lost(sorted(tp.partition for tp in partitions))
 
         self._consumer.subscribe([self.topic], on_assign=assigned, on_revoke=revoked, on_lost=lost)
+
+    def stopping(self) -> bool:
+        """A stop was asked for: long retries give up."""
+        return self._stopping()
+
+    def close(self, role: Role) -> None:
+        """Graceful stop: the role finishes and commits, then the consumer leaves the group."""
+        try:
+            role.close()
+        finally:
+            self._closing = True
+            self._consumer.close()
 
     def _count(self, kind: str, partitions: list[TopicPartition]) -> None:
         if self._rebalances is not None and partitions:
             self._rebalances.labels(role=self.role, kind=kind).inc(len(partitions))
 
-    def take(self, max_messages: int, timeout: float) -> list[Message]:
-        """A batch of data messages (see kafka.take_batch); consumer errors are logged."""
-        return list(usable(take_batch(self._consumer, max_messages, timeout), self.role))
+    # ------------------------------------------------------------------ batches and offsets
 
-    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
-        """The group's committed offsets of these partitions."""
-        return self._consumer.committed(partitions, timeout=timeout)
+    @property
+    def paused(self) -> bool:
+        """Fetching is paused for an outage."""
+        return self._paused
 
-    def committed_starts(
-        self, partitions: list[TopicPartition], timeout: float
-    ) -> list[TopicPartition]:
+    def take(self, timeout: float) -> list[Message]:
+        """A batch of up to batch_size data messages (kafka.take_batch); errors are logged."""
+        batch = take_batch(self._consumer, self.settings.batch_size, timeout)
+        return list(usable(batch, self.role))
+
+    def committed(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The group's committed offsets of these partitions (bounded: COMMITTED_TIMEOUT)."""
+        return self._consumer.committed(partitions, timeout=COMMITTED_TIMEOUT)
+
+    def committed_starts(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Where these partitions start when the group's commit decides, said explicitly.
 
         Each committed offset (with its leader epoch, for librdkafka's check), or where
@@ -128,7 +171,7 @@ class RoleConsumer:
         then fetches it itself, as before.
         """
         try:
-            found = self.committed(partitions, timeout)
+            found = self.committed(partitions)
         except KafkaException as exc:
             log.warning(
                 "%s: committed offsets unreadable at assignment (%s); the consumer looks them up",
@@ -156,12 +199,8 @@ class RoleConsumer:
         return commit(self._consumer, tps, sync)
 
     def lag(self) -> dict[int, int]:
-        """Consumer lag per assigned partition (local calls only)."""
+        """Consumer lag per assigned partition (local, cheap; for the metrics scrape)."""
         return consumer_lag(self._consumer)
-
-    def close(self) -> None:
-        """Leave the group."""
-        self._consumer.close()
 
     # ------------------------------------------------------------------ outages
 
@@ -186,7 +225,7 @@ class RoleConsumer:
         self,
         call: Callable[[], T],
         *,
-        give_up: Callable[[], bool],
+        give_up: Callable[[], bool] | None = None,
         errors: Counter,
         recovered: Callable[[], None] | None = None,
     ) -> T:
@@ -194,7 +233,7 @@ class RoleConsumer:
 
         Each failed attempt is counted in ``errors`` and logged (the first loudly); after an
         outage ``recovered()`` runs. Raises the last error when ``give_up()`` says so (a stop,
-        a partition that left).
+        a partition that left; by default, a stop).
         """
 
         failed = False
@@ -218,7 +257,7 @@ class RoleConsumer:
             initial=self.settings.retry_backoff_initial,
             cap=self.settings.retry_backoff_max,
             sleep=self.wait_serving_group,
-            give_up=give_up,
+            give_up=give_up or self.stopping,
             on_retry=down,
         )
         try:
@@ -236,28 +275,6 @@ def partitions_of(messages: Iterable[Message]) -> dict[int, list[Message]]:
     for message in messages:
         by_partition.setdefault(message.partition() or 0, []).append(message)
     return by_partition
-
-
-#: auto.offset.reset's values (librdkafka's names and aliases) and the position each names.
-_RESET_STARTS = {
-    "smallest": OFFSET_BEGINNING,
-    "earliest": OFFSET_BEGINNING,
-    "beginning": OFFSET_BEGINNING,
-    "largest": OFFSET_END,
-    "latest": OFFSET_END,
-    "end": OFFSET_END,
-}
-
-
-def reset_start(config: dict[str, object]) -> int:
-    """Where auto.offset.reset starts a partition without a commit, as an explicit position.
-
-    A handler that already read the group's commit and found none assigns this instead of
-    OFFSET_INVALID: librdkafka would fetch the (absent) commit again and then look the reset
-    offset up, which delays the first fetch of a new group by about 100 ms. OFFSET_INVALID
-    for "error" (or an unknown value): librdkafka then decides, as before.
-    """
-    return _RESET_STARTS.get(str(config.get("auto.offset.reset", "largest")), OFFSET_INVALID)
 
 
 def highest_offsets(messages: Sequence[Message]) -> dict[int, int]:
@@ -299,61 +316,3 @@ def consumer_lag(consumer: Consumer) -> dict[int, int]:
         if high >= 0 and start >= 0:
             lag[tp.partition] = max(0, high - start)
     return lag
-
-
-def usable(messages: Sequence[Message], role: str) -> Iterator[Message]:
-    """Messages that carry data; fatal errors raise, end-of-partition is skipped, others logged."""
-    for message in messages:
-        error = message.error()
-        if error is None:
-            yield message
-            continue
-        if error.fatal():
-            raise KafkaException(error)
-        if error.code() != KafkaError._PARTITION_EOF:
-            log.warning("%s consumer error: %s", role, error)
-
-
-def take_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:
-    """Wait up to ``timeout`` for the first message, then take only what is already fetched.
-
-    librdkafka's consume(n, timeout) waits until n messages *or* the timeout, so on a quiet
-    topic every batch would pay the whole timeout: latency on each hop of the pipeline. Under
-    load the local prefetch queue fills batches anyway.
-    """
-    first = consumer.poll(timeout)
-    if first is None:
-        return []
-    if max_messages <= 1:
-        return [first]
-    return [first, *consumer.consume(max_messages - 1, timeout=0)]
-
-
-# How long one wait for room in a full producer queue serves delivery reports.
-QUEUE_FULL_POLL = 0.1
-
-
-def produce_waiting_for_room(
-    producer: Producer,
-    topic: str,
-    key: str | bytes | None,
-    value: str | bytes | None,
-    *,
-    on_delivery: Callable[[KafkaError | None, Message], None],
-    headers: list[tuple[str, str | bytes | None]] | None = None,
-) -> int:
-    """Produce one message, waiting (serving delivery reports) while the queue is full.
-
-    Returns how many times it had to wait. librdkafka frees room as the broker acknowledges,
-    or as messages time out (their delivery reports then say so), so this always ends.
-    """
-    waits = 0
-    while True:
-        try:
-            producer.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery)
-            return waits
-        except BufferError:
-            waits += 1
-            if waits == 1:
-                log.warning("producer queue full; waiting for room (topic %s)", topic)
-            producer.poll(QUEUE_FULL_POLL)

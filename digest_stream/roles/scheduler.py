@@ -18,14 +18,14 @@ import redis
 from confluent_kafka import KafkaError, Message, Producer
 
 from digest_stream.clock import Clock
+from digest_stream.kafka import produce_waiting_for_room
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.runner import produce_waiting_for_room
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
 from digest_stream.store.errors import unavailable
-from digest_stream.wire import codec
 from digest_stream.wire.models import ScheduleReason
+from digest_stream.wire.schedule_fields import encode_schedule_fields
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class ScheduleEmitter:
         count = 0
         announced: list[str] | None = [] if self._hooks.wants_ready else None
         for timeline, at in timelines:
-            value = codec.encode_schedule_fields(timeline, partition, int(at * 1000), reason)
+            value = encode_schedule_fields(timeline, partition, int(at * 1000), reason)
             self._produce(timeline.encode(), self._frame(value) if self._frame else value)
             count += 1
             if announced is not None:

@@ -21,16 +21,11 @@ from fastavro.read import SchemaResolutionError
 from pydantic import BaseModel, ValidationError
 
 from digest_stream.wire import framing
-from digest_stream.wire.avro_scan import long_bytes
 from digest_stream.wire.models import (
-    INT_MAX,
-    LONG_MAX,
-    MAX_TIMELINE_LENGTH,
     Digest,
     Event,
     Record,
     ScheduleEntry,
-    ScheduleReason,
 )
 from digest_stream.wire.split import encoded_digest_size, split_digest
 
@@ -174,51 +169,6 @@ def encode_schedule_entry(entry: ScheduleEntry) -> bytes:
             "scheduled_at": entry.scheduled_at,
             "reason": entry.reason.value,
         },
-    )
-
-
-#: Each reason's index among the schema's enum symbols (its Avro encoding).
-_REASON_INDEX: Final[dict[ScheduleReason, int]] = {
-    ScheduleReason(symbol): index
-    for index, symbol in enumerate(SCHEDULE_ENTRY_SCHEMA["fields"][3]["type"]["symbols"])
-}
-
-
-def encode_schedule_fields(
-    timeline: str, partition: int, scheduled_at: int, reason: ScheduleReason
-) -> bytes:
-    """`encode_schedule_entry(ScheduleEntry(...))`'s bytes without building the model.
-
-    Every timeline the ingest finds READY is announced, so at one event per timeline the
-    model and fastavro's writer cost 3.4 us an event (of a catch-up's ~45 us). Values the
-    model would refuse, or that need its judgement, take the model path and its errors.
-    """
-    if (
-        type(timeline) is str
-        and type(partition) is int
-        and type(scheduled_at) is int
-        and 0 <= partition <= INT_MAX
-        and 0 <= scheduled_at <= LONG_MAX
-        and type(reason) is ScheduleReason
-    ):
-        try:
-            name = timeline.encode()  # strict UTF-8: a lone surrogate raises, as Text refuses
-        except UnicodeEncodeError:
-            name = b""
-        if 0 < len(name) <= MAX_TIMELINE_LENGTH:
-            return b"".join(
-                (
-                    long_bytes(len(name)),
-                    name,
-                    long_bytes(partition),
-                    long_bytes(scheduled_at),
-                    long_bytes(_REASON_INDEX[reason]),
-                )
-            )
-    return encode_schedule_entry(
-        ScheduleEntry(
-            timeline=timeline, partition=partition, scheduled_at=scheduled_at, reason=reason
-        )
     )
 
 

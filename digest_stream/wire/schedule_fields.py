@@ -1,4 +1,4 @@
-"""A schedule entry's fields, read without fastavro or the pydantic model.
+"""A schedule entry's fields, read and written without fastavro or the pydantic model.
 
 The delivery decodes every entry of the schedule topic, and at one event per timeline there
 is one entry per digest: `codec.decode_schedule_entry` (fastavro's reader, then the model)
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Final, NamedTuple
 
 from digest_stream.wire import codec
-from digest_stream.wire.avro_scan import Unusual, read_long
+from digest_stream.wire.avro_scan import Unusual, long_bytes, read_long
 from digest_stream.wire.models import (
     INT_MAX,
     LONG_MAX,
@@ -50,6 +50,10 @@ class ScheduleFields(NamedTuple):
 _REASONS: Final = tuple(
     ScheduleReason(symbol) for symbol in codec.SCHEDULE_ENTRY_SCHEMA["fields"][3]["type"]["symbols"]
 )
+
+
+#: Each reason's Avro enum index, for the lean writer.
+_REASON_INDEX: Final = {reason: index for index, reason in enumerate(_REASONS)}
 
 
 #: Builds a ScheduleFields from a tuple of its four values, skipping the generated __new__'s
@@ -99,3 +103,41 @@ def decode_schedule_fields(
         except (Unusual, IndexError, UnicodeDecodeError):
             pass
     return ScheduleFields.of(codec.decode_schedule_entry(data, writer_schema))
+
+
+def encode_schedule_fields(
+    timeline: str, partition: int, scheduled_at: int, reason: ScheduleReason
+) -> bytes:
+    """`encode_schedule_entry(ScheduleEntry(...))`'s bytes without building the model.
+
+    Every timeline the ingest finds READY is announced, so at one event per timeline the
+    model and fastavro's writer cost 3.4 us an event (of a catch-up's ~45 us). Values the
+    model would refuse, or that need its judgement, take the model path and its errors.
+    """
+    if (
+        type(timeline) is str
+        and type(partition) is int
+        and type(scheduled_at) is int
+        and 0 <= partition <= INT_MAX
+        and 0 <= scheduled_at <= LONG_MAX
+        and type(reason) is ScheduleReason
+    ):
+        try:
+            name = timeline.encode()  # strict UTF-8: a lone surrogate raises, as Text refuses
+        except UnicodeEncodeError:
+            name = b""
+        if 0 < len(name) <= MAX_TIMELINE_LENGTH:
+            return b"".join(
+                (
+                    long_bytes(len(name)),
+                    name,
+                    long_bytes(partition),
+                    long_bytes(scheduled_at),
+                    long_bytes(_REASON_INDEX[reason]),
+                )
+            )
+    return codec.encode_schedule_entry(
+        ScheduleEntry(
+            timeline=timeline, partition=partition, scheduled_at=scheduled_at, reason=reason
+        )
+    )

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from confluent_kafka import OFFSET_BEGINNING
 
-from digest_stream.kafka import consumer_config
-from digest_stream.roles.runner import reset_start
+from digest_stream.kafka import consumer_config, reset_start
 from digest_stream.settings import Settings
 
 

@@ -19,7 +19,7 @@ from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.outputs import Outputs
 from digest_stream.roles.ingest.topic import TopicProbe
 from digest_stream.roles.ingest.worker import Batch
-from digest_stream.roles.runner import RoleConsumer
+from digest_stream.roles.runner import Runner
 from digest_stream.store.base import AddResult, DigestStore
 from digest_stream.store.errors import unavailable
 
@@ -34,10 +34,9 @@ class Applier:
         store: DigestStore,
         policy: fence.StateLoss,
         metrics: Metrics,
-        kafka: RoleConsumer,
+        kafka: Runner,
         ledger: Ledger,
         outputs: Outputs,
-        stopping: Callable[[], bool],
         topics: TopicProbe,
         restored: Callable[[int], None] = lambda _partition: None,
     ) -> None:
@@ -51,7 +50,6 @@ class Applier:
         self._kafka = kafka
         self._ledger = ledger
         self._outputs = outputs
-        self._stopping = stopping
 
     def timed_add(self, batch: Batch) -> AddResult:
         """The batch's one store call, fenced by the fence it carries (the worker runs this)."""
@@ -169,7 +167,7 @@ class Applier:
                 if not noted:
                     self.note(decision)  # once per wait
                     noted = True
-                if self._stopping() or not self._ledger.owns(batch.partition):
+                if self._kafka.stopping() or not self._ledger.owns(batch.partition):
                     if self._ledger.owns(batch.partition):
                         self.seek(batch.partition, batch.first)
                     return decision
@@ -183,7 +181,7 @@ class Applier:
         try:
             return self._kafka.while_redis_down(
                 lambda: self.timed_add(batch),
-                give_up=lambda: self._stopping() or not self._ledger.owns(batch.partition),
+                give_up=lambda: self._kafka.stopping() or not self._ledger.owns(batch.partition),
                 errors=self._metrics.redis_errors,
                 recovered=self._after_outage,
             )
@@ -237,7 +235,7 @@ class Applier:
                 return
             self._kafka.while_redis_down(
                 reset,
-                give_up=lambda: self._stopping() or not self._ledger.owns(partition),
+                give_up=lambda: self._kafka.stopping() or not self._ledger.owns(partition),
                 errors=self._metrics.redis_errors,
             )
         except redis.RedisError as exc:

@@ -31,7 +31,7 @@ from digest_stream.roles.ingest.schemas import SchemaFetcher
 from digest_stream.roles.ingest.starts import Starts
 from digest_stream.roles.ingest.topic import BrokerTopic, TopicProbe
 from digest_stream.roles.ingest.worker import Batch, StoreWorker
-from digest_stream.roles.runner import RoleConsumer, partitions_of
+from digest_stream.roles.runner import Runner, partitions_of
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, NewRecord
@@ -40,12 +40,9 @@ from digest_stream.wire.partitioner import partition_for
 
 log = logging.getLogger(__name__)
 
-# Bounded so a rebalance handler (which runs these) stays well inside the group's budget.
-COMMITTED_TIMEOUT = 10.0
-
 
 class Ingest:
-    """The ingest consumer; also drives the scheduler for the partitions it owns."""
+    """The ingest role (run by a Runner); also drives the scheduler for the partitions it owns."""
 
     def __init__(
         self,
@@ -54,10 +51,10 @@ class Ingest:
         clock: Clock,
         metrics: Metrics,
         producer: Producer,
-        scheduler: Scheduler | None,
+        scheduler: Scheduler,
+        runner: Runner,
         *,
         hooks: Hooks = NO_HOOKS,
-        consumer: Consumer | None = None,
         topics: TopicProbe | None = None,
     ) -> None:
         self._settings = settings
@@ -74,21 +71,9 @@ class Ingest:
             frozenset(settings.carry_headers),
             schemas,
         )
-        # One emitter per process: the scheduler's, when this process schedules.
-        emitter = (
-            scheduler.emitter
-            if scheduler is not None
-            else ScheduleEmitter(producer, settings.schedule_topic, metrics, hooks=hooks)
-        )
-        self._outputs = Outputs(producer, emitter, settings.dlq_topic, metrics, hooks)
-        self._kafka = RoleConsumer(
-            settings,
-            settings.group_id,
-            settings.events_topic,
-            "ingest",
-            consumer=consumer,
-            rebalances=metrics.rebalances,
-        )
+        # One emitter per process: the scheduler's.
+        self._outputs = Outputs(producer, scheduler.emitter, settings.dlq_topic, metrics, hooks)
+        self._kafka = runner
         self._ledger = Ledger()
         # Which incarnation of the events topic the offsets belong to (see topic.py).
         self._topics = topics or BrokerTopic(
@@ -104,13 +89,12 @@ class Ingest:
             self._kafka,
             self._ledger,
             self._outputs,
-            self._is_stopping,
             self._topics,
-            self._announce_ready_again,
+            # After a rollback or loss of Redis state: re-announce the partition's READY ones.
+            lambda partition: scheduler.take_over([partition]),
         )
         self._schemas = None if schemas is None else SchemaFetcher(
-            schemas, self._kafka, metrics.schema_registry_errors, self._applier.seek,
-            self._is_stopping,
+            schemas, self._kafka, metrics.schema_registry_errors, self._applier.seek
         )  # fmt: skip
         self._starts = Starts(
             store, settings.on_state_loss, self._kafka, self._ledger, self._applier, self._topics
@@ -119,51 +103,25 @@ class Ingest:
             store,
             metrics,
             settings.events_topic,
-            max(
-                [
-                    settings.maximum_delay,
-                    *(o.maximum_delay or 0.0 for o in settings.overrides.values()),
-                ]
-            ),
+            _longest_maximum_delay(settings),
             functools.partial(partition_for, settings.partitioner),
         )
         self._worker = StoreWorker(self._applier.timed_add)
         self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)
-        self._stopping: Callable[[], bool] = lambda: False
-        self._closing = False
 
     # ------------------------------------------------------------------ lifecycle
-
-    def start(self, stopping: Callable[[], bool]) -> None:
-        """Join the group; stopping() tells long retries to give up."""
-        self._stopping = stopping
-        self._kafka.subscribe(
-            on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost
-        )
-
-    def _announce_ready_again(self, partition: int) -> None:
-        """After a rollback or loss of Redis state: re-announce the partition's READY ones."""
-        if self._scheduler is not None:
-            self._scheduler.take_over([partition])
-
-    def _is_stopping(self) -> bool:
-        return self._stopping()  # start() sets the predicate after construction
 
     @property
     def owned(self) -> frozenset[int]:
         """Input partitions this instance owns right now."""
         return self._ledger.owned
 
-    def lag(self) -> dict[int, int]:
-        """Consumer lag per assigned input partition (local, cheap; for the metrics scrape)."""
-        return self._kafka.lag()
-
     def step(self) -> int:
         """Consume and decode a batch while the previous one is stored; book, commit, tick."""
         # With a batch in flight, take only what is already fetched: waiting here would
         # delay booking (and the immediate digests) of the batch in flight.
         timeout = 0.0 if self._worker.busy else self._settings.batch_timeout
-        messages = self._kafka.take(self._settings.batch_size, timeout)
+        messages = self._kafka.take(timeout)
         # From here on, a partition whose read position moves (a seek, an assignment) makes
         # its part of this batch stale. Handlers inside take never seek, and an assignment
         # there comes before the messages it returned.
@@ -172,7 +130,7 @@ class Ingest:
             messages = self._with_schemas(self._schemas, messages)
         batches = self._prepare(messages) if messages else []
         applied = self._finish()
-        if self._scheduler is not None and self._scheduler.due():
+        if self._scheduler.due():
             self._scheduler.tick(self._ledger.owned)
         for batch in batches:  # the worker is idle here: its store calls and these don't mix
             self._moved.check(batch.partition, batch.records)
@@ -180,14 +138,10 @@ class Ingest:
         return applied
 
     def close(self) -> None:
-        """Graceful stop: finish the batch in flight, commit, flush outputs, leave the group."""
-        try:
-            self._finish(sync=True)
-            self._worker.shutdown()
-            self._outputs.flush()
-        finally:
-            self._closing = True
-            self._kafka.close()
+        """Graceful stop: finish the batch in flight, commit, flush (the runner then leaves)."""
+        self._finish(sync=True)
+        self._worker.shutdown()
+        self._outputs.flush()
 
     # ------------------------------------------------------------------ batches
 
@@ -295,15 +249,10 @@ class Ingest:
 
     def on_assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Assignment handler: each partition starts where its fence and commit say."""
-        if self._closing:
-            # An assignment that lands while close() leaves the group: nothing will be read,
-            # and the committed-offset lookup would only time out against a closing consumer.
-            return []
         starts = self._starts.assigned(partitions)
         # A growth of the events topic triggers this rebalance; the probe just read the count.
         self._moved.counted(self._topics.partitions)
-        if self._scheduler is not None:
-            self._scheduler.take_over(tp.partition for tp in starts)
+        self._scheduler.take_over(tp.partition for tp in starts)
         log.info("assigned %s", ", ".join(f"{tp.partition}@{tp.offset}" for tp in starts))
         return starts
 
@@ -324,8 +273,35 @@ class Ingest:
 
     def _release(self, partitions: set[int]) -> None:
         self._ledger.release(partitions)
-        if self._scheduler is not None:
-            self._scheduler.release(partitions)
+        self._scheduler.release(partitions)
         # A batch kept for the role's thread is read again by whoever owns it next (us too,
         # if it comes back in the same rebalance: from the fence and committed offset).
         self._done = [batch for batch in self._done if batch.partition not in partitions]
+
+
+def _longest_maximum_delay(settings: Settings) -> float:
+    """The longest maximum_delay of any timeline: the default's or an override's."""
+    overrides = (o.maximum_delay or 0.0 for o in settings.overrides.values())
+    return max([settings.maximum_delay, *overrides])
+
+
+def ingest_role(
+    settings: Settings,
+    store: DigestStore,
+    clock: Clock,
+    metrics: Metrics,
+    producer: Producer,
+    *,
+    hooks: Hooks = NO_HOOKS,
+    frame: Callable[[bytes], bytes] | None = None,
+    consumer: Consumer | None = None,
+    topics: TopicProbe | None = None,
+) -> tuple[Runner, Ingest]:
+    """The ingest role with its scheduler (announcing through ``frame``), and its runner."""
+    emitter = ScheduleEmitter(producer, settings.schedule_topic, metrics, hooks=hooks, frame=frame)
+    scheduler = Scheduler(settings, store, emitter, clock, metrics)
+    runner = Runner(settings, "ingest", consumer=consumer, rebalances=metrics.rebalances)
+    ingest = Ingest(
+        settings, store, clock, metrics, producer, scheduler, runner, hooks=hooks, topics=topics
+    )
+    return runner, ingest

@@ -16,7 +16,7 @@ from prometheus_client import Counter
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from digest_stream.roles.retry import backoff
-from digest_stream.roles.runner import RoleConsumer, partitions_of
+from digest_stream.roles.runner import Runner, partitions_of
 from digest_stream.wire.registry import RegistryUnavailable, WriterSchemas
 
 log = logging.getLogger(__name__)
@@ -28,16 +28,14 @@ class SchemaFetcher:
     def __init__(
         self,
         schemas: WriterSchemas,
-        kafka: RoleConsumer,
+        kafka: Runner,
         errors: Counter,
         seek: Callable[[int, int], None],
-        stopping: Callable[[], bool],
     ) -> None:
         self.schemas = schemas
         self._kafka = kafka
         self._errors = errors
         self._seek = seek  # the ingest's seek (it tells the ledger too)
-        self._stopping = stopping
 
     def ready(self, messages: Sequence[Message]) -> bool:
         """Fetch what these messages need; False when a stop cut the wait (they were rewound)."""
@@ -48,7 +46,7 @@ class SchemaFetcher:
         retrying = Retrying(
             retry=retry_if_exception_type(RegistryUnavailable),
             wait=backoff(settings.retry_backoff_initial, settings.retry_backoff_max),
-            stop=lambda _state: self._stopping(),
+            stop=lambda _state: self._kafka.stopping(),
             sleep=self._kafka.wait_serving_group,
             before_sleep=self._down,
             reraise=True,

@@ -17,14 +17,11 @@ from digest_stream.roles.ingest.applier import Applier
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.topic import TopicProbe
 from digest_stream.roles.ingest.worker import Batch
-from digest_stream.roles.runner import RoleConsumer
+from digest_stream.roles.runner import Runner
 from digest_stream.store.base import DigestStore
 from digest_stream.store.errors import unavailable
 
 log = logging.getLogger(__name__)
-
-# Bounded so the assignment handler (which runs this) stays well inside the group's budget.
-COMMITTED_TIMEOUT = 10.0
 
 
 class Starts:
@@ -34,7 +31,7 @@ class Starts:
         self,
         store: DigestStore,
         policy: fence.StateLoss,
-        kafka: RoleConsumer,
+        kafka: Runner,
         ledger: Ledger,
         applier: Applier,
         topics: TopicProbe,
@@ -56,7 +53,7 @@ class Starts:
         starts = []
         # One bounded round trip for the topic id and every partition's end (topic.py).
         ends = self._topics.refresh([tp.partition for tp in partitions])
-        for tp in self._kafka.committed(partitions, COMMITTED_TIMEOUT):
+        for tp in self._kafka.committed(partitions):
             decision = self._starting(tp.partition, tp.offset, ends.get(tp.partition))
             offset = self._act_at_start(tp.partition, decision)
             if offset == OFFSET_INVALID and tp.error is None:

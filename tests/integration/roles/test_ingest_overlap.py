@@ -16,7 +16,7 @@ from digest_stream.app import connect_store
 from digest_stream.clock import SystemClock
 from digest_stream.kafka import producer_config
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest import Ingest
+from digest_stream.roles.ingest import ingest_role
 from digest_stream.settings import Settings
 from digest_stream.store import RedisStore
 from digest_stream.wire import codec
@@ -44,15 +44,15 @@ class Harness:
         self.store: RedisStore = connect_store(self.settings)
         self.metrics = Metrics()
         self.stopping = False
-        self.ingest = Ingest(
-            self.settings,
-            self.store,
-            SystemClock(),
-            self.metrics,
-            Producer(producer_config(self.settings)),
-            None,
+        producer = Producer(producer_config(self.settings))
+        self.runner, self.ingest = ingest_role(
+            self.settings, self.store, SystemClock(), self.metrics, producer
         )
-        self.ingest.start(lambda: self.stopping)
+        self.runner.start(self.ingest, lambda: self.stopping)
+
+    def close(self) -> None:
+        """The graceful stop: the role finishes, the consumer leaves its group."""
+        self.runner.close(self.ingest)
 
     def step_until(self, condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -69,7 +69,7 @@ class Harness:
 
     def fetched(self, count: int) -> None:
         """Wait (not stepping) until the consumer has fetched `count` events nobody took yet."""
-        wait_until(lambda: self.ingest.lag().get(0) == count, 30, f"{count} events fetched")
+        wait_until(lambda: self.runner.lag().get(0) == count, 30, f"{count} events fetched")
 
     def stored_not_booked(self, count: int) -> None:
         """Take `count` fetched events in one step (which hands them to the store worker),
@@ -77,7 +77,7 @@ class Harness:
         self.fetched(count)
         calls = self.store_calls()
         self.ingest.step()
-        assert self.ingest.lag()[0] == 0  # all taken by that one step
+        assert self.runner.lag()[0] == 0  # all taken by that one step
         wait_until(lambda: self.store_calls() == calls + 1, 30, "the batch's store call")
 
     def applied_and_committed(self, pipe: Pipeline, count: int) -> None:
@@ -109,7 +109,7 @@ def test_a_revocation_books_and_commits_the_batch_in_flight(
         assert pipe.committed(0) == fence + 1
         assert harness.ingest.owned == frozenset()
     finally:
-        harness.ingest.close()
+        harness.close()
 
 
 def test_a_fence_found_behind_during_a_callback_is_rewound_on_the_role_thread(
@@ -136,7 +136,7 @@ def test_a_fence_found_behind_during_a_callback_is_rewound_on_the_role_thread(
         assert replays == 1
         assert harness.store.inspect(0, "t").pending == 30  # r0..r29, each once
     finally:
-        harness.ingest.close()
+        harness.close()
 
 
 def test_a_batch_kept_for_the_role_thread_is_dropped_when_its_partition_goes(
@@ -158,7 +158,7 @@ def test_a_batch_kept_for_the_role_thread_is_dropped_when_its_partition_goes(
         assert harness.store.applied_offset(0) == 4
         assert harness.metrics.replays.labels(cause="fence_behind")._value.get() == 0
     finally:
-        harness.ingest.close()
+        harness.close()
 
 
 def test_a_batch_given_up_is_read_again_before_anything_after_it(
@@ -189,4 +189,4 @@ def test_a_batch_given_up_is_read_again_before_anything_after_it(
             )
             assert harness.store.inspect(0, "t").pending == 30  # r0..r29: A was not lost
         finally:
-            harness.ingest.close()
+            harness.close()

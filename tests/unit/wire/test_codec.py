@@ -29,7 +29,6 @@ from digest_stream.wire.codec import (
     encode_digest,
     encode_event,
     encode_schedule_entry,
-    encode_schedule_fields,
     encoded_digest_size,
     split_digest,
 )
@@ -42,6 +41,7 @@ from digest_stream.wire.models import (
     ScheduleEntry,
     ScheduleReason,
 )
+from digest_stream.wire.schedule_fields import encode_schedule_fields
 from tests.support import REPO_ROOT
 from tests.support.avro import write
 

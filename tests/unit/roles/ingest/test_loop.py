@@ -11,9 +11,9 @@ import redis
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID
 
 from digest_stream.clock import SystemClock
+from digest_stream.kafka import reset_start
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest import Ingest
-from digest_stream.roles.runner import reset_start
+from digest_stream.roles.ingest import ingest_role
 from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore
 from digest_stream.store.base import AddResult, Fence
@@ -58,17 +58,16 @@ class Rig:
         self.producer = FakeProducer()
         self.metrics = Metrics()
         self.topics = FakeTopics()
-        self.ingest = Ingest(
+        runner, self.ingest = ingest_role(
             self.settings,
             self.store,
             SystemClock(),
             self.metrics,
             self.producer.as_producer(),
-            None,
             consumer=self.consumer.as_consumer(),
             topics=self.topics,
         )
-        self.ingest.start(lambda: False)
+        runner.start(self.ingest, lambda: False)
         self.offsets = 0
 
     def send(

@@ -1,11 +1,9 @@
 """Publishing a batch of digests: every part acknowledged, or retried, or dead-lettered.
 
-A part is sized for the broker before it is produced: the carried headers travel on every
-part, so they come out of the split's budget; past their share of it, the ones that fit ride
-(each name's newest value first) and the rest are left off. A part the producer still refuses
-at once (too large, say) fails that digest's attempt instead of the role, so no output can make
-delivery exit; after ``max_attempts`` the schedule entry goes to the DLQ with the reason and
-the digest stays open for maintenance to try again (its records are never dropped here).
+Parts come sized for the broker (parts.py). A part the producer still refuses at once (too
+large, say) fails that digest's attempt instead of the role, so no output can make delivery
+exit; after ``max_attempts`` the schedule entry goes to the DLQ with the reason and the digest
+stays open for maintenance to try again (its records are never dropped here).
 """
 
 from __future__ import annotations
@@ -17,11 +15,11 @@ from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from digest_stream.kafka import produce_waiting_for_room
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.dlq import DeadLetters
 from digest_stream.roles.retry import backoff_delay
-from digest_stream.roles.runner import produce_waiting_for_room
-from digest_stream.settings import MESSAGE_OVERHEAD_BYTES, Settings
+from digest_stream.settings import Settings
 from digest_stream.store.base import OpenDigest
 from digest_stream.wire import codec, registry
 from digest_stream.wire.models import Digest
@@ -33,14 +31,6 @@ _KafkaHeaders = list[tuple[str, str | bytes | None]]
 
 # How long one publish attempt may wait for broker acknowledgements.
 PUBLISH_TIMEOUT = 30.0
-# Per-header framing in a Kafka record (lengths as varints, attributes); generous on purpose.
-HEADER_OVERHEAD = 16
-# The smallest split budget worth keeping carried headers for: below it they are left off.
-MIN_PART_BUDGET = 4096
-# Carried headers ride on every part beside records of up to max_event_bytes, which the
-# settings keep MESSAGE_OVERHEAD_BYTES under max_message_bytes: half of that room is theirs,
-# the rest is the key's and the digest's own fields'. Past it, carried_within picks what rides.
-MAX_CARRIED_HEADER_BYTES = MESSAGE_OVERHEAD_BYTES // 2
 
 
 @dataclass
@@ -54,73 +44,6 @@ class Pending:
     whole: Digest | None  # the digest before splitting, when built (what hooks see)
     errors: list[str] = field(default_factory=list)
     headers: list[tuple[str, bytes]] = field(default_factory=list)  # carried event headers
-
-
-def headers_size(headers: list[tuple[str, bytes]]) -> int:
-    """Bytes the headers add to every message they ride on."""
-    return sum(len(k.encode()) + len(v) + HEADER_OVERHEAD for k, v in headers)
-
-
-def sized_parts(
-    whole: Digest, headers: list[tuple[str, bytes]], max_bytes: int
-) -> tuple[list[Digest], list[tuple[str, bytes]]]:
-    """Split a digest so each part plus key and headers fits ``max_bytes``.
-
-    Carried headers too heavy to ride on every part are cut to the ones that fit (logged,
-    see carried_within): the records matter more than the headers that came with them, and a
-    heavy header must not push a light one (a traceparent) off with it.
-    """
-    budget = part_budget(whole.timeline, headers, max_bytes)
-    if budget < 0:
-        kept = carried_within(whole.timeline, headers, max_bytes)
-        log.warning(
-            "digest %s of %s: carried headers (%d values, %d bytes) exceed what a part can "
-            "carry; %d values (%d bytes) sent, %d left off",
-            whole.id, whole.timeline, len(headers), headers_size(headers),
-            len(kept), headers_size(kept), len(headers) - len(kept),
-        )  # fmt: skip
-        headers = kept
-        budget = part_budget(whole.timeline, headers, max_bytes)
-    return codec.split_digest(whole, budget), headers
-
-
-def carried_within(
-    timeline: str, headers: list[tuple[str, bytes]], max_bytes: int
-) -> list[tuple[str, bytes]]:
-    """The carried headers one part can take, in their order: each name's newest value first,
-    then older values, each kept while the total stays within MAX_CARRIED_HEADER_BYTES and
-    leaves MIN_PART_BUDGET for the part's value; the rest are left off."""
-    room = min(MAX_CARRIED_HEADER_BYTES, max_bytes - len(timeline.encode()) - MIN_PART_BUDGET)
-    newest: dict[str, int] = {}  # name -> index of its newest value (headers are newest first)
-    for index, (name, _) in enumerate(headers):
-        newest.setdefault(name, index)
-    firsts = set(newest.values())
-    order = [*newest.values(), *(i for i in range(len(headers)) if i not in firsts)]
-    kept: set[int] = set()
-    used = 0
-    for index in order:
-        size = headers_size([headers[index]])
-        if used + size <= room:
-            kept.add(index)
-            used += size
-    return [header for index, header in enumerate(headers) if index in kept]
-
-
-def encoded_parts(
-    whole: Digest, headers: list[tuple[str, bytes]], max_bytes: int
-) -> tuple[list[bytes], list[tuple[str, bytes]]]:
-    """sized_parts, each part encoded as the message value it travels as."""
-    parts, headers = sized_parts(whole, headers, max_bytes)
-    return [codec.encode_digest(part) for part in parts], headers
-
-
-def part_budget(timeline: str, headers: list[tuple[str, bytes]], max_bytes: int) -> int:
-    """Bytes one part's value may take next to its key and headers; -1 when the headers are
-    too heavy to carry (sized_parts then leaves them off)."""
-    size = headers_size(headers)
-    budget = max_bytes - len(timeline.encode()) - size
-    fits = budget >= MIN_PART_BUDGET and size <= MAX_CARRIED_HEADER_BYTES
-    return budget if not headers or fits else -1
 
 
 class Publisher:

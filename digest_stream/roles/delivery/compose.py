@@ -1,5 +1,5 @@
 """Composing the Digest of an open digest under its timeline's policy: collapsed records, and
-why it went out now, how many records it stood for, when the next one can come (issue 15)."""
+why it went out now, how many records it stood for, when the next one can come."""
 
 from __future__ import annotations
 

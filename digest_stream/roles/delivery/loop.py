@@ -1,0 +1,209 @@
+"""Delivery role: schedule entry -> open digest -> publish -> broker ack -> close -> commit.
+
+A digest keeps its id from open to close. Anything that fails before close (a crash, a
+rebalance, a publish error) leaves it open, and the redelivered entry reopens the same id with
+the same records, so downstream sees at most repeats of one id, never a record under two ids.
+
+The next batch's opens overlap this batch's publishing, and this batch's closes the next
+one's (overlap.py); this batch's offsets are committed once its closes are done. With no
+batch in hand, a batch is closed and committed before step() returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import redis
+from confluent_kafka import Message, Producer, TopicPartition
+
+from digest_stream.clock import Clock
+from digest_stream.ops.hooks import NO_HOOKS, Hooks
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.delivery.build import build
+from digest_stream.roles.delivery.overlap import Batch, Opened, Overlap, Picked
+from digest_stream.roles.delivery.partitions import Partitions
+from digest_stream.roles.delivery.publish import Pending, Publisher
+from digest_stream.roles.delivery.report import Report
+from digest_stream.roles.dlq import DeadLetters
+from digest_stream.roles.runner import Runner, highest_offsets
+from digest_stream.settings import Settings
+from digest_stream.store.base import DigestStore, OpenDigest
+from digest_stream.store.errors import InvalidState, unavailable
+from digest_stream.wire import codec
+from digest_stream.wire.schedule_fields import ScheduleFields, decode_schedule_fields
+
+log = logging.getLogger(__name__)
+
+COMMIT_TIMEOUT = 10.0
+
+
+class Delivery:
+    """The delivery role (run by a Runner on the schedule topic)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: DigestStore,
+        clock: Clock,
+        metrics: Metrics,
+        producer: Producer,
+        runner: Runner,
+        *,
+        hooks: Hooks = NO_HOOKS,
+    ) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._producer = producer
+        self._hooks = hooks
+        self._kafka = runner
+        self._policy = settings.resolver()  # collapse_by and the next delivery time
+        self._dlq = DeadLetters(producer, settings.dlq_topic, metrics, hooks=hooks)
+        self._partitions = Partitions()
+        self._report = Report(metrics, hooks, clock)
+        self._overlap = Overlap(
+            store, metrics, runner, hooks, lambda positions: self._commit(positions, sync=False)
+        )
+        self._ahead: Batch | None = None  # the next batch, taken early, its opens under way
+        self._publisher = Publisher(
+            settings, producer, self._dlq, metrics, runner.wait_serving_group, runner.stopping
+        )
+
+    @property
+    def assigned(self) -> frozenset[int]:
+        """Schedule partitions this instance delivers right now."""
+        return self._partitions.assigned
+
+    def step(self) -> int:
+        """Deliver one batch of schedule entries; returns digests published."""
+        overlap = self._overlap
+        batch, self._ahead = self._ahead, None
+        try:
+            if batch is None:
+                overlap.settle()  # nothing to overlap the last closes with (it is also idle)
+                batch = self._take(self._settings.batch_timeout)
+                if batch is None:
+                    return 0
+            opened = overlap.opened(batch)
+            # The next batch is taken now (without waiting) and opened while this one goes out.
+            self._ahead = self._take(0.0)
+            if self._ahead is not None and self._ahead.targets:
+                overlap.open_ahead(self._ahead, busy=batch)
+            gone = self._partitions.gone(batch.stamp)
+            # The partitions revoked or lost since it was taken are the next owner's: their
+            # digests stay open for it, under the same ids.
+            picked, opened, messages = batch.without(gone, opened)
+            # The close's time, taken before encoding: the digests name the next delivery the
+            # close will set (one taken after the publish may be past a fire they named).
+            closing_at = self._clock.now()
+            pending, empty = self._prepare(picked, opened, closing_at)
+            published, cut_short = self._publisher.publish(pending)
+            self._kafka.resume()
+            self._report.published(published)
+            overlap.settle()  # the previous batch's closes, then its commit
+            # One round trip closes the batch: what was published and the empty digests.
+            digests = empty + [(item.entry, item.digest) for item in published]
+            positions = {} if cut_short else highest_offsets(messages)
+            overlap.close(digests, positions, closing_at)
+            if self._ahead is None:
+                overlap.settle()
+        except redis.RedisError as exc:
+            if not unavailable(exc) or not self._kafka.stopping():
+                raise
+            # Asked to stop while Redis is unreachable: a graceful stop, not a failure. The
+            # batch is not committed; its entries come back and reopen the same digest ids.
+            log.warning("stopping while Redis is unreachable; this batch will be redelivered")
+            return 0
+        return len(published)
+
+    def close(self) -> None:
+        """Graceful stop: the batch in hand was finished by step(); commit (the runner then
+        leaves the group).
+
+        A batch taken ahead is not delivered: its entries are not committed, so they come back
+        and reopen the digests it opened, under the same ids."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            self._overlap.drop(ahead)
+        try:
+            self._overlap.settle()
+        except redis.RedisError as exc:  # given up (stopping): its entries are redelivered
+            log.warning("the last batch was not closed (%s); it will be redelivered", exc)
+        self._overlap.shutdown()
+        self._producer.flush(COMMIT_TIMEOUT)
+        self._commit({}, sync=True)
+
+    # ------------------------------------------------------------------ steps
+
+    def _take(self, timeout: float) -> Batch | None:
+        """The next batch of schedule entries (unreadable ones dead-lettered), if any."""
+        messages = self._kafka.take(timeout)
+        if not messages:
+            return None
+        taken = {p for m in messages if (p := m.partition()) is not None}
+        stamp = self._partitions.stamp(taken)
+        return Batch.of(messages, self._decode(messages), self._clock.now(), stamp)
+
+    def _decode(self, messages: Sequence[Message]) -> list[Picked]:
+        entries: list[Picked] = []
+        for message in messages:
+            try:
+                entry = decode_schedule_fields(message.value() or b"")
+            except codec.DecodeError as exc:
+                self._dlq.send(message, exc.reason, exc.detail)
+                continue
+            entries.append((message, entry))
+        return entries
+
+    def _prepare(
+        self, picked: list[Picked], opened: Opened, now: float
+    ) -> tuple[list[Pending], list[tuple[ScheduleFields, OpenDigest]]]:
+        """The opened digests to publish, and the empty ones (closed without publishing);
+        ``now`` is the time they will be closed at."""
+        pending: list[Pending] = []
+        empty: list[tuple[ScheduleFields, OpenDigest]] = []
+        max_bytes = self._settings.max_message_bytes
+        hooks = bool(self._hooks)
+        for (message, entry), digest in zip(picked, opened, strict=True):
+            if isinstance(digest, InvalidState):
+                self._report.stale()  # already delivered and closed: nothing to do
+                continue
+            if digest.expired:
+                self._report.expired(entry.timeline)
+            policy = self._policy(entry.timeline)
+            built = build(entry, digest, policy, now=now, max_bytes=max_bytes, whole=hooks)
+            if built.unreadable:
+                self._report.unreadable(digest.timeline, built.unreadable)
+            if not built.values:
+                self._report.empty(entry, digest)
+                empty.append((entry, digest))
+                continue
+            pending.append(
+                Pending(message, entry, digest, built.values, built.whole, headers=built.headers)
+            )
+        return pending, empty
+
+    def _commit(self, positions: dict[int, int], *, sync: bool) -> None:
+        """Remember these next-to-read offsets and commit every assigned partition's."""
+        self._kafka.commit(self._partitions.advance(positions), sync=sync)
+
+    # ------------------------------------------------------------------ rebalancing
+
+    def on_assign(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Assignment handler: each partition starts at the group's commit."""
+        self._partitions.assign(tp.partition for tp in partitions)
+        # Read the commit here and say where each partition starts: a new group's first
+        # fetch comes about 100 ms sooner than when librdkafka works it out (kafka.reset_start).
+        return self._kafka.committed_starts(partitions)
+
+    def on_revoke(self, partitions: list[int]) -> None:
+        """Revocation handler: commit what is closed, let go."""
+        # A batch closing on the helper thread is committed first if its closes went through
+        # (no retry here, inside the consumer's callback); the next owner starts after it.
+        self._overlap.settle(retry=False)
+        self._kafka.commit(self._partitions.positions(partitions), sync=True)
+        self._partitions.forget(partitions)
+
+    def on_lost(self, partitions: list[int]) -> None:
+        """Loss handler: another member may own them already, so commit nothing."""
+        self._partitions.forget(partitions)

@@ -1,0 +1,220 @@
+"""The delivery steps on the reference store: open, publish, close, commit; and an outage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, KafkaError, KafkaException
+
+from digest_stream.clock import ManualClock
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.delivery import Delivery
+from digest_stream.roles.runner import Runner
+from digest_stream.settings import Settings
+from digest_stream.store import MemoryStore
+from digest_stream.wire import codec
+from tests.support.fakes import FakeConsumer, FakeProducer, message
+from tests.unit.roles.delivery.rig import OUTPUT, SCHEDULE, FlakyStore, entry, ready, rig, started
+
+
+def test_a_ready_timeline_is_published_closed_and_committed() -> None:
+    store = MemoryStore()
+    delivery, consumer, producer, metrics = rig(store)
+    ready(store, "t1", 3)
+    entry(consumer, "t1", 0)
+    assert delivery.step() == 1
+    ((key, value),) = producer.on(OUTPUT)
+    digest = codec.decode_digest(value or b"")
+    assert key == b"t1"
+    assert [r.id for r in digest.records] == ["r2", "r1", "r0"]
+    info = store.inspect(0, "t1")  # closed: cooling down, nothing pending
+    assert info is not None
+    assert (info.state, info.pending, info.last_delivery) == (
+        "waiting",
+        0,
+        2000.0,
+    )
+    assert consumer.committed_offsets == {0: 1}
+    assert metrics.value("digest_digests_published_total") == 1
+
+
+def test_a_repeated_entry_of_a_delivered_timeline_is_stale_and_committed() -> None:
+    store = MemoryStore()
+    delivery, consumer, producer, metrics = rig(store)
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)
+    delivery.step()
+    entry(consumer, "t1", 1)
+    assert delivery.step() == 0
+    assert len(producer.on(OUTPUT)) == 1
+    assert metrics.value("digest_stale_entries_total") == 1
+    assert consumer.committed_offsets == {0: 2}
+
+
+def test_a_redis_outage_pauses_and_keeps_polling_like_ingest() -> None:
+    store = FlakyStore(failures=3)
+    delivery, consumer, producer, metrics = rig(store)
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)
+    assert delivery.step() == 1
+    assert consumer.pauses >= 1
+    assert consumer.paused == set()
+    assert consumer.polls >= 3  # served the group while waiting, never a bare sleep
+    assert len(producer.on(OUTPUT)) == 1
+    assert metrics.value("digest_redis_errors_total") == 3
+
+
+def test_a_revoked_partition_is_not_committed_by_a_later_batch() -> None:
+    store = MemoryStore()
+    delivery, consumer, _, _ = rig(store)
+    consumer.revoke([0])
+    assert delivery.assigned == frozenset()
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)  # a message of the revoked partition still in hand
+    delivery.step()
+    assert consumer.committed_offsets == {}
+
+
+def test_an_assignment_says_where_each_partition_starts() -> None:
+    # The commit where there is one, else auto.offset.reset's position ("earliest"), not
+    # OFFSET_INVALID: librdkafka would fetch the commit again and look the position up first.
+    consumer = FakeConsumer(SCHEDULE, committed_offsets={1: 7})
+    settings = Settings(schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0)
+    started(settings, MemoryStore(), consumer, FakeProducer(), partitions=(0, 1))
+    assert [(tp.partition, tp.offset) for tp in consumer.assigned] == [
+        (0, OFFSET_BEGINNING),
+        (1, 7),
+    ]
+
+
+def test_an_assignment_whose_commit_cannot_be_read_is_left_to_the_consumer() -> None:
+    store = MemoryStore()
+    consumer = FakeConsumer(SCHEDULE, commits_unreadable=True)
+    settings = Settings(schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0)
+    producer = FakeProducer()
+    delivery = started(settings, store, consumer, producer)
+    assert [(tp.partition, tp.offset) for tp in consumer.assigned] == [(0, OFFSET_INVALID)]
+    assert delivery.assigned == frozenset({0})
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)
+    assert delivery.step() == 1
+    assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"", "truncated"),  # a tombstone
+        (b"\x02t\x00\x02", "truncated"),  # cut before the reason
+        (b"\x02t\x00\x02\x06", "invalid-avro"),  # a fourth reason
+        (b"\x02t\x00\x02\x00\x00", "trailing-bytes"),  # a field this schema lacks
+        (b"\x02t\x01\x02\x00", "invalid-value"),  # partition -1
+        (b"\x00\x00\x00\x00\x01\x02t\x00\x02\x00\x00", "trailing-bytes"),  # framed
+    ],
+)
+def test_an_unreadable_entry_is_dead_lettered_with_the_codecs_reason(
+    value: bytes, reason: str
+) -> None:
+    with pytest.raises(codec.DecodeError) as refused:
+        codec.decode_schedule_entry(value)
+    assert refused.value.reason == reason
+    store = MemoryStore()
+    settings = Settings(
+        schedule_topic=SCHEDULE, output_topic=OUTPUT, dlq_topic="dlq", batch_timeout=0.0
+    )
+    consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
+    delivery = started(settings, store, consumer, producer, metrics)
+    consumer.queued.append(message(SCHEDULE, 0, 0, b"t", value))
+    assert delivery.step() == 0
+    producer.flush()
+    assert producer.on("dlq") == [(b"t", value)]
+    assert metrics.value("digest_dead_letters_total", reason=reason) == 1
+    assert consumer.committed_offsets == {0: 1}
+
+
+class TooLargeProducer(FakeProducer):
+    """Refuses every produce at once, as librdkafka does for a message over its limit."""
+
+    def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
+        if topic == OUTPUT:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+        super().produce(topic, *args, **kwargs)
+
+
+def test_an_output_the_producer_refuses_fails_the_attempt_not_the_role() -> None:
+    store = MemoryStore()
+    settings = Settings(
+        schedule_topic=SCHEDULE,
+        output_topic=OUTPUT,
+        dlq_topic="dlq",
+        batch_timeout=0.0,
+        max_attempts=2,
+        retry_backoff_initial=0.001,
+        retry_backoff_max=0.01,
+    )
+    consumer, producer = FakeConsumer(SCHEDULE), TooLargeProducer()
+    delivery = started(settings, store, consumer, producer)
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)
+    assert delivery.step() == 0  # no exception: the entry is dead-lettered after 2 attempts
+    producer.flush()
+    (dead,) = producer.on("dlq")
+    assert dead[0] == b"t1"
+    info = store.inspect(0, "t1")
+    assert info is not None
+    assert info.open_digest is not None  # still open: nothing dropped
+
+
+def test_an_expired_timeline_is_counted_and_logged_per_timeline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryStore()
+    delivery, consumer, _, metrics = rig(store)
+    ready(store, "t1", 2)
+    store.expire(0, "t1")  # the ttl ran out while nobody delivered it
+    entry(consumer, "t1", 0)
+    delivery.step()
+    assert metrics.value("digest_timelines_expired_total") == 1
+    assert "timeline t1: records expired" in caplog.text
+
+
+class SlowBroker(FakeProducer):
+    """Acknowledges only after ``delay`` seconds of ``clock`` time: a publish that takes time."""
+
+    def __init__(self, clock: ManualClock, delay: float) -> None:
+        super().__init__()
+        self.clock, self.delay = clock, delay
+
+    def flush(self, timeout: float = -1) -> int:
+        if self.pending:
+            self.clock.advance(self.delay)
+        return super().flush(timeout)
+
+
+def test_next_delivery_at_is_the_due_time_the_close_sets_when_a_publish_crosses_a_fire() -> None:
+    # Every minute: the batch is taken and encoded at 59.5 s, the broker acknowledges at 60.5 s,
+    # past the fire at 60 s (issue 20). The digest must name what the close then does.
+    minute = 1_800_000_000.0  # a whole minute
+    settings = Settings(
+        schedule_topic=SCHEDULE, output_topic=OUTPUT, batch_timeout=0.0, schedule="* * * * *"
+    )
+    store = MemoryStore(policy=settings.policy())
+    ready(store, "t1", 2)
+    store.schedule(0, minute)  # its first fire: READY
+    clock = ManualClock(minute + 59.5)
+    consumer, producer = FakeConsumer(SCHEDULE), SlowBroker(clock, 1.0)
+    runner = Runner(settings, "delivery", consumer=consumer.as_consumer())
+    delivery = Delivery(settings, store, clock, Metrics(), producer.as_producer(), runner)
+    runner.start(delivery, lambda: False)
+    consumer.assign([0])
+    entry(consumer, "t1", 0)
+    assert delivery.step() == 1
+    assert clock.now() == minute + 60.5
+    ((_, value),) = producer.on(OUTPUT)
+    info = store.inspect(0, "t1")
+    assert info.state == "waiting"
+    assert info.due is not None
+    assert codec.decode_digest(value or b"").next_delivery_at == int(info.due * 1000)
+    # The fire at 60 s is not skipped: records that came while it was encoded go out then.
+    assert info.due == minute + 60
