@@ -13,9 +13,7 @@ from collections.abc import Sequence
 
 from digest_stream.store import validate
 from digest_stream.store.base import (
-    CANCEL_ALL,
     DEFAULT_SLICE,
-    FLUSH,
     AddResult,
     DigestTarget,
     DueBatch,
@@ -28,6 +26,7 @@ from digest_stream.store.base import (
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import FLUSH_AT_FLOOR
 from digest_stream.store.memory.admin import MemoryAdmin
+from digest_stream.store.memory.controls import apply_control
 from digest_stream.store.memory.state import (
     DigestState,
     PartitionState,
@@ -82,7 +81,7 @@ class MemoryStore(MemoryAdmin):
                 touched = []
                 if record.offset > fence:
                     fence = record.offset
-                    cancelled += self._control(state, record, now, ready)
+                    cancelled += apply_control(state, record, now, ready)
                 continue
             if record.offset <= fence:
                 skipped += 1
@@ -165,38 +164,6 @@ class MemoryStore(MemoryAdmin):
                     state.waiting[name] = due
                     timeline.cause = "FLUSH_AT"
         return dropped
-
-    @staticmethod
-    def _control(state: PartitionState, record: NewRecord, now: float, ready: list[str]) -> int:
-        """Apply one control operation; returns the pending records it cancelled."""
-        name = record.timeline
-        timeline = state.timelines.get(name)
-        if timeline is None:
-            return 0
-        if record.control == FLUSH:
-            if not timeline.records:
-                return 0  # nothing pending: an open digest already holds what was asked for
-            if name in state.waiting:
-                del state.waiting[name]
-                state.ready[name] = now
-                timeline.cause = "FLUSHED"
-                if name not in ready:
-                    ready.append(name)
-            elif name in state.digests:
-                # Records behind an open digest: remembered, honoured by its close.
-                timeline.cause = "FLUSHED"
-            # READY and not opened yet: its open takes everything pending.
-            return 0
-        if record.control == CANCEL_ALL:
-            count = len(timeline.records)
-            timeline.records.clear()
-        else:
-            count = 0 if timeline.records.pop(record.id, None) is None else 1
-        if count and not timeline.records:
-            # Nothing pending is left: no digest will report the trims before the cancel
-            # (already counted as capacity drops), so they leave with the records.
-            timeline.dropped = 0
-        return count
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
