@@ -30,7 +30,7 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 
-local LIBRARY_VERSION = '16'
+local LIBRARY_VERSION = '17'
 
 -- Identifiers longer than this are refused: they end up inside key names and
 -- hash fields, and a runaway id is almost certainly a producer bug.
@@ -1021,6 +1021,18 @@ local function parse_controls(packed, record_count, through_offset)
     return controls
 end
 
+-- The leading edge's nonce ("" = not asked): 24 lowercase hex characters, to which the
+-- add appends each opened digest's number (8 hex) to make its 32-character id.
+local function parse_open_nonce(value)
+    if value == nil or value == '' then
+        return nil
+    end
+    if #value ~= 24 or not string.match(value, '^[0-9a-f]+$') then
+        invalid_argument('open nonce must be 24 lowercase hex characters')
+    end
+    return value
+end
+
 -- Step 1: the whole call, checked before the first write: a refused batch must leave
 -- no trace (Redis functions are not rolled back on error).
 local function parse_add(keys, args)
@@ -1041,8 +1053,9 @@ local function parse_add(keys, args)
         call.through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
     end
     call.topic = parse_topic_id(args[6])
-    local policy_count = parse_integer(args[7], 'policy count', 0, #args)
-    local packed = 8 + policy_count * POLICY_WIDTH -- the packed timelines; then the records
+    call.open_nonce = parse_open_nonce(args[7])
+    local policy_count = parse_integer(args[8], 'policy count', 0, #args)
+    local packed = 9 + policy_count * POLICY_WIDTH -- the packed timelines; then the records
     -- the controls argument, when sent, holds at least one (a plain add sends none)
     if #args ~= packed + 1 and (#args ~= packed + 2 or args[packed + 2] == '') then
         invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
@@ -1050,7 +1063,7 @@ local function parse_add(keys, args)
     end
     local policies = {}
     for i = 1, policy_count do
-        policies[i] = parse_policy(args, 8 + (i - 1) * POLICY_WIDTH)
+        policies[i] = parse_policy(args, 9 + (i - 1) * POLICY_WIDTH)
         -- its containers' TTL as the text Redis reads: a number argument of redis.call is
         -- formatted (%.17g) on every call
         policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
@@ -1303,6 +1316,13 @@ local function add_run(call, first, last, fence, totals)
         apply_record(record.timeline, record, totals.ready)
     end
     local dropped, partition_ttl = write_back(call.tag, touched, call)
+    if call.open_nonce ~= nil then
+        for _, timeline in ipairs(touched) do
+            if timeline.became_ready then
+                totals.leading[timeline.timeline] = timeline.policy.ttl
+            end
+        end
+    end
     totals.dropped = totals.dropped + dropped
     if partition_ttl > totals.partition_ttl then
         totals.partition_ttl = partition_ttl
@@ -1724,6 +1744,38 @@ local function apply_control(tag, operation, timeline, id, now)
     return 0, cancel_records(timeline_key(tag, timeline), id)
 end
 
+-- The leading edge (issue 22) ----------------------------------------------------------
+-- An add asked to (an open nonce) opens the digest of every timeline it made READY from
+-- absent, in the same call: the ingest publishes it at once and closes it once the broker
+-- acknowledged it, instead of announcing it for delivery to open. The timeline stays READY
+-- with its digest open until that close, so a crash anywhere between is repaired like a
+-- delivery's: the take-over re-announces the READY timeline and delivery's reopen returns
+-- this very digest. Opened after the whole batch (its controls included), in the order the
+-- timelines became READY: a cancel in the same batch still cancels, and records after the
+-- first one go into the same digest, as with an open right after the add.
+-- Returns the timelines left to announce (READY through a flush) and {timeline, open
+-- reply, ...} of the opened ones; their ids are the nonce and a number (8 hex) each.
+local function open_leading(call, totals)
+    local ready, opened, count = {}, {}, 0
+    for _, timeline in ipairs(totals.ready) do
+        local ttl = totals.leading[timeline]
+        local reply = nil
+        if ttl ~= nil then
+            totals.leading[timeline] = nil -- once, should it be listed twice
+            count = count + 1
+            reply = open_target(call.tag, timeline,
+                call.open_nonce .. string.format('%08x', count), call.now, ttl)
+        end
+        if reply == nil then
+            ready[#ready + 1] = timeline
+        else
+            opened[#opened + 1] = timeline
+            opened[#opened + 1] = reply
+        end
+    end
+    return ready, opened
+end
+
 -- ds_add (the command: after the control operations, which a batch may hold) ----------
 
 -- A batch holding controls, in ONE call (so Redis cannot lose part of it and keep the rest):
@@ -1760,7 +1812,7 @@ end
 
 -- KEYS: fence, waiting, ready.
 -- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
---       topic_id|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
+--       topic_id|"", open_nonce|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
 --       each), records (packed, RECORD_FORMAT each)[, controls (packed, CONTROL_FORMAT
 --       each)].
 -- controls: flush | cancel | cancel_all operations among the records, applied at their
@@ -1773,8 +1825,9 @@ end
 -- topic_id: the id of the topic the records were read from; a fence of another topic
 -- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
 -- is applied and the caller decides (on_state_loss). "" = not known: no check.
+-- open_nonce: open the leading edge's digests in this call (open_leading); "" = announce.
 -- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil,
--- topic id of the fence found|nil, cancelled}.
+-- topic id of the fence found|nil, cancelled, {timeline, open reply, ...} opened}.
 local function add(keys, args)
     local call = parse_add(keys, args)
     local tag = call.tag
@@ -1788,7 +1841,7 @@ local function add(keys, args)
             0}
     end
     local totals = {ready = {}, added = 0, skipped = 0, dropped = 0, cancelled = 0,
-        partition_ttl = call.partition_ttl}
+        partition_ttl = call.partition_ttl, leading = {}}
     local fence
     if call.controls == nil then
         fence = add_run(call, 1, #call.records, fence_before or -1, totals)
@@ -1798,8 +1851,12 @@ local function add(keys, args)
     local fence_after = advance_fence(tag, fence_before, topic_before,
         math.max(fence, call.through_offset or -1), call.topic)
     refresh_partition_ttl(tag, totals.partition_ttl)
-    return {totals.ready, totals.added, totals.skipped, totals.dropped, fence_before or false,
-        fence_after or false, topic_before or false, totals.cancelled}
+    local ready, opened = totals.ready, {}
+    if call.open_nonce ~= nil then
+        ready, opened = open_leading(call, totals)
+    end
+    return {ready, totals.added, totals.skipped, totals.dropped, fence_before or false,
+        fence_after or false, topic_before or false, totals.cancelled, opened}
 end
 
 -- KEYS: fence. Returns {applied offset|nil, topic id|nil}.
