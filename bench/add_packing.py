@@ -23,7 +23,7 @@ import redis
 from bench.common import T0, stack, unique
 from bench.lua_cost import RECORDS, SHAPES
 from digest_stream.store import NewRecord, RedisStore
-from digest_stream.store.replies import Reply
+from digest_stream.store.redis.replies import Reply
 
 
 class Recorder:

@@ -24,8 +24,8 @@ from pydantic_settings import (
 )
 
 from digest_stream.store import calendar
-from digest_stream.store.base import MAX_TTL
 from digest_stream.store.errors import InvalidArgument
+from digest_stream.store.limits import MAX_TTL
 from digest_stream.store.policy import (
     DEFAULT_CAPACITY,
     DEFAULT_TTL,

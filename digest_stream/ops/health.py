@@ -26,10 +26,11 @@ from redis.exceptions import RedisError
 from digest_stream.clock import Clock
 from digest_stream.ops.metrics import Metrics
 from digest_stream.settings import Settings
+from digest_stream.store import library
 from digest_stream.store.base import DigestStore
 from digest_stream.store.errors import REDIS_DOWN, StoreError
-from digest_stream.store.library import library_versions
-from digest_stream.store.redis import LIBRARY_VERSION, RedisStore
+from digest_stream.store.redis import RedisStore
+from digest_stream.store.redis.calls import library_versions
 
 log = logging.getLogger(__name__)
 
@@ -225,11 +226,11 @@ class Health:
                 self._log_once("readiness: Redis refused the version check: %s", exc)
             else:
                 details["library_versions"] = versions
-                wrong = {n: v or "absent" for n, v in versions.items() if v != LIBRARY_VERSION}
+                wrong = {n: v or "absent" for n, v in versions.items() if v != library.VERSION}
                 details["library_ok"] = not wrong
                 if wrong:
                     problems.append(
-                        f"Functions library version mismatch (need {LIBRARY_VERSION}): {wrong}"
+                        f"Functions library version mismatch (need {library.VERSION}): {wrong}"
                     )
         details["status"] = "ready" if not problems else "not ready"
         details["problems"] = problems

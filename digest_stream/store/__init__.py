@@ -27,15 +27,13 @@ from digest_stream.store.errors import (
     LibraryVersionMismatch,
     StoreError,
 )
-from digest_stream.store.model import MemoryStore
+from digest_stream.store.memory import MemoryStore
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
-from digest_stream.store.redis import LIBRARY_NAME, LIBRARY_VERSION, RedisStore
+from digest_stream.store.redis import RedisStore
 
 __all__ = [
     "DEFAULT_SLICE",
     "DIGEST_ID_PATTERN",
-    "LIBRARY_NAME",
-    "LIBRARY_VERSION",
     "AddResult",
     "DigestStore",
     "DigestTarget",

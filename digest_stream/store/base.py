@@ -1,6 +1,7 @@
 """The store contract: value types and the protocol both stores implement.
 
-Its errors are in ``store.errors``, timeline policies in ``store.policy``.
+Its errors are in ``store.errors``, timeline policies in ``store.policy``, the limits it
+shares with the Lua library in ``store.limits``.
 """
 
 from __future__ import annotations
@@ -11,18 +12,11 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from digest_stream.store.errors import InvalidState
-
-#: The longest TTL (seconds, ten years) the store accepts; the Lua guard enforces it too.
-MAX_TTL = 315_360_000
-
-#: flush_at never makes a timeline due sooner than this many seconds after its last delivery:
-#: a burst of events on a timeline with a small ``flush_at`` cannot turn into a digest storm.
-#: (An explicit flush control bypasses it: someone asked for that digest.)
-FLUSH_AT_FLOOR = 1.0
+from digest_stream.store.limits import CAUSES
 
 #: Why a timeline is (or was) due: the ``reason`` of its next digest, as the store knows it.
 #: The delivery role adds RECOVERED (a digest re-announced by maintenance or a take-over).
-REASONS = ("IMMEDIATE", "COOLDOWN", "FLUSH_AT", "SCHEDULE", "FLUSHED")
+REASONS = tuple(CAUSES)
 
 #: Control operations that travel with a timeline's events (``NewRecord.control``).
 FLUSH = "flush"  # deliver what is pending now
@@ -100,8 +94,6 @@ class DueTimeline:
 #: backlog (150,000 READY timelines after a delivery outage) is drained in slices, so no
 #: single call, reply or burst of schedule entries grows with it.
 DEFAULT_SLICE = 1_000
-#: The largest slice a caller may ask for (same bound as MAX_SLICE in digests.lua).
-MAX_SLICE = 100_000
 
 
 class DueBatch(list[DueTimeline]):

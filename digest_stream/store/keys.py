@@ -1,4 +1,4 @@
-"""Redis key names of the store, built in one place (mirrors the helpers in digests.lua).
+"""Redis key names of the store, built in one place (mirrors the helpers in lua/keys.lua).
 
 Every key of input partition ``p`` starts with the hash tag ``{<namespace>:<p>}``,
 so all of them live in one Redis Cluster slot and one function call can touch them.
@@ -15,7 +15,7 @@ NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _WAITING = "w"  # zset: timeline -> due time
 _READY = "r"  # zset: timeline -> time it became ready
 _FENCE = "o"  # string: last applied Kafka offset of the partition
-_TIMELINE = "t"  # record container (inline string or hash, see digests.lua): records + meta
+_TIMELINE = "t"  # record container (inline string or hash: lua/containers.lua): records + meta
 _DIGEST = "d"  # record container of the open digest, same encodings
 _SCRATCH = "s"  # zset that exists only inside one call: Redis sorts large digests in it
 

@@ -1,50 +1,110 @@
-"""The Lua Functions library this code ships: its name, source and version."""
+"""The Lua Functions library this code ships: its name, its version, and its source assembled.
+
+The Lua is kept in parts under ``store/lua/``, one concern each, every part opening with what
+it holds and what it needs from the parts before it (BullMQ keeps its commands the same way).
+``SOURCE`` joins them into ONE library for ONE ``FUNCTION LOAD``: the ``#!lua`` line, the
+constants Python defines (``LUA_CONSTANTS``), then the parts in ``PARTS`` order. Redis runs
+each registered function atomically whatever file its code came from.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
+from collections.abc import Mapping
 from importlib import resources
 
-from redis.exceptions import ResponseError
+from digest_stream.store import limits
+from digest_stream.store.base import CONTROLS
 
-from digest_stream.store import routing
-from digest_stream.store.replies import text
-from digest_stream.store.routing import RedisClient
-
+#: The library's name on the server (``FUNCTION LIST LIBRARYNAME``).
 NAME = "digest_stream"
-#: The Lua source, read once; the version constant inside it is the single source of truth.
-SOURCE = resources.files("digest_stream.store").joinpath("digests.lua").read_text("utf-8")
+#: Version of the library this code expects on the server (``ds_version`` answers it): bump it
+#: with any change of the Lua, so a node running other code is told apart by version first.
+VERSION = "17"
+
+#: The parts of ``store/lua/``, in the order they are joined: each uses only names that the
+#: constants or the parts before it define (a local not yet declared would be read as a global).
+PARTS = (
+    "guards",
+    "keys",
+    "encoding",
+    "helpers",
+    "containers",
+    "controls",
+    "digests",
+    "add",
+    "schedule",
+    "admin",
+    "commands",
+)
+
+#: Written at the top of the library as ``local NAME = value``: the Lua parts define none of
+#: these themselves, so Python's values are the only ones.
+LUA_CONSTANTS: dict[str, object] = {
+    "LIBRARY_VERSION": VERSION,
+    "MAX_NAME_BYTES": limits.MAX_NAME_BYTES,
+    "MAX_OFFSET": limits.MAX_OFFSET,
+    "MAX_TOPIC_ID_BYTES": limits.MAX_TOPIC_ID_BYTES,
+    "MAX_TTL": limits.MAX_TTL,
+    "MAX_SLICE": limits.MAX_SLICE,
+    "FLUSH_AT_FLOOR": limits.FLUSH_AT_FLOOR,
+    "INLINE_MAX_RECORDS": limits.INLINE_MAX_RECORDS,
+    # the letter a meta records, by the reason's name in lower case (CAUSES.flush_at)
+    "CAUSES": {reason.lower(): letter for reason, letter in limits.CAUSES.items()},
+    # the operation of each code of ds_add's packed controls: its position, from 1
+    "CONTROL_CODES": CONTROLS,
+}
+
+_INTRO = """\
+--
+-- digest-stream store: every timeline/schedule state transition, one atomic
+-- function per operation (see docs/store.md for the command table).
+-- Assembled by digest_stream/store/library.py: the constants below come from
+-- Python (store/limits.py), then the parts of store/lua/ in library.PARTS order.
+"""
+
+_PLAIN_TEXT = re.compile(r"^[A-Za-z0-9_.-]*$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def version_of(source: str) -> str:
-    """The LIBRARY_VERSION a library source declares."""
-    found = re.search(r"^local LIBRARY_VERSION = '([^']+)'", source, re.MULTILINE)
-    if found is None:
-        raise RuntimeError("digests.lua declares no LIBRARY_VERSION")
-    return found.group(1)
+def lua_literal(value: object) -> str:
+    """A Lua literal of a number, a plain string, a tuple (an array) or a mapping by name."""
+    if isinstance(value, bool):
+        raise TypeError("no booleans among the library's constants")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)  # repr round-trips a double, and Lua reads it back exactly
+    if isinstance(value, str) and _PLAIN_TEXT.match(value):
+        return f"'{value}'"
+    if isinstance(value, tuple):
+        return "{" + ", ".join(lua_literal(item) for item in value) + "}"
+    if isinstance(value, Mapping) and all(
+        isinstance(key, str) and _IDENTIFIER.match(key) for key in value
+    ):
+        return "{" + ", ".join(f"{key} = {lua_literal(item)}" for key, item in value.items()) + "}"
+    raise TypeError(f"no Lua literal for {value!r}")
 
 
-#: Version of the library this code expects on the server.
-VERSION = version_of(SOURCE)
+def part_source(name: str) -> str:
+    """The text of one part of ``store/lua/``."""
+    folder = resources.files("digest_stream.store").joinpath("lua")
+    return folder.joinpath(f"{name}.lua").read_text("utf-8")
 
 
-def library_versions(client: RedisClient) -> dict[str, str | None]:
-    """The library version on every primary ("redis" for a single node); None: not loaded.
+def assemble(parts: Mapping[str, str]) -> str:
+    """The library: the ``#!lua`` line, the constants, then ``parts`` in ``PARTS`` order."""
+    constants = "".join(
+        f"local {name} = {lua_literal(value)}\n" for name, value in LUA_CONSTANTS.items()
+    )
+    body = "\n".join(parts[name] for name in PARTS)
+    return f"#!lua name={NAME}\n{_INTRO}\n{constants}\n{body}"
 
-    Read-only (FCALL_RO ds_version): the one check behind RedisStore.ensure_library and /readyz.
-    """
-    found: dict[str, str | None] = {}
-    for node in routing.primaries(client):
-        try:
-            found[routing.node_name(node)] = text(
-                routing.on_node(client, node, "FCALL_RO", "ds_version", 0)
-            )
-        except ResponseError as error:
-            if "Function not found" not in str(error):
-                raise
-            found[routing.node_name(node)] = None
-    return found
+
+#: The library's code as loaded on every primary (and compared byte for byte with theirs).
+SOURCE = assemble({name: part_source(name) for name in PARTS})
 
 
 def fingerprint(code: str) -> str:

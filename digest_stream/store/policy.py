@@ -11,8 +11,8 @@ from functools import lru_cache
 from pydantic import BaseModel, ConfigDict, Field
 
 from digest_stream.store import calendar
-from digest_stream.store.base import MAX_TTL
 from digest_stream.store.errors import InvalidArgument
+from digest_stream.store.limits import MAX_TTL
 
 #: Seconds a timeline's keys live without being written or maintained (seven days). It is
 #: leak protection only: maintenance and open refresh it while the service runs, so records

@@ -6,23 +6,18 @@ import math
 import re
 from collections.abc import Sequence
 
-from digest_stream.store.base import (
-    CONTROLS,
-    DIGEST_ID_PATTERN,
-    MAX_SLICE,
-    MAX_TTL,
-    OPEN_NONCE_PATTERN,
-    NewRecord,
-)
+from digest_stream.store.base import CONTROLS, DIGEST_ID_PATTERN, OPEN_NONCE_PATTERN, NewRecord
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.keys import NAMESPACE_PATTERN
+from digest_stream.store.limits import (
+    MAX_NAME_BYTES,
+    MAX_OFFSET,
+    MAX_SLICE,
+    MAX_TOPIC_ID_BYTES,
+    MAX_TTL,
+)
 from digest_stream.store.policy import TimelinePolicy
 
-#: Timeline names and record ids end up in key names and hash fields; anything
-#: longer is almost certainly a producer bug (same limit as MAX_NAME_BYTES in Lua).
-MAX_NAME_BYTES = 1024
-#: Offsets travel to Lua as doubles, exact up to 2**53.
-MAX_OFFSET = 2**53
 #: Partitions are Kafka partition numbers (int32).
 MAX_PARTITION = 2**31 - 1
 
@@ -147,7 +142,7 @@ def records(values: Sequence[NewRecord], through: int | None = None) -> bool:
 
 #: A Kafka topic id is a UUID in base64 (22 characters); the library accepts these
 #: characters only, so an id never holds the "|" that separates it from the offset.
-_TOPIC_ID = re.compile(r"^[A-Za-z0-9+/=_-]{1,64}$")
+_TOPIC_ID = re.compile(rf"^[A-Za-z0-9+/=_-]{{1,{MAX_TOPIC_ID_BYTES}}}$")
 
 
 def topic_id(value: object) -> str | None:
@@ -155,7 +150,9 @@ def topic_id(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not _TOPIC_ID.match(value):
-        raise InvalidArgument(f"topic id must be 1..64 base64 characters, got {value!r}")
+        raise InvalidArgument(
+            f"topic id must be 1..{MAX_TOPIC_ID_BYTES} base64 characters, got {value!r}"
+        )
     return value
 
 

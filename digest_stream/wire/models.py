@@ -34,7 +34,7 @@ MAX_TIMELINE_LENGTH: Final = 1024
 """Longest timeline accepted, in bytes of UTF-8.
 
 A timeline is the Kafka key and part of every Redis key of its state; an unbounded one would let
-one producer bloat every key and message of it. The store's limit (store.validate.MAX_NAME_BYTES)
+one producer bloat every key and message of it. The store's limit (store.limits.MAX_NAME_BYTES)
 is the same number, pinned by tests/unit/wire/test_models.py rather than imported: importing
 anything under digest_stream.store loads redis-py, which the client library (models, codec) does
 not need.

@@ -3,7 +3,8 @@ why it went out now, how many records it stood for, when the next one can come."
 
 from __future__ import annotations
 
-from digest_stream.store.base import FLUSH_AT_FLOOR, OpenDigest
+from digest_stream.store.base import OpenDigest
+from digest_stream.store.limits import FLUSH_AT_FLOOR
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire.models import Digest, DigestReason, Record, ScheduleEntry, ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields

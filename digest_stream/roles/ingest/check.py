@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from digest_stream.store import validate
+from digest_stream.store import limits, validate
 from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, NewRecord
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.wire import codec, control, envelope
@@ -17,7 +17,7 @@ Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | 
 
 # A record id of at most this many characters is within the store's byte limit whatever they
 # are (UTF-8 takes at most 4 bytes per character), so the common id needs no encode to check.
-_SURELY_SHORT_ID = validate.MAX_NAME_BYTES // 4
+_SURELY_SHORT_ID = limits.MAX_NAME_BYTES // 4
 
 
 @dataclass(frozen=True, slots=True)

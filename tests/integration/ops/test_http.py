@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from digest_stream.ops import health
-from digest_stream.store.redis import LIBRARY_VERSION
+from digest_stream.store import library
 from tests.support import free_port, unique, wait_until
 from tests.support.http import get, metric, metric_sum, probe
 from tests.support.pipeline import Pipeline
@@ -25,7 +25,7 @@ def test_scrape_a_running_process_and_watch_values_move(
     wait_until(lambda: probe(f"{base}/readyz")[0] == 200, 60, f"/readyz never 200: {proc.log()}")
     status, ready = probe(f"{base}/readyz")
     assert ready["ingest_partitions"] == [0, 1]
-    assert set(ready["library_versions"].values()) == {LIBRARY_VERSION}
+    assert set(ready["library_versions"].values()) == {library.VERSION}
     assert probe(f"{base}/healthz")[0] == 200
 
     status, body = get(f"{base}/metrics")
@@ -91,7 +91,7 @@ def test_readyz_refuses_a_library_version_mismatch(
     assert app.server is not None
     url = f"http://127.0.0.1:{app.server.port}/readyz"
     wait_until(lambda: probe(url)[0] == 200, 60, "ready")
-    monkeypatch.setattr(health, "LIBRARY_VERSION", "999")
+    monkeypatch.setattr(library, "VERSION", "999")
     monkeypatch.setattr(health, "READY_CACHE_SECONDS", 0.0)
     status, body = probe(url)
     assert status == 503

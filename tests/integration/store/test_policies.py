@@ -9,7 +9,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from digest_stream.store import DigestStore, NewRecord, TimelineInfo, TimelinePolicy
-from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, FLUSH_AT_FLOOR
+from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH
+from digest_stream.store.limits import FLUSH_AT_FLOOR
 from tests.support import new_id
 from tests.support.store import StoreFactory
 

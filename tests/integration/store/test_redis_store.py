@@ -9,15 +9,13 @@ import redis
 from redis.cluster import RedisCluster
 
 from digest_stream.store import (
-    LIBRARY_VERSION,
     InvalidArgument,
     LibraryVersionMismatch,
     NewRecord,
     RedisStore,
     TimelinePolicy,
-    routing,
+    library,
 )
-from digest_stream.store import redis_calls as redis_module
 from digest_stream.store.base import CANCEL_ALL
 from digest_stream.store.keys import (
     digest_key,
@@ -27,6 +25,7 @@ from digest_stream.store.keys import (
     timeline_key,
     waiting_key,
 )
+from digest_stream.store.redis import routing
 from tests.support import new_id
 from tests.support.store import RedisClient, raw
 
@@ -305,7 +304,7 @@ def test_version_mismatch_is_reported(
     make_redis_store: Callable[..., RedisStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_redis_store()  # the real library is loaded
-    monkeypatch.setattr(redis_module, "LIBRARY_VERSION", "0-other")
+    monkeypatch.setattr(library, "VERSION", "0-other")
     with pytest.raises(LibraryVersionMismatch, match=r"is version .* needs version 0-other"):
         make_redis_store(load_library=False)
 
@@ -315,7 +314,7 @@ def test_library_replaced_by_another_tenant_is_refused(
 ) -> None:
     # Any user with FUNCTION LOAD can replace the server-wide library with one whose
     # ds_version answers the expected number; only its code gives it away (issue 12, item 12).
-    tampered = redis_module.LIBRARY_SOURCE + "\n-- not the shipped code\n"
+    tampered = library.SOURCE + "\n-- not the shipped code\n"
     try:
         for node in routing.primaries(client):
             routing.on_node(client, node, "FUNCTION", "LOAD", "REPLACE", tampered)
@@ -330,7 +329,7 @@ def test_library_lost_by_the_server_is_loaded_again(redis_client: redis.Redis) -
     store = RedisStore(redis_client, namespace="reload-check")
     redis_client.execute_command("FUNCTION", "DELETE", "digest_stream")  # a restart, say
     assert store.applied_offset(0) is None  # "Function not found" -> load, retry once
-    assert redis_client.execute_command("FCALL_RO", "ds_version", 0) == LIBRARY_VERSION.encode()
+    assert redis_client.execute_command("FCALL_RO", "ds_version", 0) == library.VERSION.encode()
 
 
 def test_loaded_library_passes_the_check(make_redis_store: Callable[..., RedisStore]) -> None:
@@ -349,7 +348,7 @@ def test_library_is_on_every_primary(redis_store: RedisStore, client: RedisClien
         }
     else:
         versions = {"single": client.execute_command("FCALL_RO", "ds_version", 0)}
-    assert set(versions.values()) == {LIBRARY_VERSION.encode()}
+    assert set(versions.values()) == {library.VERSION.encode()}
 
 
 def test_decoding_client_is_refused(redis_url: str) -> None:

@@ -142,7 +142,7 @@ def policy_args(
 
 
 def packed_timelines(*timelines: tuple[int, str]) -> bytes:
-    """ds_add's packed timelines: (policy index, name) each (TIMELINE_FORMAT in digests.lua)."""
+    """ds_add's packed timelines: (policy index, name) each (TIMELINE_FORMAT in lua/add.lua)."""
     return b"".join(
         struct.pack(">IH", index, len(name.encode())) + name.encode() for index, name in timelines
     )

@@ -8,8 +8,7 @@ import time
 import pytest
 
 from digest_stream.clock import Clock, ManualClock, SystemClock
-from digest_stream.store import LIBRARY_VERSION, keys
-from digest_stream.store.redis import LIBRARY_SOURCE
+from digest_stream.store import keys, library
 
 
 def test_manual_clock_moves_only_when_told() -> None:
@@ -45,5 +44,5 @@ def test_keys_share_the_partition_tag() -> None:
 
 
 def test_library_declares_its_name_and_version() -> None:
-    assert LIBRARY_SOURCE.startswith("#!lua name=digest_stream\n")
-    assert f"local LIBRARY_VERSION = '{LIBRARY_VERSION}'" in LIBRARY_SOURCE
+    assert library.SOURCE.startswith(f"#!lua name={library.NAME}\n")
+    assert f"local LIBRARY_VERSION = '{library.VERSION}'" in library.SOURCE

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from digest_stream.store.validate import MAX_NAME_BYTES
+from digest_stream.store.limits import MAX_NAME_BYTES
 from digest_stream.wire.models import (
     INT_MAX,
     LONG_MAX,

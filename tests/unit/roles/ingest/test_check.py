@@ -6,7 +6,7 @@ import pytest
 
 from digest_stream.roles.ingest.check import TOO_OLD, Rejected, Rules, check
 from digest_stream.store.base import NewRecord
-from digest_stream.store.validate import MAX_NAME_BYTES
+from digest_stream.store.limits import MAX_NAME_BYTES
 from digest_stream.wire import codec, envelope
 from digest_stream.wire.models import Event
 

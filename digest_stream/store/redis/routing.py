@@ -14,7 +14,7 @@ from typing import cast
 from redis import Redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from digest_stream.store.replies import Reply
+from digest_stream.store.redis.replies import Reply
 
 RedisClient = Redis | RedisCluster
 #: One FCALL's keys and arguments.

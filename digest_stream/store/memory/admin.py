@@ -9,7 +9,7 @@ from digest_stream.store.base import (
     TimelineInfo,
     reason_of,
 )
-from digest_stream.store.model_state import MemoryState
+from digest_stream.store.memory.state import MemoryState
 
 
 class MemoryAdmin(MemoryState):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from digest_stream.store import keys, replies, routing, validate
+from digest_stream.store import keys, validate
 from digest_stream.store.base import Fence, PartitionStats, TimelineInfo
-from digest_stream.store.redis_calls import RedisCalls
-from digest_stream.store.replies import integer
+from digest_stream.store.redis import replies, routing
+from digest_stream.store.redis.calls import RedisCalls
+from digest_stream.store.redis.replies import integer
 
 
 class RedisAdmin(RedisCalls):

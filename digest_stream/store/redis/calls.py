@@ -11,25 +11,36 @@ from collections.abc import Sequence
 from redis.cluster import ClusterNode
 from redis.exceptions import ResponseError
 
-from digest_stream.store import keys, library, routing, validate
+from digest_stream.store import keys, library, validate
 from digest_stream.store.errors import InvalidArgument, LibraryVersionMismatch
-from digest_stream.store.library import library_versions
+from digest_stream.store.limits import INLINE_MAX_RECORDS
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
-from digest_stream.store.replies import Reply, map_error
+from digest_stream.store.redis import routing
+from digest_stream.store.redis.replies import Reply, map_error, text
+from digest_stream.store.redis.routing import RedisClient
 
-LIBRARY_NAME = library.NAME
-LIBRARY_SOURCE = library.SOURCE
-#: Version of the library this code expects on the server.
-LIBRARY_VERSION = library.VERSION
-#: The client types RedisStore works over.
-RedisClient = routing.RedisClient
-
-#: Timelines with up to this many records live in one compact string (see digests.lua):
+#: Timelines with up to this many records live in one compact string (see lua/containers.lua):
 #: most timelines hold a handful of records, and one allocation each saves the per-entry
 #: overhead of a hash. Past it (or past 8 KiB) a timeline becomes a hash.
 DEFAULT_INLINE_RECORDS = 16
-#: Same bound as INLINE_MAX_RECORDS in digests.lua.
-MAX_INLINE_RECORDS = 128
+
+
+def library_versions(client: RedisClient) -> dict[str, str | None]:
+    """The library version on every primary ("redis" for a single node); None: not loaded.
+
+    Read-only (FCALL_RO ds_version): the one check behind RedisStore.ensure_library and /readyz.
+    """
+    found: dict[str, str | None] = {}
+    for node in routing.primaries(client):
+        try:
+            found[routing.node_name(node)] = text(
+                routing.on_node(client, node, "FCALL_RO", "ds_version", 0)
+            )
+        except ResponseError as error:
+            if "Function not found" not in str(error):
+                raise
+            found[routing.node_name(node)] = None
+    return found
 
 
 class RedisCalls:
@@ -55,9 +66,9 @@ class RedisCalls:
         self._load_library = load_library
         if isinstance(inline_records, bool) or not isinstance(inline_records, int):
             raise InvalidArgument(f"inline_records must be an int, got {inline_records!r}")
-        if not 0 <= inline_records <= MAX_INLINE_RECORDS:
+        if not 0 <= inline_records <= INLINE_MAX_RECORDS:
             raise InvalidArgument(
-                f"inline_records must be in [0, {MAX_INLINE_RECORDS}], got {inline_records}"
+                f"inline_records must be in [0, {INLINE_MAX_RECORDS}], got {inline_records}"
             )
         self.inline_records = inline_records
         self.ensure_library()
@@ -73,7 +84,7 @@ class RedisCalls:
             # FUNCTION LOAD (the README's ACL) can then start with the default setting.
             stale = [node for node in nodes if not self._current(node, versions)]
             for node in stale:
-                routing.on_node(self.client, node, "FUNCTION", "LOAD", "REPLACE", LIBRARY_SOURCE)
+                routing.on_node(self.client, node, "FUNCTION", "LOAD", "REPLACE", library.SOURCE)
             if stale:
                 versions = library_versions(self.client)
         for node in nodes:
@@ -81,21 +92,21 @@ class RedisCalls:
             found = versions.get(where)
             if found is None:
                 raise LibraryVersionMismatch(
-                    f"Redis Functions library {LIBRARY_NAME!r} is not loaded on {where}; "
-                    f"this code needs version {LIBRARY_VERSION} "
+                    f"Redis Functions library {library.NAME!r} is not loaded on {where}; "
+                    f"this code needs version {library.VERSION} "
                     "(construct RedisStore with load_library=True to load it)"
                 )
-            if found != LIBRARY_VERSION:
+            if found != library.VERSION:
                 raise LibraryVersionMismatch(
-                    f"Redis Functions library {LIBRARY_NAME!r} on {where} is version {found}, "
-                    f"this code needs version {LIBRARY_VERSION} "
+                    f"Redis Functions library {library.NAME!r} on {where} is version {found}, "
+                    f"this code needs version {library.VERSION} "
                     "(construct RedisStore with load_library=True to replace it)"
                 )
             code = self._code(node)
-            if code != LIBRARY_SOURCE:
+            if code != library.SOURCE:
                 seen = "none" if code is None else library.fingerprint(code)
                 raise LibraryVersionMismatch(
-                    f"Redis Functions library {LIBRARY_NAME!r} on {where} says version {found} "
+                    f"Redis Functions library {library.NAME!r} on {where} says version {found} "
                     f"but its code is not this version's (sha256 {seen}, expected "
                     f"{library.FINGERPRINT}): replaced by someone; an administrator must reload it"
                 )
@@ -103,15 +114,15 @@ class RedisCalls:
     def _code(self, node: ClusterNode | None) -> str | None:
         """The code of the library loaded on one primary (None: not loaded)."""
         listed = routing.on_node(
-            self.client, node, "FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_NAME, "WITHCODE"
+            self.client, node, "FUNCTION", "LIST", "LIBRARYNAME", library.NAME, "WITHCODE"
         )
         return library.code_in(listed)
 
     def _current(self, node: ClusterNode | None, versions: dict[str, str | None]) -> bool:
         """This node runs this code's library: same version and the very same code."""
-        if versions.get(routing.node_name(node)) != LIBRARY_VERSION:
+        if versions.get(routing.node_name(node)) != library.VERSION:
             return False
-        return self._code(node) == LIBRARY_SOURCE
+        return self._code(node) == library.SOURCE
 
     def _fcall(
         self,

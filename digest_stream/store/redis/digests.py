@@ -6,13 +6,14 @@ from collections.abc import Sequence
 
 from redis.exceptions import ResponseError
 
-from digest_stream.store import keys, replies, routing, validate
+from digest_stream.store import keys, validate
 from digest_stream.store.base import DigestTarget, OpenDigest
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.policy import TimelinePolicy
-from digest_stream.store.redis_calls import RedisCalls
-from digest_stream.store.replies import Reply, arg, array, integer, map_error
-from digest_stream.store.routing import Call
+from digest_stream.store.redis import replies, routing
+from digest_stream.store.redis.calls import RedisCalls
+from digest_stream.store.redis.replies import Reply, arg, array, integer, map_error
+from digest_stream.store.redis.routing import Call
 
 #: Targets per ds_open_many / ds_close_many call: one partition's share of a delivery batch
 #: in one call, yet a bound on how long one call (with large digests) holds Redis.

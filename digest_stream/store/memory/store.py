@@ -16,7 +16,6 @@ from digest_stream.store.base import (
     CANCEL_ALL,
     DEFAULT_SLICE,
     FLUSH,
-    FLUSH_AT_FLOOR,
     AddResult,
     DigestTarget,
     DueBatch,
@@ -28,8 +27,9 @@ from digest_stream.store.base import (
     reason_of,
 )
 from digest_stream.store.errors import InvalidState
-from digest_stream.store.model_admin import MemoryAdmin
-from digest_stream.store.model_state import (
+from digest_stream.store.limits import FLUSH_AT_FLOOR
+from digest_stream.store.memory.admin import MemoryAdmin
+from digest_stream.store.memory.state import (
     DigestState,
     PartitionState,
     TimelineState,

@@ -23,18 +23,13 @@ from digest_stream.store.base import (
     reason_of,
 )
 from digest_stream.store.errors import InvalidArgument, InvalidState
+from digest_stream.store.limits import CAUSES
 
 #: A reply piece, before it is checked.
 Reply = object
 
-#: The library's cause letters (CAUSES in digests.lua) -> the store's REASONS.
-CAUSES = {
-    "i": "IMMEDIATE",
-    "c": "COOLDOWN",
-    "f": "FLUSH_AT",
-    "s": "SCHEDULE",
-    "x": "FLUSHED",
-}
+#: The reason each cause letter of the library's replies stands for.
+REASON_OF_LETTER = {letter: reason for reason, letter in CAUSES.items()}
 
 
 def cause(value: Reply) -> str | None:
@@ -42,9 +37,9 @@ def cause(value: Reply) -> str | None:
     if value is None:
         return None
     letter = text(value)
-    if letter not in CAUSES:
+    if letter not in REASON_OF_LETTER:
         raise TypeError(f"unexpected cause {letter!r}")
-    return CAUSES[letter]
+    return REASON_OF_LETTER[letter]
 
 
 def text(value: Reply) -> str:

@@ -11,43 +11,22 @@ import math
 import struct
 from collections.abc import Sequence
 
-from digest_stream.store import keys, replies, validate
+from digest_stream.store import keys, validate
 from digest_stream.store.base import (
-    CANCEL,
-    CANCEL_ALL,
+    CONTROLS,
     DEFAULT_SLICE,
-    FLUSH,
     AddResult,
     DueBatch,
     NewRecord,
 )
-from digest_stream.store.redis_admin import RedisAdmin
-from digest_stream.store.redis_calls import (
-    DEFAULT_INLINE_RECORDS,
-    LIBRARY_NAME,
-    LIBRARY_SOURCE,
-    LIBRARY_VERSION,
-    MAX_INLINE_RECORDS,
-    RedisClient,
-)
-from digest_stream.store.redis_digests import MANY_CHUNK, RedisDigests
-from digest_stream.store.replies import arg
-from digest_stream.store.validate import MAX_OFFSET
-
-__all__ = [
-    "DEFAULT_INLINE_RECORDS",
-    "LIBRARY_NAME",
-    "LIBRARY_SOURCE",
-    "LIBRARY_VERSION",
-    "MANY_CHUNK",
-    "MAX_INLINE_RECORDS",
-    "RedisClient",
-    "RedisStore",
-]
-
+from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
+from digest_stream.store.redis import replies
+from digest_stream.store.redis.admin import RedisAdmin
+from digest_stream.store.redis.digests import RedisDigests
+from digest_stream.store.redis.replies import arg
 
 #: Packed forms of ds_add's timelines and records (TIMELINE_FORMAT and RECORD_FORMAT in
-#: digests.lua), written without their variable-length strings, which follow each head.
+#: lua/add.lua), written without their variable-length strings, which follow each head.
 #: One argument per record field cost the client more than the Lua did (bench.lua_cost).
 _TIMELINE_HEAD = struct.Struct(">IH").pack  # policy index, name length; then the name
 _RECORD_HEAD = struct.Struct(">IH").pack  # timeline index, id length; then the id
@@ -56,13 +35,14 @@ _RECORD_TAIL = struct.Struct(">ddI").pack  # timestamp, offset, payload length; 
 #: name length; then the name, the record id's length (_NAME_LENGTH) and the id.
 _CONTROL_HEAD = struct.Struct(">IdBH").pack
 _NAME_LENGTH = struct.Struct(">H").pack
-#: Operation codes of CONTROL_FORMAT (CONTROL_CODES in digests.lua).
-CONTROL_CODES = {FLUSH: 1, CANCEL: 2, CANCEL_ALL: 3}
+#: Operation codes of CONTROL_FORMAT: each control's position in CONTROLS, from 1 (the Lua's
+#: CONTROL_CODES is written from the same tuple).
+CONTROL_CODES = {control: code for code, control in enumerate(CONTROLS, start=1)}
 
 
 def _short_ascii(value: object) -> bool:
     """A name validate.name accepts without encoding it (the common timeline and record id)."""
-    return type(value) is str and value.isascii() and 0 < len(value) <= validate.MAX_NAME_BYTES
+    return type(value) is str and value.isascii() and 0 < len(value) <= MAX_NAME_BYTES
 
 
 class RedisStore(RedisDigests, RedisAdmin):

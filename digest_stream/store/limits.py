@@ -1,0 +1,30 @@
+"""The limits and codes the store's Python side and its Lua library share, defined once.
+
+``store/library.py`` writes each of them as a ``local NAME = value`` line at the top of the
+assembled library, so the Lua guards and the Python checks cannot drift apart.
+"""
+
+from __future__ import annotations
+
+#: Timeline names and record ids end up in key names and hash fields; anything longer is
+#: almost certainly a producer bug.
+MAX_NAME_BYTES = 1024
+#: Offsets travel to Lua as doubles, exact up to 2**53.
+MAX_OFFSET = 2**53
+#: A Kafka topic id is a UUID in base64 (22 characters); room for other spellings.
+MAX_TOPIC_ID_BYTES = 64
+#: The longest TTL (seconds, ten years) the store accepts. Beyond ~1e14 ms Lua would hand
+#: PEXPIRE an exponent-form number ("1e+17"), which Redis refuses; no digest waits that long.
+MAX_TTL = 315_360_000
+#: The most timelines one schedule or maintenance call may move (a caller's largest slice).
+MAX_SLICE = 100_000
+#: flush_at never makes a timeline due sooner than this many seconds after its last delivery:
+#: a burst of events on a timeline with a small ``flush_at`` cannot turn into a digest storm.
+#: (An explicit flush control bypasses it: someone asked for that digest.)
+FLUSH_AT_FLOOR = 1.0
+#: Upper bound of RedisStore's ``inline_records``: keeps the Lua's unpack() well inside its
+#: stack and an inline container's rewrites small.
+INLINE_MAX_RECORDS = 128
+#: Why a timeline is due (the ``reason`` of its next digest, ``base.REASONS``), and the one
+#: letter a timeline's meta in Redis records for it.
+CAUSES = {"IMMEDIATE": "i", "COOLDOWN": "c", "FLUSH_AT": "f", "SCHEDULE": "s", "FLUSHED": "x"}

@@ -1,0 +1,576 @@
+-- add.lua: ds_add, the one command that stores records (and applies a batch's controls).
+-- KEYS and ARGV are listed above `add`, at the end of this part.
+-- Holds: TIMELINE_FORMAT, RECORD_FORMAT, CONTROL_FORMAT, POLICY_WIDTH, new_timeline, the
+--   four steps (parse_add, begin_timelines + apply_record, write_back, advance_fence),
+--   add_run, add_with_controls, parse_open_nonce, open_leading and add.
+-- Needs: CAUSES, CONTROL_CODES, FLUSH_AT_FLOOR, INLINE_MAX_RECORDS, MAX_NAME_BYTES, MAX_OFFSET
+--   (written from Python); guards, keys, encoding, helpers, containers; apply_control
+--   (controls); open_target (digests: the leading edge, open_leading).
+
+-- ds_add takes its timelines and its records each as ONE packed argument (struct formats,
+-- big-endian): one argument per record field cost the client more than the Lua did.
+-- A timeline: policy index (1-based), name length, name.
+local TIMELINE_FORMAT = '>I4Hc0'
+-- A record: timeline index (1-based), id length, id, timestamp, offset (a double: exact
+-- up to MAX_OFFSET), payload length, payload.
+local RECORD_FORMAT = '>I4Hc0ddI4c0'
+-- A control operation of an add call (its optional last argument): how many of the call's
+-- records come before it, its offset, its operation (CONTROL_CODES), timeline name length,
+-- name, record id length, id.
+local CONTROL_FORMAT = '>I4dBHc0Hc0'
+
+-- Fields of one distinct policy of an add call: minimum, increment, maximum, ttl,
+-- capacity, flush_at (0 = off), next_fire ("" = no calendar schedule).
+local POLICY_WIDTH = 7
+
+-- A timeline of an add call: its own state and its (shared) policy, not a copy of the
+-- policy's values (at one record per timeline, every per-timeline field is per-record
+-- work). The state fields add and begin_timelines set are made here, so the table is
+-- allocated at its final size once.
+local function new_timeline(policy, timeline, key)
+    return {
+        timeline = timeline, key = key, policy = policy, ready = false, due_changed = false,
+        became_ready = false, head = false, batch = false, touched = false,
+    }
+end
+
+-- ds_add, in four steps: parse_add checks the whole call, begin_timelines reads the
+-- state of every timeline the batch touches and apply_record runs the state machine
+-- record by record (in memory), write_back stores each touched timeline once, and
+-- advance_fence moves the fence.
+
+-- Runs `decode` (which walks a packed argument with struct.unpack); a packed argument
+-- that ends early or holds too little is refused as one, the guards' own errors pass.
+local function unpacked(decode, what)
+    local ok, err = pcall(decode)
+    if not ok then
+        -- pcall hands a guard's error({err = ...}) back as its "ERR ..." string; a struct
+        -- error is a plain message ("<script>: bad argument ...")
+        if type(err) == 'table' then
+            error(err)
+        elseif type(err) == 'string' and string.sub(err, 1, 4) == 'ERR ' then
+            error({err = err})
+        end
+        invalid_argument('malformed ' .. what)
+    end
+end
+
+-- The timelines of an add call (one packed argument): each with its policy (parsed once
+-- per distinct policy) and key.
+local function parse_timelines(packed, tag, policies)
+    local timelines, seen = {}, {}
+    unpacked(function()
+        local position, size = 1, #packed
+        while position <= size do
+            local index, name
+            index, name, position = struct.unpack(TIMELINE_FORMAT, packed, position)
+            local policy = policies[index]
+            if policy == nil then
+                parse_integer(index, 'policy index', 1, #policies)
+            end
+            parse_name(name, 'timeline')
+            if seen[name] then
+                invalid_argument('timeline listed twice: ' .. name)
+            end
+            seen[name] = true
+            local timeline = new_timeline(policy, name, timeline_key(tag, name))
+            timelines[#timelines + 1] = timeline
+        end
+    end, 'timelines')
+    return timelines
+end
+
+-- The records of an add call (one packed argument), each pointing at its timeline.
+-- Per record, the checks run inline and the parse_* helpers only raise the error:
+-- this loop is the one part of the library that runs once per record.
+local function parse_records(packed, timelines, through_offset)
+    local records = {}
+    unpacked(function()
+        local position, size = 1, #packed
+        while position <= size do
+            local index, id, timestamp, offset, payload
+            index, id, timestamp, offset, payload, position =
+                struct.unpack(RECORD_FORMAT, packed, position)
+            -- a table lookup: nil unless an integer in 1..#timelines
+            local timeline = timelines[index]
+            if timeline == nil then
+                parse_integer(index, 'timeline index', 1, #timelines)
+            end
+            if #id == 0 or #id > MAX_NAME_BYTES then
+                parse_name(id, 'record id')
+            end
+            if not (timestamp >= 0 and timestamp < math.huge) then
+                parse_time(timestamp, 'record timestamp')
+            end
+            if not (offset >= 0 and offset <= MAX_OFFSET) or offset ~= math.floor(offset) then
+                parse_integer(offset, 'offset', 0, MAX_OFFSET)
+            end
+            if through_offset ~= nil and offset > through_offset then
+                invalid_argument('record offset ' .. format_integer(offset)
+                    .. ' is past through_offset ' .. format_integer(through_offset))
+            end
+            records[#records + 1] = {
+                timeline = timeline,
+                id = id,
+                timestamp = timestamp,
+                offset = offset,
+                payload = payload,
+            }
+        end
+    end, 'records')
+    return records
+end
+
+-- The control operations of an add call (one packed argument, in order): each with the
+-- number of records before it, so the call applies both in their offset order.
+local function parse_controls(packed, record_count, through_offset)
+    local controls, previous = {}, 0
+    unpacked(function()
+        local position, size = 1, #packed
+        while position <= size do
+            local before, offset, code, timeline, id
+            before, offset, code, timeline, id, position =
+                struct.unpack(CONTROL_FORMAT, packed, position)
+            parse_integer(before, 'records before a control', previous, record_count)
+            previous = before
+            parse_integer(offset, 'offset', 0, through_offset or MAX_OFFSET)
+            local operation = CONTROL_CODES[code]
+            if operation == nil then
+                invalid_argument('unknown control operation code: ' .. tostring(code))
+            end
+            parse_name(timeline, 'timeline')
+            controls[#controls + 1] = {
+                before = before, offset = offset, operation = operation, timeline = timeline,
+                id = operation == 'cancel' and parse_name(id, 'record id') or nil,
+            }
+        end
+    end, 'controls')
+    return controls
+end
+
+-- The leading edge's nonce ("" = not asked): 24 lowercase hex characters, to which the
+-- add appends each opened digest's number (8 hex) to make its 32-character id.
+local function parse_open_nonce(value)
+    if value == nil or value == '' then
+        return nil
+    end
+    if #value ~= 24 or not string.match(value, '^[0-9a-f]+$') then
+        invalid_argument('open nonce must be 24 lowercase hex characters')
+    end
+    return value
+end
+
+-- Step 1: the whole call, checked before the first write: a refused batch must leave
+-- no trace (Redis functions are not rolled back on error).
+local function parse_add(keys, args)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, fence_key(tag))
+    expect_key(keys, 2, waiting_key(tag))
+    expect_key(keys, 3, ready_key(tag))
+    local call = {
+        tag = tag,
+        now = parse_time(args[1], 'now'),
+        partition_ttl = parse_ttl(args[2]),
+        inline_records = parse_integer(args[3], 'inline record limit', 0, INLINE_MAX_RECORDS),
+    }
+    if args[4] ~= '' then
+        call.expected_fence = parse_integer(args[4], 'expected fence', 0, MAX_OFFSET)
+    end
+    if args[5] ~= '' then
+        call.through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
+    end
+    call.topic = parse_topic_id(args[6])
+    call.open_nonce = parse_open_nonce(args[7])
+    local policy_count = parse_integer(args[8], 'policy count', 0, #args)
+    local packed = 9 + policy_count * POLICY_WIDTH -- the packed timelines; then the records
+    -- the controls argument, when sent, holds at least one (a plain add sends none)
+    if #args ~= packed + 1 and (#args ~= packed + 2 or args[packed + 2] == '') then
+        invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
+            .. ' packed timelines, the packed records and (optional) the packed controls')
+    end
+    local policies = {}
+    for i = 1, policy_count do
+        policies[i] = parse_policy(args, 9 + (i - 1) * POLICY_WIDTH)
+        -- its containers' TTL as the text Redis reads: a number argument of redis.call is
+        -- formatted (%.17g) on every call
+        policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
+    end
+    local timelines = parse_timelines(args[packed], tag, policies)
+    call.records = parse_records(args[packed + 1], timelines, call.through_offset)
+    if args[packed + 2] ~= nil then
+        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset)
+    end
+    return call
+end
+
+-- Replies of a command that answers one value per item (ZMSCORE, MGET), the items
+-- UNPACK_CHUNK at a time after `key` (nil: no key before them), in one list.
+local function call_listed(command, key, items)
+    local replies = {}
+    for first = 1, #items, UNPACK_CHUNK do
+        local last = math.min(first + UNPACK_CHUNK - 1, #items)
+        local reply
+        if key == nil then
+            reply = redis.call(command, unpack(items, first, last))
+        else
+            reply = redis.call(command, key, unpack(items, first, last))
+        end
+        for i = 1, #reply do
+            replies[#replies + 1] = reply[i]
+        end
+    end
+    return replies
+end
+
+-- Step 2a, for the timelines the batch touches: each one's state (READY, WAITING with a
+-- due time, or absent) and its container's head, read once for the whole batch. Nothing
+-- is written before write_back, so the reads are made together, one command per kind of
+-- read for all the timelines (ZMSCORE, MGET) instead of several per timeline: with one
+-- record per timeline, those calls were most of the Lua's time.
+local function begin_timelines(tag, touched)
+    if #touched == 0 then
+        return
+    end
+    local names, keys = {}, {}
+    for i, timeline in ipairs(touched) do
+        names[i] = timeline.timeline
+        keys[i] = timeline.key
+    end
+    local ready = call_listed('ZMSCORE', ready_key(tag), names)
+    local waiting, waiting_names = {}, {}
+    for i, timeline in ipairs(touched) do
+        timeline.ready = ready[i] ~= false
+        if not timeline.ready then
+            -- a READY timeline ignores its due time: only the others are looked up
+            waiting[#waiting + 1] = timeline
+            waiting_names[#waiting_names + 1] = timeline.timeline
+        end
+    end
+    local due = call_listed('ZMSCORE', waiting_key(tag), waiting_names)
+    for i, timeline in ipairs(waiting) do
+        timeline.due = due[i] ~= false and tonumber(due[i]) or nil
+    end
+    -- the one read of each container this batch (write_back writes from it): MGET answers
+    -- an inline container with its bytes and a missing key or a hash with nil; when EXISTS
+    -- finds any of the nil ones, each of those is read as read_head does
+    local blobs, unknown, unknown_keys = call_listed('MGET', nil, keys), {}, {}
+    for i, timeline in ipairs(touched) do
+        if blobs[i] ~= false then
+            local head = {kind = 'inline', blob = blobs[i]}
+            head.meta, head.start = inline_head(head.blob)
+            timeline.head = head
+        else
+            timeline.head = {kind = 'none'}
+            unknown[#unknown + 1] = timeline
+            unknown_keys[#unknown_keys + 1] = timeline.key
+        end
+    end
+    if #unknown_keys > 0 and call_chunked('EXISTS', nil, unknown_keys) > 0 then
+        for _, timeline in ipairs(unknown) do
+            timeline.head = read_head(timeline.key)
+        end
+    end
+    for _, timeline in ipairs(touched) do
+        timeline.batch = {}
+        if timeline.head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
+            -- Scheduled, yet no records: either they are in its open digest (these records
+            -- wait behind it), or they expired (or were evicted) with any digest. Marked
+            -- either way, so the next digest reports a loss instead of hiding it.
+            local open_digest = redis.call('EXISTS', digest_key(tag, timeline.timeline)) == 1
+            timeline.head.meta = format_timeline_meta({
+                written = 0, dropped = 0, expired = not open_digest, behind_open = open_digest,
+            })
+        end
+        if timeline.due ~= nil and not timeline.ready then
+            -- kept on the head: store_batch reads the same meta (nothing rewrites head.meta
+            -- of a timeline with a due time before then), so it is parsed once
+            timeline.head.parsed = parse_timeline_meta(timeline.head.meta)
+            timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
+                timeline.head.parsed)
+        end
+    end
+end
+
+-- A record of a timeline on a calendar schedule: no leading edge, and a due time the
+-- records do not move. The first one (absent -> WAITING) waits for the next fire.
+local function schedule_record(timeline)
+    if timeline.due ~= nil then
+        return
+    end
+    timeline.due = timeline.policy.next_fire
+    timeline.due_changed = true
+    if timeline.head.kind == 'none' then
+        -- the container is new: its first write carries the cause
+        timeline.head.meta = format_timeline_meta({written = 0, dropped = 0,
+            cause = CAUSES.schedule})
+    else
+        timeline.mark = CAUSES.schedule -- written after the records (write_back)
+    end
+end
+
+-- After a timeline's records are written: a WAITING timeline holding flush_at records is
+-- due now (never sooner than FLUSH_AT_FLOOR after its last delivery).
+local function apply_flush_at(timeline, now, written)
+    if timeline.policy.flush_at == 0 or timeline.ready or timeline.due == nil
+            or written < timeline.policy.flush_at then
+        return
+    end
+    local due = now
+    if timeline.last_delivery ~= nil then
+        due = math.max(now, timeline.last_delivery + FLUSH_AT_FLOOR)
+    end
+    if due < timeline.due then
+        timeline.due = due
+        timeline.due_changed = true
+        -- increments keep pushing a full timeline's due time out and flush_at pulls it back:
+        -- the cause is rewritten only when it changes
+        if parse_timeline_meta(timeline.head.meta).cause ~= CAUSES.flush_at then
+            timeline.mark = CAUSES.flush_at
+        end
+    end
+end
+
+-- Step 2b, the state machine, one record at a time (as if added one by one):
+--   READY   -> READY    delivery is already on its way
+--   WAITING -> WAITING  due = min(due + increment, last_delivery + maximum),
+--                       or min(due, timestamp) with no last delivery known
+--   absent  -> READY    listed in `ready` (immediately ready)
+local function apply_record(timeline, record, ready)
+    local batch = timeline.batch
+    batch[#batch + 1] = record
+    if timeline.ready then
+        return
+    end
+    if timeline.policy.next_fire ~= nil then
+        schedule_record(timeline)
+        return
+    end
+    if timeline.due == nil then
+        timeline.ready = true
+        timeline.became_ready = true
+        ready[#ready + 1] = timeline.timeline
+        return
+    end
+    local due
+    if timeline.last_delivery ~= nil then
+        local policy = timeline.policy
+        due = math.min(timeline.due + policy.increment, timeline.last_delivery + policy.maximum)
+    else
+        due = math.min(timeline.due, record.timestamp)
+    end
+    if due ~= timeline.due then
+        timeline.due = due
+        timeline.due_changed = true
+    end
+end
+
+-- Step 3: each touched timeline written once: its records (trimmed to capacity once,
+-- after all of them), then its schedule entry. Returns the records dropped and the
+-- longest ttl among the timelines (for the partition-level keys).
+local function write_back(tag, touched, call)
+    local dropped, partition_ttl = 0, call.partition_ttl
+    -- nothing below reads the schedule: its entries are written together at the end, one
+    -- ZADD per set instead of one per timeline
+    local now, became_ready, due_changed = format_float(call.now), {}, {}
+    for _, timeline in ipairs(touched) do
+        local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
+            timeline.policy.capacity, call.inline_records, timeline.policy.ttl_ms_text)
+        dropped = dropped + lost
+        apply_flush_at(timeline, call.now, written)
+        if timeline.mark ~= nil then
+            mark_cause(timeline.key, timeline.mark)
+        end
+        if timeline.became_ready then
+            became_ready[#became_ready + 1] = now
+            became_ready[#became_ready + 1] = timeline.timeline
+        elseif timeline.due_changed then
+            due_changed[#due_changed + 1] = format_float(timeline.due)
+            due_changed[#due_changed + 1] = timeline.timeline
+        end
+        if timeline.policy.ttl > partition_ttl then
+            partition_ttl = timeline.policy.ttl
+        end
+    end
+    call_chunked('ZADD', ready_key(tag), became_ready)
+    call_chunked('ZADD', waiting_key(tag), due_changed)
+    return dropped, partition_ttl
+end
+
+-- Step 4: the fence only moves forward, and takes the caller's topic id when it had none
+-- (a fence written before topic ids, or reset). Returns the fence after the call.
+local function advance_fence(tag, fence_before, topic_before, fence, topic)
+    local moved = fence > -1 and (fence_before == nil or fence > fence_before)
+    local adopted = topic ~= nil and topic_before == nil and fence_before ~= nil
+    if moved or adopted then
+        write_fence(tag, moved and fence or fence_before, topic or topic_before)
+    end
+    return moved and fence or fence_before
+end
+
+-- Steps 2 and 3 over call.records[first..last] (no control among them): those at or below
+-- `fence` are skipped. Counts into `totals` and lists what became READY in totals.ready;
+-- returns the fence after them.
+local function add_run(call, first, last, fence, totals)
+    local records, applied, touched = call.records, {}, {}
+    for i = first, last do
+        local record = records[i]
+        if record.offset <= fence then
+            totals.skipped = totals.skipped + 1 -- a replay: at or below the fence
+        else
+            fence = record.offset
+            applied[#applied + 1] = record
+            local timeline = record.timeline
+            if not timeline.touched then
+                timeline.touched = true
+                touched[#touched + 1] = timeline
+            end
+        end
+    end
+    totals.added = totals.added + #applied
+    begin_timelines(call.tag, touched)
+    for _, record in ipairs(applied) do
+        apply_record(record.timeline, record, totals.ready)
+    end
+    local dropped, partition_ttl = write_back(call.tag, touched, call)
+    if call.open_nonce ~= nil then
+        for _, timeline in ipairs(touched) do
+            if timeline.became_ready then
+                totals.leading[timeline.timeline] = timeline.policy.ttl
+            end
+        end
+    end
+    totals.dropped = totals.dropped + dropped
+    if partition_ttl > totals.partition_ttl then
+        totals.partition_ttl = partition_ttl
+    end
+    return fence
+end
+
+-- Records of records[first..last] point at a timeline state of their own: a run after a
+-- control reads its timelines again (the control changed them in Redis).
+local function fresh_timelines(records, first, last)
+    local fresh = {}
+    for i = first, last do
+        local record = records[i]
+        local timeline = fresh[record.timeline]
+        if timeline == nil then
+            local old = record.timeline
+            timeline = new_timeline(old.policy, old.timeline, old.key)
+            fresh[old] = timeline
+        end
+        record.timeline = timeline
+    end
+end
+
+-- A batch holding controls, in ONE call (so Redis cannot lose part of it and keep the rest):
+-- each run of records as a plain add does it, each control with apply_control, in offset
+-- order, each fenced the same way. Returns the fence after the last.
+local function add_with_controls(call, fence, totals)
+    local records, done = call.records, 0
+    for _, control in ipairs(call.controls) do
+        if control.before > done then
+            if done > 0 then
+                fresh_timelines(records, done + 1, control.before)
+            end
+            fence = add_run(call, done + 1, control.before, fence, totals)
+            done = control.before
+        end
+        if control.offset > fence then
+            fence = control.offset
+            local became_ready, cancelled = apply_control(call.tag, control.operation,
+                control.timeline, control.id, call.now)
+            if became_ready == 1 then
+                totals.ready[#totals.ready + 1] = control.timeline
+            end
+            totals.cancelled = totals.cancelled + cancelled
+        end
+    end
+    if #records > done then
+        if done > 0 then
+            fresh_timelines(records, done + 1, #records)
+        end
+        fence = add_run(call, done + 1, #records, fence, totals)
+    end
+    return fence
+end
+
+
+-- The leading edge (issue 22): an add asked to (an open nonce) opens the digest of every
+-- timeline it made READY from absent, in the same call: the ingest publishes it at once and
+-- closes it once the broker acknowledged it, instead of announcing it for delivery to open.
+-- The timeline stays READY with its digest open until that close, so a crash anywhere
+-- between is repaired as a delivery's is: the take-over re-announces the READY timeline and
+-- delivery's reopen returns this very digest. Opened after the whole batch (its controls
+-- included), in the order the timelines became READY: a cancel in the same batch still
+-- cancels, and later records of the batch go into the same digest, as with an open right
+-- after the add. Returns the timelines left to announce (READY through a flush) and
+-- {timeline, open reply, ...} of the opened ones: ids are the nonce and a number (8 hex).
+local function open_leading(call, totals)
+    local ready, opened, count = {}, {}, 0
+    for _, timeline in ipairs(totals.ready) do
+        local ttl = totals.leading[timeline]
+        local reply = nil
+        if ttl ~= nil then
+            totals.leading[timeline] = nil -- once, should it be listed twice
+            count = count + 1
+            reply = open_target(call.tag, timeline,
+                call.open_nonce .. string.format('%08x', count), call.now, ttl)
+        end
+        if reply == nil then
+            ready[#ready + 1] = timeline
+        else
+            opened[#opened + 1] = timeline
+            opened[#opened + 1] = reply
+        end
+    end
+    return ready, opened
+end
+
+-- KEYS: fence, waiting, ready.
+-- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
+--       topic_id|"", open_nonce|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
+--       each), records (packed, RECORD_FORMAT each)[, controls (packed, CONTROL_FORMAT
+--       each)].
+-- controls: flush | cancel | cancel_all operations among the records, applied at their
+-- place (the records before each one first), fenced like records; they count in neither
+-- added nor skipped. A batch with controls is one call like any other: all or nothing.
+-- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
+-- Redis lost writes: nothing is applied and the caller replays from the fence found.
+-- through_offset: the batch's last offset; the fence advances to it even for input
+-- the caller never handed over (dead letters).
+-- topic_id: the id of the topic the records were read from; a fence of another topic
+-- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
+-- is applied and the caller decides (on_state_loss). "" = not known: no check.
+-- open_nonce: open the leading edge's digests in this call (open_leading); "" = announce.
+-- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil,
+-- topic id of the fence found|nil, cancelled, {timeline, open reply, ...} opened}.
+local function add(keys, args)
+    local call = parse_add(keys, args)
+    local tag = call.tag
+    local fence_before, topic_before = read_fence(tag)
+    if call.topic ~= nil and topic_before ~= nil and topic_before ~= call.topic then
+        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before, 0}
+    end
+    if call.expected_fence ~= nil
+            and (fence_before == nil or fence_before < call.expected_fence) then
+        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before or false,
+            0}
+    end
+    local totals = {ready = {}, added = 0, skipped = 0, dropped = 0, cancelled = 0,
+        partition_ttl = call.partition_ttl, leading = {}}
+    local fence
+    if call.controls == nil then
+        fence = add_run(call, 1, #call.records, fence_before or -1, totals)
+    else
+        fence = add_with_controls(call, fence_before or -1, totals)
+    end
+    local fence_after = advance_fence(tag, fence_before, topic_before,
+        math.max(fence, call.through_offset or -1), call.topic)
+    refresh_partition_ttl(tag, totals.partition_ttl)
+    local ready, opened = totals.ready, {}
+    if call.open_nonce ~= nil then
+        ready, opened = open_leading(call, totals)
+    end
+    return {ready, totals.added, totals.skipped, totals.dropped, fence_before or false,
+        fence_after or false, topic_before or false, totals.cancelled, opened}
+end

@@ -1,0 +1,234 @@
+-- digests.lua: opening and closing digests: ds_open, ds_close and their many-target forms.
+-- Holds: timeline_keys (also used by admin), digest_reply, open_target, open, OPEN_WIDTH,
+--   CLOSE_WIDTH, many_targets, open_many, close_target, parse_next_fire, close, close_many.
+-- Needs: CAUSES, FLUSH_AT_FLOOR, MAX_OFFSET (written from Python); guards, keys, encoding,
+--   containers; call_chunked, refresh_partition_ttl, sort_records (helpers).
+
+local function timeline_keys(keys, args)
+    local tag = tag_of(keys[1])
+    local timeline = parse_name(args[1], 'timeline')
+    expect_key(keys, 1, timeline_key(tag, timeline))
+    expect_key(keys, 2, digest_key(tag, timeline))
+    expect_key(keys, 3, waiting_key(tag))
+    expect_key(keys, 4, ready_key(tag))
+    return tag, timeline
+end
+
+local function digest_reply(tag, meta, records)
+    local flat = {}
+    for _, record in ipairs(sort_records(tag, records, true)) do
+        table.insert(flat, record.id)
+        table.insert(flat, format_float(record.timestamp))
+        table.insert(flat, record.payload)
+    end
+    return {meta.id, format_float(meta.opened_at), meta.dropped, flat, meta.expired and 1 or 0,
+        meta.cause or (meta.last_delivery ~= nil and CAUSES.cooldown or CAUSES.immediate)}
+end
+
+-- Opens (or reopens) one READY timeline's digest; nil when the timeline is not READY (nothing
+-- written). Returns {id, opened_at, dropped, {id, timestamp, payload, ...} newest first,
+-- expired, cause}: expired is 1 when the timeline was scheduled but its earlier records had
+-- expired; cause is the letter saying why the timeline was due.
+local function open_target(tag, timeline, digest_id, now, ttl)
+    if redis.call('ZSCORE', ready_key(tag), timeline) == false then
+        return nil
+    end
+    local digest = digest_key(tag, timeline)
+    local existing = parse_digest_meta(read_meta(digest))
+    if existing ~= nil then
+        -- Reopen: the very same digest, whatever was added since stays pending. Its
+        -- TTL restarts: a digest nobody manages to close must not expire meanwhile.
+        redis.call('PEXPIRE', digest, ttl_ms(ttl))
+        return digest_reply(tag, existing, read_container(digest).records)
+    end
+
+    local source = timeline_key(tag, timeline)
+    local expired = false
+    if redis.call('EXISTS', source) == 1 then
+        redis.call('RENAME', source, digest)
+    else
+        -- READY with neither records nor a digest: its data expired (or was evicted).
+        expired = true
+        redis.call('DEL', digest) -- a meta-less leftover, if any
+    end
+    local container = read_container(digest)
+    local meta = parse_timeline_meta(container.meta)
+    local present = #container.records + container.damaged_count
+    -- Records the timeline should hold but does not: evicted or removed payloads.
+    local missing = math.max(0, meta.written - present) + container.damaged_count
+    local digest_meta = {
+        id = digest_id,
+        opened_at = now,
+        dropped = meta.dropped + missing,
+        records = #container.records,
+        last_delivery = meta.last_delivery,
+        -- records that waited behind a digest that is gone: it expired with its records
+        expired = expired or meta.expired or meta.behind_open,
+        -- why it is due; before causes were recorded: immediate unless delivered before
+        cause = meta.cause or (meta.last_delivery ~= nil and CAUSES.cooldown or CAUSES.immediate),
+    }
+    if container.kind == 'hash' then
+        call_chunked('HDEL', digest, container.damaged)
+        redis.call('HSET', digest, META, format_digest_meta(digest_meta))
+    else
+        redis.call('SET', digest, encode_inline(format_digest_meta(digest_meta), container.records))
+    end
+    redis.call('PEXPIRE', digest, ttl_ms(ttl))
+    return digest_reply(tag, digest_meta, container.records)
+end
+
+-- KEYS: timeline, digest, waiting, ready. ARGV: timeline, digest_id, now, ttl.
+-- Returns open_target's reply; a timeline that is not READY is refused (invalid_state).
+local function open(keys, args)
+    local tag, timeline = timeline_keys(keys, args)
+    local digest_id = parse_digest_id(args[2])
+    local now = parse_time(args[3], 'now')
+    local ttl = parse_ttl(args[4])
+    local reply = open_target(tag, timeline, digest_id, now, ttl)
+    if reply == nil then
+        invalid_state('timeline is not ready: ' .. timeline)
+    end
+    return reply
+end
+
+-- Fields of one target of ds_open_many: timeline, digest_id, ttl.
+local OPEN_WIDTH = 3
+-- Fields of one target of ds_close_many: timeline, digest_id, minimum, ttl, next_fire|"",
+-- flush_at (0 = off).
+local CLOSE_WIDTH = 6
+
+-- The tag of a call on several timelines of one partition (KEYS: waiting, ready), and its
+-- targets: ARGV from `first` on, `width` fields each, checked before anything is written.
+local function many_targets(keys, args, first, width)
+    local tag = tag_of(keys[1])
+    expect_key(keys, 1, waiting_key(tag))
+    expect_key(keys, 2, ready_key(tag))
+    if (#args - first + 1) % width ~= 0 then
+        invalid_argument('expects ' .. width .. ' fields per target')
+    end
+    return tag
+end
+
+-- KEYS: waiting, ready. ARGV: now, N x (timeline, digest_id, ttl).
+-- ds_open for each target in order (a repeated timeline reopens), in one call. Returns one
+-- reply per target: open_target's, or 0 for a timeline that is not READY (not an error: the
+-- other targets are still opened).
+local function open_many(keys, args)
+    local tag = many_targets(keys, args, 2, OPEN_WIDTH)
+    local now = parse_time(args[1], 'now')
+    local targets = {}
+    for base = 2, #args, OPEN_WIDTH do
+        targets[#targets + 1] = {
+            parse_name(args[base], 'timeline'), parse_digest_id(args[base + 1]),
+            parse_ttl(args[base + 2]),
+        }
+    end
+    local replies = {}
+    for i, target in ipairs(targets) do
+        replies[i] = open_target(tag, target[1], target[2], now, target[3]) or 0
+    end
+    return replies
+end
+
+-- Closes one digest. Returns 1 when that digest was closed, 0 for an unknown or already closed
+-- id, and whether the partition keys' TTL needs a refresh (the timeline waits again).
+local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire, flush_at)
+    local digest = digest_key(tag, timeline)
+    local meta = parse_digest_meta(read_meta(digest))
+    if meta == nil or meta.id ~= digest_id then
+        return 0, false
+    end
+    redis.call('DEL', digest)
+    local source = timeline_key(tag, timeline)
+    local head = read_head(source)
+    if meta.records == 0 and holds_no_records(source, head) then
+        -- An empty digest ends the cool-down: retire, the next event is immediate.
+        redis.call('DEL', source)
+        redis.call('ZREM', ready_key(tag), timeline)
+        redis.call('ZREM', waiting_key(tag), timeline)
+        return 1, false
+    end
+    local timeline_meta = parse_timeline_meta(head.meta)
+    timeline_meta.last_delivery = now
+    timeline_meta.behind_open = false -- that digest is closed: nothing waits behind it
+    local due, soon = now + minimum, nil
+    if next_fire ~= nil then
+        due = next_fire
+    end
+    -- A flush that came while the digest was open (flush_timeline), or flush_at records that
+    -- did (add leaves a READY timeline alone): due right after the floor, not a cool-down later.
+    if timeline_meta.cause == CAUSES.flushed then
+        soon = CAUSES.flushed
+    elseif flush_at > 0 and timeline_meta.written >= flush_at then
+        soon = CAUSES.flush_at
+    end
+    if soon ~= nil and now + FLUSH_AT_FLOOR < due then
+        due, timeline_meta.cause = now + FLUSH_AT_FLOOR, soon
+    else
+        timeline_meta.cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
+    end
+    write_meta(source, head, format_timeline_meta(timeline_meta))
+    redis.call('PEXPIRE', source, ttl_ms(ttl))
+    redis.call('ZREM', ready_key(tag), timeline)
+    redis.call('ZADD', waiting_key(tag), format_float(due), timeline)
+    return 1, true
+end
+
+local function parse_next_fire(value)
+    if value ~= nil and value ~= '' then
+        return parse_time(value, 'next fire')
+    end
+    return nil
+end
+
+-- KEYS: timeline, digest, waiting, ready.
+-- ARGV: timeline, digest_id, now, minimum_delay, ttl, partition_ttl, next_fire|"", flush_at.
+-- next_fire: the calendar schedule's next fire time; the timeline waits for it instead of
+-- a cool-down. flush_at: 0 = off. Returns 1 when that digest was closed, 0 for an unknown or
+-- already closed id.
+local function close(keys, args)
+    local tag, timeline = timeline_keys(keys, args)
+    local digest_id = parse_digest_id(args[2])
+    local now = parse_time(args[3], 'now')
+    local minimum = parse_time(args[4], 'minimum_delay')
+    local ttl = parse_ttl(args[5])
+    local partition_ttl = parse_ttl(args[6])
+    local next_fire = parse_next_fire(args[7])
+    local closed, waits = close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire,
+        parse_integer(args[8], 'flush_at', 0, MAX_OFFSET))
+    if waits then
+        refresh_partition_ttl(tag, math.max(ttl, partition_ttl))
+    end
+    return closed
+end
+
+-- KEYS: waiting, ready. ARGV: now, partition_ttl, N x (timeline, digest_id, minimum_delay,
+-- ttl, next_fire|"", flush_at). ds_close for each target in order, in one call; the partition
+-- keys' TTL is refreshed once, to the longest that any close asked for. Returns 1/0 per target.
+local function close_many(keys, args)
+    local tag = many_targets(keys, args, 3, CLOSE_WIDTH)
+    local now = parse_time(args[1], 'now')
+    local partition_ttl = parse_ttl(args[2])
+    local targets = {}
+    for base = 3, #args, CLOSE_WIDTH do
+        targets[#targets + 1] = {
+            parse_name(args[base], 'timeline'), parse_digest_id(args[base + 1]),
+            parse_time(args[base + 2], 'minimum_delay'), parse_ttl(args[base + 3]),
+            parse_next_fire(args[base + 4]),
+            parse_integer(args[base + 5], 'flush_at', 0, MAX_OFFSET),
+        }
+    end
+    local replies, refresh = {}, nil
+    for i, target in ipairs(targets) do
+        local closed, waits = close_target(tag, target[1], target[2], now, target[3], target[4],
+            target[5], target[6])
+        replies[i] = closed
+        if waits then
+            refresh = math.max(refresh or partition_ttl, target[4])
+        end
+    end
+    if refresh ~= nil then
+        refresh_partition_ttl(tag, refresh)
+    end
+    return replies
+end
