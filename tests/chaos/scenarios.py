@@ -47,7 +47,7 @@ from tests.chaos.harness import (
     scenario,
 )
 from tests.support import REPO_ROOT, unique, wait_until
-from tests.support.crash_hooks import pause_before_close_env
+from tests.support.crash_hooks import pause_after_leading_add_env, pause_before_close_env
 from tests.support.kafka import committed_offsets
 from tests.support.pipeline import ServiceProcess, settings_env
 from tests.support.proxy import TcpProxy
@@ -204,6 +204,52 @@ def delivery_sigkill_before_close(settings: Settings, size: Size, tmp: Path) -> 
         # Each killed-before-close digest went out again under the same id (repeat, no dup).
         repeats = {d: output.copies.get(d, 0) for d in paused}
         assert all(count >= 2 for count in repeats.values()), repeats
+        _all_alive(services)
+        return figures
+
+
+# --------------------------------------------------------------------------- 2b leading edge
+
+
+def leading_edge_sigkill(settings: Settings, size: Size, tmp: Path, point: str) -> Figures:
+    """SIGKILL an ingest that publishes the leading edge (direct_leading_edge) at one of its
+    crash points, restart it; repeat; then drain. ``point``: "add" (the add opened digests,
+    their produce never happens) or "ack" (acknowledged by the broker, never closed). A
+    delivery runs throughout: the take-over's RECOVERED entries reach it."""
+    assert settings.direct_leading_edge
+    env = pause_after_leading_add_env if point == "add" else pause_before_close_env
+    with scenario(settings) as (services, output, dlq):
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, "delivery")
+        paused: list[str] = []
+        kills = 0
+        try:
+            while not load.finished.is_set() or len(paused) < 2:
+                marker = tmp / f"{uuid.uuid4().hex}.paused"
+                hooked = services.start(INGEST, **env(marker))
+
+                def at_hook(m: Path = marker) -> bool:
+                    output.poll(0.1)
+                    return m.exists() and bool(m.read_text().strip())
+
+                wait_until(at_hook, 120, f"the ingest to pause at its leading edge ({point})")
+                services.kill(hooked)
+                kills += 1
+                paused += marker.read_text().split()
+            services.start(INGEST)
+            acc.fault_ended()
+            figures = _finish(
+                f"2{'b' if point == 'add' else 'c'} leading edge SIGKILL after the {point}",
+                acc,
+                size,
+                note=f"{kills} kills, {len(paused)} digests opened, not closed",
+            )
+        finally:
+            load.stop()
+        # Each digest opened and not closed went out under its id: once (never produced) or
+        # again (produced, never closed), from the delivery's reopen after the take-over.
+        least = 1 if point == "add" else 2
+        copies = {d: output.copies.get(d, 0) for d in paused}
+        assert all(count >= least for count in copies.values()), copies
         _all_alive(services)
         return figures
 
