@@ -65,7 +65,7 @@ def test_chaos_2bc_leading_edge_sigkill(
     make_settings: SettingsFactory, tmp_path: Path, point: str
 ) -> None:
     settings = make_settings(direct_leading_edge=True)
-    scenarios.leading_edge_sigkill(settings, FULL, tmp_path, point)
+    scenarios.leading_edge_sigkill(settings, scenarios.LEADING, tmp_path, point)
 
 
 @full_run
