@@ -100,6 +100,30 @@ def test_stock_serializer_in_stock_deserializer_out_with_an_evolved_schema(
     assert service.stop() == 0
 
 
+def test_the_leading_edge_the_ingest_publishes_is_registry_framed(
+    registry_pipeline: PipelineFactory, schema_registry_url: str
+) -> None:
+    pipe = registry_pipeline(partitions=2, direct_leading_edge=True)
+    s = pipe.settings
+    service = pipe.process(roles="ingest,scheduler")  # no delivery: the ingest publishes
+    v2 = stock_serializer(schema_registry_url, event_schema_v2())
+    timelines = [f"lead:{i}" for i in range(6)]
+    sent = send_stock_events(
+        s.kafka_bootstrap_servers, s.events_topic, v2, timelines, 1, {"source": "v2"}
+    )
+    out = pipe.output()
+    out.wait_for(
+        lambda: len(_delivered(schema_registry_url, out)) >= len(sent),
+        90, "every leading digest read by the stock AvroDeserializer",
+    )  # fmt: skip
+    digests = stock_decode(schema_registry_url, out.messages)
+    assert {d["timeline"] for d in digests} == set(timelines)
+    assert {d["reason"] for d in digests} == {"IMMEDIATE"}
+    assert all(framing.is_framed(m.value() or b"") for m in out.messages)
+    assert f"{s.output_topic}-value" in set(client(schema_registry_url).get_subjects())
+    assert service.stop() == 0
+
+
 def test_registration_at_start_is_idempotent(
     registry_pipeline: PipelineFactory, schema_registry_url: str
 ) -> None:
