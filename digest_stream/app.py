@@ -82,6 +82,18 @@ def schedule_frame(settings: Settings) -> Callable[[bytes], bytes]:
     )
 
 
+def leading_frame(settings: Settings) -> Callable[[bytes], bytes] | None:
+    """How the ingest's leading-edge digests go on the wire (None: the ingest publishes none)."""
+    if not settings.direct_leading_edge:
+        return None
+    return registry.output_frame(
+        settings.schema_registry_url,
+        settings.schema_registry_config,
+        settings.output_topic,
+        codec.DIGEST_SCHEMA,
+    )
+
+
 def connect_store(settings: Settings) -> RedisStore:
     """The Redis store of the settings, with its Functions library loaded and checked."""
     return RedisStore(
@@ -152,7 +164,7 @@ class App:
             producer = Producer(producer_config(self.settings))
             runner, self.ingest = ingest_role(
                 self.settings, store, self.clock, self.metrics, producer, hooks=hooks,
-                frame=schedule_frame(self.settings),
+                frame=schedule_frame(self.settings), output_frame=leading_frame(self.settings),
             )  # fmt: skip
             self._spawn(runner, self.ingest)
         if "delivery" in self.roles:

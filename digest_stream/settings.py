@@ -172,6 +172,12 @@ class Settings(BaseSettings):
     max_event_age: float | None = Field(
         None, gt=0, description="Drop events older than this many seconds; unset = keep all."
     )
+    direct_leading_edge: bool = Field(
+        False,
+        description="The ingest opens a quiet timeline's first digest in its add and publishes "
+        "it to the output topic itself (one store call, one produce); false = announce it "
+        "for delivery.",
+    )
     on_state_loss: Literal["replay", "continue"] = Field(
         "replay",
         description="When Redis lost a partition's fence: replay from earliest, or continue.",

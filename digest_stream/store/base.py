@@ -26,6 +26,13 @@ CONTROLS = (FLUSH, CANCEL, CANCEL_ALL)
 
 #: Digest ids are 32 lowercase hex characters (a uuid4 hex), minted by the caller.
 DIGEST_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
+#: An add's leading-edge nonce: its digest ids are the nonce and 8 hex digits.
+OPEN_NONCE_PATTERN = re.compile(r"^[0-9a-f]{24}$")
+
+
+def leading_id(nonce: str, number: int) -> str:
+    """The id of the ``number``-th (from 1) digest an add with ``nonce`` opened."""
+    return f"{nonce}{number:08x}"
 
 
 class NewRecord(NamedTuple):
@@ -62,6 +69,9 @@ class AddResult:
     #: caller's ``topic_id``, nothing was applied: the offsets are another topic's.
     fence_topic: str | None = None
     cancelled: int = 0  # pending records removed by cancel controls in this call
+    #: The leading edge (asked with ``open_nonce``): digests this call opened, one per
+    #: timeline it made READY from absent, in that order; those are not in ``ready``.
+    opened: list[OpenDigest] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +186,7 @@ class DigestStore(Protocol):
         expected_fence: int | None = None,
         through_offset: int | None = None,
         topic_id: str | None = None,
+        open_nonce: str | None = None,
     ) -> AddResult:
         """Store a batch of records of one partition, fenced by offset.
 
@@ -187,6 +198,10 @@ class DigestStore(Protocol):
         ``topic_id`` is the id of the topic the records were read from, written with the
         fence: a fence of another topic applies nothing and is reported (``fence_topic``);
         a fence without one takes it. None: not known, nothing is checked.
+        ``open_nonce`` (OPEN_NONCE_PATTERN) asks for the leading edge: every timeline the
+        call makes READY from absent has its digest opened in the same call (as ``open``
+        would right after it), with id ``open_nonce`` + its number in the call (8 hex
+        digits, from 1), and comes back in ``opened`` instead of ``ready``.
         """
         ...
 

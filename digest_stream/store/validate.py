@@ -6,7 +6,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from digest_stream.store.base import CONTROLS, DIGEST_ID_PATTERN, NewRecord
+from digest_stream.store.base import CONTROLS, DIGEST_ID_PATTERN, OPEN_NONCE_PATTERN, NewRecord
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.keys import NAMESPACE_PATTERN
 from digest_stream.store.limits import (
@@ -69,6 +69,13 @@ def digest_id(value: object) -> str:
     """A digest id: 32 lowercase hex characters."""
     if not isinstance(value, str) or not DIGEST_ID_PATTERN.match(value):
         raise InvalidArgument(f"digest id must be 32 lowercase hex characters, got {value!r}")
+    return value
+
+
+def open_nonce(value: object) -> str | None:
+    """An add's leading-edge nonce (24 lowercase hex characters), or None."""
+    if value is not None and (not isinstance(value, str) or not OPEN_NONCE_PATTERN.match(value)):
+        raise InvalidArgument(f"open nonce must be 24 lowercase hex characters, got {value!r}")
     return value
 
 

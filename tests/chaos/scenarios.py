@@ -47,7 +47,7 @@ from tests.chaos.harness import (
     scenario,
 )
 from tests.support import REPO_ROOT, unique, wait_until
-from tests.support.crash_hooks import pause_before_close_env
+from tests.support.crash_hooks import pause_after_leading_add_env, pause_before_close_env
 from tests.support.kafka import committed_offsets
 from tests.support.pipeline import ServiceProcess, settings_env
 from tests.support.proxy import TcpProxy
@@ -73,6 +73,9 @@ ALL = "ingest,scheduler,delivery"
 
 FULL = Size(events=50_000, timelines=300, rate=1000.0, drain=300.0)
 SLICE = Size(events=4_000, timelines=100, rate=400.0, drain=90.0)
+#: The leading edge's scenarios: 10,000 timelines, each event 10 s after its timeline's last
+#: one, so (cool-down 1-2 s) nearly every event finds its timeline quiet.
+LEADING = Size(events=50_000, timelines=10_000, rate=1000.0, drain=300.0)
 #: Sizes of the issue-12 scenarios (each run a few minutes on the 2-core box).
 SHORT_TTL = Size(events=6_000, timelines=300, rate=200.0, drain=120.0)
 ACL = Size(events=20_000, timelines=100, rate=1000.0, drain=120.0)
@@ -204,6 +207,61 @@ def delivery_sigkill_before_close(settings: Settings, size: Size, tmp: Path) -> 
         # Each killed-before-close digest went out again under the same id (repeat, no dup).
         repeats = {d: output.copies.get(d, 0) for d in paused}
         assert all(count >= 2 for count in repeats.values()), repeats
+        _all_alive(services)
+        return figures
+
+
+# --------------------------------------------------------------------------- 2b leading edge
+
+
+def leading_edge_sigkill(settings: Settings, size: Size, tmp: Path, point: str) -> Figures:
+    """SIGKILL an ingest that publishes the leading edge (direct_leading_edge) at one of its
+    crash points, restart it; repeat; then drain. ``point``: "add" (the add opened digests,
+    their produce never happens) or "ack" (acknowledged by the broker, never closed). A
+    delivery runs throughout: the take-over's RECOVERED entries reach it."""
+    assert settings.direct_leading_edge
+    env = pause_after_leading_add_env if point == "add" else pause_before_close_env
+    with scenario(settings) as (services, output, dlq):
+        _, load, acc = _start_under_load(settings, size, services, output, dlq, "delivery")
+        paused: list[str] = []
+        kills = 0
+        try:
+            while True:
+                marker = tmp / f"{uuid.uuid4().hex}.paused"
+                hooked = services.start(INGEST, **env(marker))
+
+                def at_hook(m: Path = marker) -> bool:
+                    output.poll(0.1)
+                    return m.exists() and bool(m.read_text().strip())
+
+                # Killed at the hook, or wherever it is once the load is over (its hook would
+                # park it at its next leading edge): a plain ingest drains what is left.
+                wait_until(
+                    lambda: at_hook() or load.finished.is_set(),
+                    120,
+                    f"the ingest to pause at its leading edge ({point})",
+                )
+                services.kill(hooked)
+                kills += 1
+                paused += marker.read_text().split() if marker.exists() else []
+                if load.finished.is_set():
+                    break
+            services.start(INGEST)
+            assert len(paused) >= 2, f"{len(paused)} digests paused at the hook before the end"
+            acc.fault_ended()
+            figures = _finish(
+                f"2{'b' if point == 'add' else 'c'} leading edge SIGKILL after the {point}",
+                acc,
+                size,
+                note=f"{kills} kills, {len(paused)} digests opened, not closed",
+            )
+        finally:
+            load.stop()
+        # Each digest opened and not closed went out under its id: once (never produced) or
+        # again (produced, never closed), from the delivery's reopen after the take-over.
+        least = 1 if point == "add" else 2
+        copies = {d: output.copies.get(d, 0) for d in paused}
+        assert all(count >= least for count in copies.values()), copies
         _all_alive(services)
         return figures
 

@@ -60,6 +60,15 @@ def test_chaos_2_delivery_sigkill_before_close(
 
 
 @full_run
+@pytest.mark.parametrize("point", ["add", "ack"])
+def test_chaos_2bc_leading_edge_sigkill(
+    make_settings: SettingsFactory, tmp_path: Path, point: str
+) -> None:
+    settings = make_settings(direct_leading_edge=True)
+    scenarios.leading_edge_sigkill(settings, scenarios.LEADING, tmp_path, point)
+
+
+@full_run
 def test_chaos_3_rolling_restart(make_settings: SettingsFactory) -> None:
     scenarios.rolling_restart(make_settings(), FULL, every=4.0)
 

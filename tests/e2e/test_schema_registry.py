@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -73,23 +74,32 @@ def _dlq_reasons(pipe: Pipeline, count: int) -> dict[str, str]:
     return reasons
 
 
+def _sent_and_read(
+    pipe: Pipeline, url: str, timelines: list[str], per_timeline: int
+) -> tuple[list[str], Collector, list[dict[str, Any]]]:
+    """Events of an evolved writer schema sent by the stock serializer; the digests holding
+    all of them, read by the stock deserializer."""
+    s = pipe.settings
+    v2 = stock_serializer(url, event_schema_v2())
+    sent = send_stock_events(
+        s.kafka_bootstrap_servers, s.events_topic, v2, timelines, per_timeline, {"source": "v2"}
+    )
+    out = pipe.output()
+    out.wait_for(
+        lambda: len(_delivered(url, out)) >= len(sent),
+        90, "every event in a digest read by the stock AvroDeserializer",
+    )  # fmt: skip
+    return sent, out, stock_decode(url, out.messages)
+
+
 def test_stock_serializer_in_stock_deserializer_out_with_an_evolved_schema(
     registry_pipeline: PipelineFactory, schema_registry_url: str
 ) -> None:
     pipe = registry_pipeline(partitions=2)
     s = pipe.settings
     service = pipe.process()
-    v2 = stock_serializer(schema_registry_url, event_schema_v2())
     timelines = [f"reg:{i}" for i in range(6)]
-    sent = send_stock_events(
-        s.kafka_bootstrap_servers, s.events_topic, v2, timelines, 5, {"source": "v2"}
-    )
-    out = pipe.output()
-    out.wait_for(
-        lambda: len(_delivered(schema_registry_url, out)) >= len(sent),
-        90, "every event in a digest read by the stock AvroDeserializer",
-    )  # fmt: skip
-    digests = stock_decode(schema_registry_url, out.messages)
+    sent, out, digests = _sent_and_read(pipe, schema_registry_url, timelines, 5)
     assert {r["id"] for d in digests for r in d["records"]} == set(sent)
     assert {d["timeline"] for d in digests} == set(timelines)
     assert all(d["parts"] == 1 and d["dropped"] == 0 for d in digests)
@@ -97,6 +107,21 @@ def test_stock_serializer_in_stock_deserializer_out_with_an_evolved_schema(
     subjects = set(client(schema_registry_url).get_subjects())
     assert {f"{s.output_topic}-value", f"{s.schedule_topic}-value"} <= subjects
     assert all(framing.is_framed(m.value() or b"") for m in out.messages)
+    assert service.stop() == 0
+
+
+def test_the_leading_edge_the_ingest_publishes_is_registry_framed(
+    registry_pipeline: PipelineFactory, schema_registry_url: str
+) -> None:
+    pipe = registry_pipeline(partitions=2, direct_leading_edge=True)
+    s = pipe.settings
+    service = pipe.process(roles="ingest,scheduler")  # no delivery: the ingest publishes
+    timelines = [f"lead:{i}" for i in range(6)]
+    _, out, digests = _sent_and_read(pipe, schema_registry_url, timelines, 1)
+    assert {d["timeline"] for d in digests} == set(timelines)
+    assert {d["reason"] for d in digests} == {"IMMEDIATE"}
+    assert all(framing.is_framed(m.value() or b"") for m in out.messages)
+    assert f"{s.output_topic}-value" in set(client(schema_registry_url).get_subjects())
     assert service.stop() == 0
 
 

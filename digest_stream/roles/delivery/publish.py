@@ -37,7 +37,7 @@ PUBLISH_TIMEOUT = 30.0
 class Pending:
     """One digest on its way out."""
 
-    message: Message
+    message: Message | None  # None: a leading edge the ingest publishes (no schedule entry)
     entry: ScheduleFields
     digest: OpenDigest
     parts: list[bytes]  # each part's encoded message value, in part order
@@ -115,35 +115,55 @@ class Publisher:
 
     def _produce(self, item: Pending) -> None:
         item.errors.clear()
-        key = item.digest.timeline.encode()
-        for number, part in enumerate(item.parts, 1):
-            try:
-                waited = produce_waiting_for_room(
-                    self._producer,
-                    self._settings.output_topic,
-                    key,
-                    self._frame(part),
-                    headers=cast(_KafkaHeaders, item.headers) or None,
-                    on_delivery=_collect(item.errors),
-                )
-            except KafkaException as exc:
-                # Refused before it left (e.g. too large): this digest's attempt fails.
-                item.errors.append(f"part {number}/{len(item.parts)}: {exc}")
-                log.error(
-                    "digest %s of %s: %s", item.digest.id, item.digest.timeline, item.errors[-1]
-                )
-                return
-            if waited:
-                self._metrics.producer_queue_full.labels(role="delivery").inc()
+        waited = produce_parts(
+            self._producer, self._settings.output_topic, item, self._frame, _collect(item.errors)
+        )
+        if waited:
+            self._metrics.producer_queue_full.labels(role="delivery").inc()
 
     def _give_up(self, item: Pending) -> None:
         # The digest stays open and its timeline READY: maintenance reschedules it later.
+        assert item.message is not None, "delivery publishes what its entries opened"
         self._dlq.send(
             item.message,
             "publish-failed",
             f"digest {item.digest.id} of {item.entry.timeline}: "
             f"{self._settings.max_attempts} attempts failed: {'; '.join(item.errors[:3])}",
         )
+
+
+def produce_parts(
+    producer: Producer,
+    topic: str,
+    item: Pending,
+    frame: Callable[[bytes], bytes],
+    on_delivery: Callable[[KafkaError | None, Message], None],
+) -> bool:
+    """Produce a digest's parts (keyed by its timeline, each with the carried headers);
+    whether it waited for room. A part refused at once (too large, say) fails the attempt:
+    its error goes to ``item.errors`` and the parts after it are not produced."""
+    key = item.digest.timeline.encode()
+    waited = False
+    for number, part in enumerate(item.parts, 1):
+        try:
+            waited = (
+                bool(
+                    produce_waiting_for_room(
+                        producer,
+                        topic,
+                        key,
+                        frame(part),
+                        headers=cast(_KafkaHeaders, item.headers) or None,
+                        on_delivery=on_delivery,
+                    )
+                )
+                or waited
+            )
+        except KafkaException as exc:
+            item.errors.append(f"part {number}/{len(item.parts)}: {exc}")
+            log.error("digest %s of %s: %s", item.digest.id, item.digest.timeline, item.errors[-1])
+            break
+    return waited
 
 
 def _collect(errors: list[str]) -> Callable[[KafkaError | None, Message], None]:

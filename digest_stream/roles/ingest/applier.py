@@ -61,6 +61,7 @@ class Applier:
                 expected_fence=batch.expected,
                 through_offset=batch.last,
                 topic_id=batch.topic,
+                open_nonce=batch.nonce,
             )
 
     @staticmethod

@@ -23,9 +23,10 @@ from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest.applier import Applier
 from digest_stream.roles.ingest.check import Rejected, Rules, check
+from digest_stream.roles.ingest.leading import LeadingEdge
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.moved import MovedTimelines
-from digest_stream.roles.ingest.outputs import Outputs
+from digest_stream.roles.ingest.outputs import FLUSH_TIMEOUT, Outputs
 from digest_stream.roles.ingest.placement import PlacementCheck
 from digest_stream.roles.ingest.schemas import SchemaFetcher
 from digest_stream.roles.ingest.starts import Starts
@@ -56,6 +57,7 @@ class Ingest:
         *,
         hooks: Hooks = NO_HOOKS,
         topics: TopicProbe | None = None,
+        output_frame: Callable[[bytes], bytes] | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -107,6 +109,13 @@ class Ingest:
             functools.partial(partition_for, settings.partitioner),
         )
         self._worker = StoreWorker(self._applier.timed_add)
+        self._leading: LeadingEdge | None = None
+        if settings.direct_leading_edge:
+            self._leading = LeadingEdge(
+                settings, store, producer, scheduler.emitter, metrics, hooks, clock,
+                runner, self._ledger.owns, output_frame or bytes,
+            )  # fmt: skip
+            self._outputs.opened = self._leading.publish
         self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)
 
     # ------------------------------------------------------------------ lifecycle
@@ -130,6 +139,8 @@ class Ingest:
             messages = self._with_schemas(self._schemas, messages)
         batches = self._prepare(messages) if messages else []
         applied = self._finish()
+        if self._leading is not None:
+            self._leading.settle()  # the worker is idle: closes and adds don't overlap
         if self._scheduler.due():
             self._scheduler.tick(self._ledger.owned)
         for batch in batches:  # the worker is idle here: its store calls and these don't mix
@@ -142,6 +153,8 @@ class Ingest:
         self._finish(sync=True)
         self._worker.shutdown()
         self._outputs.flush()
+        if self._leading is not None:
+            self._leading.settle(wait=FLUSH_TIMEOUT)
 
     # ------------------------------------------------------------------ batches
 
@@ -197,6 +210,8 @@ class Ingest:
                     continue  # dropped: the decision moved the read position
                 batch.expected = self._ledger.expected(batch.partition)
                 batch.topic = self._starts.topic_id
+                if self._leading is not None:
+                    batch.nonce = self._leading.nonce()
                 self._ledger.stored_under(batch.partition, batch.topic)
                 kept.append(batch)
             elif 0 <= batch.first < target:
@@ -260,6 +275,10 @@ class Ingest:
         """Revocation handler: book the batch in flight, commit these partitions, let go."""
         revoked = set(partitions)
         self._finish(in_handler=True)
+        if self._leading is not None:
+            # What was acknowledged is closed by id (safe whoever owns it next); no retries
+            # in a handler, and the rest is closed, or handed over, when its report comes.
+            self._leading.settle(retry=False)
         self._commit(revoked, sync=True, in_handler=True)
         self._release(revoked)
         log.info("revoked %s", ", ".join(str(p) for p in sorted(revoked)))
@@ -296,12 +315,14 @@ def ingest_role(
     frame: Callable[[bytes], bytes] | None = None,
     consumer: Consumer | None = None,
     topics: TopicProbe | None = None,
+    output_frame: Callable[[bytes], bytes] | None = None,
 ) -> tuple[Runner, Ingest]:
     """The ingest role with its scheduler (announcing through ``frame``), and its runner."""
     emitter = ScheduleEmitter(producer, settings.schedule_topic, metrics, hooks=hooks, frame=frame)
     scheduler = Scheduler(settings, store, emitter, clock, metrics)
     runner = Runner(settings, "ingest", consumer=consumer, rebalances=metrics.rebalances)
     ingest = Ingest(
-        settings, store, clock, metrics, producer, scheduler, runner, hooks=hooks, topics=topics
-    )
+        settings, store, clock, metrics, producer, scheduler, runner, hooks=hooks, topics=topics,
+        output_frame=output_frame,
+    )  # fmt: skip
     return runner, ingest

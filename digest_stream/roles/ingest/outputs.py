@@ -8,7 +8,7 @@ keeps that bookkeeping so the loop only asks "may I commit, and what must be rea
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import Message, Producer
 
@@ -17,7 +17,7 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.dlq import DeadLetters
 from digest_stream.roles.ingest.check import Rejected
 from digest_stream.roles.scheduler import ScheduleEmitter
-from digest_stream.store.base import AddResult, NewRecord
+from digest_stream.store.base import AddResult, NewRecord, OpenDigest
 from digest_stream.wire.models import ScheduleReason
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,8 @@ class Outputs:
         self._hooks = hooks
         self._dlq = DeadLetters(producer, dlq_topic, metrics, hooks=hooks)
         self._dead_letters_unflushed = False
+        #: Publishes the digests an add opened (the leading edge: leading.py), when on.
+        self.opened: Callable[[int, list[OpenDigest], float], None] | None = None
 
     def reject(self, message: Message, rejected: Rejected) -> None:
         """Dead-letter a message the check refused."""
@@ -66,6 +68,8 @@ class Outputs:
             self._metrics.events_dropped.labels(reason="cancelled").inc(result.cancelled)
         if self._hooks:
             self._hooks.on_add(partition, records, result)
+        if result.opened and self.opened is not None:
+            self.opened(partition, result.opened, now)
         if result.ready:
             self._emitter.emit(
                 partition, ((t, now) for t in result.ready), ScheduleReason.IMMEDIATE

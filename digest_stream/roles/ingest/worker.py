@@ -25,6 +25,7 @@ class Batch:
     now: float
     expected: int | None = None  # the fence it was sent with
     topic: str | None = None  # the topic id it was sent with (None: not known)
+    nonce: str | None = None  # the leading edge: open quiet timelines' digests (leading.py)
     result: AddResult | None = None
     error: BaseException | None = None
 

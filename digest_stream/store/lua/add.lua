@@ -2,10 +2,10 @@
 -- KEYS and ARGV are listed above `add`, at the end of this part.
 -- Holds: TIMELINE_FORMAT, RECORD_FORMAT, CONTROL_FORMAT, POLICY_WIDTH, new_timeline, the
 --   four steps (parse_add, begin_timelines + apply_record, write_back, advance_fence),
---   add_run, add_with_controls and add.
+--   add_run, add_with_controls, parse_open_nonce, open_leading and add.
 -- Needs: CAUSES, CONTROL_CODES, FLUSH_AT_FLOOR, INLINE_MAX_RECORDS, MAX_NAME_BYTES, MAX_OFFSET
 --   (written from Python); guards, keys, encoding, helpers, containers; apply_control
---   (controls).
+--   (controls); open_target (digests: the leading edge, open_leading).
 
 -- ds_add takes its timelines and its records each as ONE packed argument (struct formats,
 -- big-endian): one argument per record field cost the client more than the Lua did.
@@ -148,6 +148,18 @@ local function parse_controls(packed, record_count, through_offset)
     return controls
 end
 
+-- The leading edge's nonce ("" = not asked): 24 lowercase hex characters, to which the
+-- add appends each opened digest's number (8 hex) to make its 32-character id.
+local function parse_open_nonce(value)
+    if value == nil or value == '' then
+        return nil
+    end
+    if #value ~= 24 or not string.match(value, '^[0-9a-f]+$') then
+        invalid_argument('open nonce must be 24 lowercase hex characters')
+    end
+    return value
+end
+
 -- Step 1: the whole call, checked before the first write: a refused batch must leave
 -- no trace (Redis functions are not rolled back on error).
 local function parse_add(keys, args)
@@ -168,8 +180,9 @@ local function parse_add(keys, args)
         call.through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
     end
     call.topic = parse_topic_id(args[6])
-    local policy_count = parse_integer(args[7], 'policy count', 0, #args)
-    local packed = 8 + policy_count * POLICY_WIDTH -- the packed timelines; then the records
+    call.open_nonce = parse_open_nonce(args[7])
+    local policy_count = parse_integer(args[8], 'policy count', 0, #args)
+    local packed = 9 + policy_count * POLICY_WIDTH -- the packed timelines; then the records
     -- the controls argument, when sent, holds at least one (a plain add sends none)
     if #args ~= packed + 1 and (#args ~= packed + 2 or args[packed + 2] == '') then
         invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
@@ -177,7 +190,7 @@ local function parse_add(keys, args)
     end
     local policies = {}
     for i = 1, policy_count do
-        policies[i] = parse_policy(args, 8 + (i - 1) * POLICY_WIDTH)
+        policies[i] = parse_policy(args, 9 + (i - 1) * POLICY_WIDTH)
         -- its containers' TTL as the text Redis reads: a number argument of redis.call is
         -- formatted (%.17g) on every call
         policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
@@ -419,6 +432,13 @@ local function add_run(call, first, last, fence, totals)
         apply_record(record.timeline, record, totals.ready)
     end
     local dropped, partition_ttl = write_back(call.tag, touched, call)
+    if call.open_nonce ~= nil then
+        for _, timeline in ipairs(touched) do
+            if timeline.became_ready then
+                totals.leading[timeline.timeline] = timeline.policy.ttl
+            end
+        end
+    end
     totals.dropped = totals.dropped + dropped
     if partition_ttl > totals.partition_ttl then
         totals.partition_ttl = partition_ttl
@@ -474,9 +494,41 @@ local function add_with_controls(call, fence, totals)
     return fence
 end
 
+
+-- The leading edge (issue 22): an add asked to (an open nonce) opens the digest of every
+-- timeline it made READY from absent, in the same call: the ingest publishes it at once and
+-- closes it once the broker acknowledged it, instead of announcing it for delivery to open.
+-- The timeline stays READY with its digest open until that close, so a crash anywhere
+-- between is repaired as a delivery's is: the take-over re-announces the READY timeline and
+-- delivery's reopen returns this very digest. Opened after the whole batch (its controls
+-- included), in the order the timelines became READY: a cancel in the same batch still
+-- cancels, and later records of the batch go into the same digest, as with an open right
+-- after the add. Returns the timelines left to announce (READY through a flush) and
+-- {timeline, open reply, ...} of the opened ones: ids are the nonce and a number (8 hex).
+local function open_leading(call, totals)
+    local ready, opened, count = {}, {}, 0
+    for _, timeline in ipairs(totals.ready) do
+        local ttl = totals.leading[timeline]
+        local reply = nil
+        if ttl ~= nil then
+            totals.leading[timeline] = nil -- once, should it be listed twice
+            count = count + 1
+            reply = open_target(call.tag, timeline,
+                call.open_nonce .. string.format('%08x', count), call.now, ttl)
+        end
+        if reply == nil then
+            ready[#ready + 1] = timeline
+        else
+            opened[#opened + 1] = timeline
+            opened[#opened + 1] = reply
+        end
+    end
+    return ready, opened
+end
+
 -- KEYS: fence, waiting, ready.
 -- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
---       topic_id|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
+--       topic_id|"", open_nonce|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
 --       each), records (packed, RECORD_FORMAT each)[, controls (packed, CONTROL_FORMAT
 --       each)].
 -- controls: flush | cancel | cancel_all operations among the records, applied at their
@@ -489,8 +541,9 @@ end
 -- topic_id: the id of the topic the records were read from; a fence of another topic
 -- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
 -- is applied and the caller decides (on_state_loss). "" = not known: no check.
+-- open_nonce: open the leading edge's digests in this call (open_leading); "" = announce.
 -- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil,
--- topic id of the fence found|nil, cancelled}.
+-- topic id of the fence found|nil, cancelled, {timeline, open reply, ...} opened}.
 local function add(keys, args)
     local call = parse_add(keys, args)
     local tag = call.tag
@@ -504,7 +557,7 @@ local function add(keys, args)
             0}
     end
     local totals = {ready = {}, added = 0, skipped = 0, dropped = 0, cancelled = 0,
-        partition_ttl = call.partition_ttl}
+        partition_ttl = call.partition_ttl, leading = {}}
     local fence
     if call.controls == nil then
         fence = add_run(call, 1, #call.records, fence_before or -1, totals)
@@ -514,6 +567,10 @@ local function add(keys, args)
     local fence_after = advance_fence(tag, fence_before, topic_before,
         math.max(fence, call.through_offset or -1), call.topic)
     refresh_partition_ttl(tag, totals.partition_ttl)
-    return {totals.ready, totals.added, totals.skipped, totals.dropped, fence_before or false,
-        fence_after or false, topic_before or false, totals.cancelled}
+    local ready, opened = totals.ready, {}
+    if call.open_nonce ~= nil then
+        ready, opened = open_leading(call, totals)
+    end
+    return {ready, totals.added, totals.skipped, totals.dropped, fence_before or false,
+        fence_after or false, topic_before or false, totals.cancelled, opened}
 end

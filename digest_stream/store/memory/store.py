@@ -21,6 +21,7 @@ from digest_stream.store.base import (
     NewRecord,
     OpenDigest,
     StoredRecord,
+    leading_id,
     reason_of,
 )
 from digest_stream.store.errors import InvalidState
@@ -53,12 +54,15 @@ class MemoryStore(MemoryAdmin):
         expected_fence: int | None = None,
         through_offset: int | None = None,
         topic_id: str | None = None,
+        open_nonce: str | None = None,
     ) -> AddResult:
-        """Store a batch of records of one partition, fenced by offset."""
+        """Store a batch of records of one partition, fenced by offset (the leading edge's
+        digests opened in the same call when ``open_nonce`` asks)."""
         state = self._partition(partition)
         now = validate.time_value(now, "now")
         expected, through = validate.fence_arguments(expected_fence, through_offset)
         topic = validate.topic_id(topic_id)
+        nonce = validate.open_nonce(open_nonce)
         validate.records(records, through)
         policies = {record.timeline: self._policy(record.timeline) for record in records}
 
@@ -71,6 +75,7 @@ class MemoryStore(MemoryAdmin):
             return AddResult([], 0, 0, 0, fence_before, fence_before, topic_before)
         fence = -1 if fence_before is None else fence_before
         ready: list[str] = []
+        leading: set[str] = set()  # made READY from absent: opened when asked (open_nonce)
         touched: list[str] = []
         added = skipped = dropped = cancelled = 0
         for record in records:
@@ -123,6 +128,7 @@ class MemoryStore(MemoryAdmin):
             else:
                 state.ready[name] = now
                 ready.append(name)
+                leading.add(name)
         dropped += self._finish(state, touched, policies, now)
 
         if through is not None:
@@ -132,8 +138,22 @@ class MemoryStore(MemoryAdmin):
             state.fence = fence
         if (moved or fence_before is not None) and topic_before is None and topic is not None:
             state.fence_topic = topic  # a fence without a topic takes the caller's
+        opened: list[OpenDigest] = []
+        if nonce is not None:
+            # After the whole batch, controls included, in the order they became READY.
+            for name in [name for name in ready if name in leading]:
+                opened.append(self.open(partition, name, leading_id(nonce, len(opened) + 1), now))
+                ready.remove(name)
         return AddResult(
-            ready, added, skipped, dropped, fence_before, state.fence, topic_before, cancelled
+            ready,
+            added,
+            skipped,
+            dropped,
+            fence_before,
+            state.fence,
+            topic_before,
+            cancelled,
+            opened,
         )
 
     def _finish(

@@ -119,8 +119,9 @@ def map_error(error: ResponseError) -> Exception:
 
 def add_result(reply: Reply) -> AddResult:
     """``ds_add``: {ready[], added, skipped, dropped, fence_before|nil, fence_after|nil,
-    fence_topic|nil, cancelled}."""
+    fence_topic|nil, cancelled, {timeline, open reply, ...} opened}."""
     values = array(reply)
+    opened = array(values[8]) if len(values) > 8 else []
     return AddResult(
         ready=[text(name) for name in array(values[0])],
         added=integer(values[1]),
@@ -130,6 +131,7 @@ def add_result(reply: Reply) -> AddResult:
         fence_after=optional_integer(values[5]),
         fence_topic=optional_text(values[6]),
         cancelled=integer(values[7]),
+        opened=[open_digest(text(opened[i]), opened[i + 1]) for i in range(0, len(opened), 2)],
     )
 
 

@@ -61,14 +61,17 @@ class RedisStore(RedisDigests, RedisAdmin):
         expected_fence: int | None = None,
         through_offset: int | None = None,
         topic_id: str | None = None,
+        open_nonce: str | None = None,
     ) -> AddResult:
         """Store a batch of records of one partition, fenced by offset: one FCALL, control
-        operations included (applied in offset order among the records)."""
+        operations included (applied in offset order among the records), the leading
+        edge's digests opened in it when ``open_nonce`` asks."""
         tag = self._tag(partition)
         now = validate.time_value(now, "now")
         expected, through = validate.fence_arguments(expected_fence, through_offset)
         topic = validate.topic_id(topic_id)
-        return self._add_call(tag, records, now, expected, through, topic)
+        nonce = validate.open_nonce(open_nonce)
+        return self._add_call(tag, records, now, expected, through, topic, nonce)
 
     def _add_call(
         self,
@@ -78,6 +81,7 @@ class RedisStore(RedisDigests, RedisAdmin):
         expected: int | None,
         through: int | None,
         topic: str | None,
+        nonce: str | None = None,
     ) -> AddResult:
         """One ds_add, a batch holding controls included (packed as its last argument)."""
         index: dict[str, int] = {}
@@ -165,6 +169,7 @@ class RedisStore(RedisDigests, RedisAdmin):
                 "" if expected is None else str(expected),
                 "" if through is None else str(through),
                 topic or "",
+                nonce or "",
                 str(len(policies)),
                 *policy_args,
                 b"".join(timeline_parts),

@@ -188,7 +188,7 @@ def test_lua_refuses_bad_policies(
     client: RedisClient, tag: str, policy: list[object], expected: str
 ) -> None:
     message = guard(
-        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", 1, *policy, ONE_TIMELINE,
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", "", 1, *policy, ONE_TIMELINE,
         packed_records((1, "a", T0, 0, b"p")),
     )  # fmt: skip
     assert message.startswith("invalid_argument: ")
@@ -215,7 +215,7 @@ def test_lua_refuses_bad_records_and_writes_nothing(
 ) -> None:
     good = packed_records((1, "ok", T0, 0, b"p"))
     message = guard(
-        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", 1, *policy_args(),
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", "", 1, *policy_args(),
         ONE_TIMELINE, good + record,
     )  # fmt: skip
     assert expected in message
@@ -249,7 +249,7 @@ def test_lua_refuses_bad_controls_and_writes_nothing(
     client: RedisClient, tag: str, controls: bytes, expected: str
 ) -> None:
     message = guard(
-        client, "ds_add", add_keys(tag), T0, 3600, 16, "", 4, "", 1, *policy_args(),
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", 4, "", "", 1, *policy_args(),
         ONE_TIMELINE, packed_records((1, "a", T0, 0, b"p")), controls,
     )  # fmt: skip
     assert expected in message
@@ -259,15 +259,17 @@ def test_lua_refuses_bad_controls_and_writes_nothing(
 @pytest.mark.parametrize(
     ("head", "expected"),
     [
-        ([-1, 3600, 16, "", "", "", 0], "now must be >= 0"),
-        ([T0, 0, 16, "", "", "", 0], "ttl must be > 0"),
-        ([T0, 3600, 129, "", "", "", 0], "inline record limit must be an integer"),
-        ([T0, 3600, 16, -1, "", "", 0], "expected fence must be an integer"),
-        ([T0, 3600, 16, "", 1.5, "", 0], "through offset must be an integer"),
-        ([T0, 3600, 16, "", "", "a|b", 0], "topic id must be"),
-        ([T0, 3600, 16, "", "", "x" * 65, 0], "topic id must be"),
-        ([T0, 3600, 16, "", "", "", 2], "fields per policy"),
-        ([T0, 3600, 16, "", "", "", 0, b"", b"", b""], "fields per policy"),
+        ([-1, 3600, 16, "", "", "", "", 0], "now must be >= 0"),
+        ([T0, 0, 16, "", "", "", "", 0], "ttl must be > 0"),
+        ([T0, 3600, 129, "", "", "", "", 0], "inline record limit must be an integer"),
+        ([T0, 3600, 16, -1, "", "", "", 0], "expected fence must be an integer"),
+        ([T0, 3600, 16, "", 1.5, "", "", 0], "through offset must be an integer"),
+        ([T0, 3600, 16, "", "", "a|b", "", 0], "topic id must be"),
+        ([T0, 3600, 16, "", "", "x" * 65, "", 0], "topic id must be"),
+        ([T0, 3600, 16, "", "", "", "abc", 0], "open nonce must be"),
+        ([T0, 3600, 16, "", "", "", "A" * 24, 0], "open nonce must be"),
+        ([T0, 3600, 16, "", "", "", "", 2], "fields per policy"),
+        ([T0, 3600, 16, "", "", "", "", 0, b"", b"", b""], "fields per policy"),
     ],
 )
 def test_lua_refuses_bad_add_headers(
@@ -277,7 +279,7 @@ def test_lua_refuses_bad_add_headers(
 
 
 def test_lua_refuses_records_past_through_offset(client: RedisClient, tag: str) -> None:
-    head = [T0, 3600, 16, "", 4, "", 1]
+    head = [T0, 3600, 16, "", 4, "", "", 1]
     records = packed_records((1, "a", T0, 5, b""))
     message = guard(client, "ds_add", add_keys(tag), *head, *policy_args(), ONE_TIMELINE, records)
     assert "invalid_argument: record offset 5 is past through_offset 4" in message
@@ -296,7 +298,7 @@ def test_lua_refuses_records_past_through_offset(client: RedisClient, tag: str) 
 def test_lua_refuses_bad_timelines_and_writes_nothing(
     client: RedisClient, tag: str, timelines: bytes, expected: str
 ) -> None:
-    head = [T0, 3600, 16, "", "", "", 1, *policy_args()]
+    head = [T0, 3600, 16, "", "", "", "", 1, *policy_args()]
     records = packed_records((1, "a", T0, 0, b"p"))
     message = guard(client, "ds_add", add_keys(tag), *head, timelines, records)
     assert message.startswith("invalid_argument: ")
