@@ -495,7 +495,7 @@ local function add_with_controls(call, fence, totals)
 end
 
 
--- The leading edge (issue 22): an add asked to (an open nonce) opens the digest of every
+-- The leading edge: an add asked to (an open nonce) opens the digest of every
 -- timeline it made READY from absent, in the same call: the ingest publishes it at once and
 -- closes it once the broker acknowledged it, instead of announcing it for delivery to open.
 -- The timeline stays READY with its digest open until that close, so a crash anywhere
