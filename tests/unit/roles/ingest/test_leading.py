@@ -4,71 +4,22 @@ reference store: one add opens the digest, one produce publishes it, the ack clo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from typing import Any
 
-from digest_stream.clock import SystemClock
-from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest import ingest_role
-from digest_stream.settings import Settings
-from digest_stream.store import MemoryStore
 from digest_stream.wire import codec
 from digest_stream.wire.models import DigestReason, Event, ScheduleReason
-from tests.support.fakes import FakeConsumer, FakeProducer, FakeTopics, message
+from tests.support.fakes import message
+from tests.support.ingest import EVENTS, OUTPUT, IngestRig
 
-EVENTS, SCHEDULE, OUTPUT, DLQ = "events", "schedule", "output", "dlq"
 
+class Rig(IngestRig):
+    def __init__(self, **overrides: Any) -> None:
+        super().__init__(None, direct_leading_edge=True, **overrides)
 
-class Rig:
-    def __init__(self, **overrides: object) -> None:
-        self.settings = Settings(
-            events_topic=EVENTS,
-            schedule_topic=SCHEDULE,
-            output_topic=OUTPUT,
-            dlq_topic=DLQ,
-            batch_timeout=0.0,
-            retry_backoff_initial=0.001,
-            retry_backoff_max=0.01,
-            direct_leading_edge=True,
-            **overrides,  # type: ignore[arg-type]
-        )
-        self.store = MemoryStore(policy=self.settings.policy())
-        self.consumer = FakeConsumer(EVENTS)
-        self.producer = FakeProducer()
-        self.metrics = Metrics()
-        runner, self.ingest = ingest_role(
-            self.settings,
-            self.store,
-            SystemClock(),
-            self.metrics,
-            self.producer.as_producer(),
-            consumer=self.consumer.as_consumer(),
-            topics=FakeTopics(),
-        )
-        runner.start(self.ingest, lambda: False)
-        self.offsets = 0
-
-    def send(self, timeline: str, record_id: str = "r", partition: int = 0) -> None:
-        value = codec.encode_event(
-            Event(id=record_id, timestamp=int(time.time() * 1000), payload=b"p")
-        )
-        key = timeline.encode()
-        self.consumer.queued.append(message(EVENTS, partition, self.offsets, key, value))
-        self.offsets += 1
-
-    def step_until(self, condition: Callable[[], bool], steps: int = 20) -> None:
-        for _ in range(steps):
-            if condition():
-                return
-            self.ingest.step()
-        assert condition()
-
-    def digests(self) -> list[tuple[str, str, DigestReason | None, list[str]]]:
-        out = [codec.decode_digest(v or b"") for _, v in self.producer.on(OUTPUT)]
-        return [(d.timeline, d.id, d.reason, [r.id for r in d.records]) for d in out]
-
-    def entries(self) -> list[tuple[str, ScheduleReason]]:
-        decoded = [codec.decode_schedule_entry(v or b"") for _, v in self.producer.on(SCHEDULE)]
-        return [(e.timeline, e.reason) for e in decoded]
+    def send(  # type: ignore[override]  # a timeline name, not raw key bytes
+        self, timeline: str, record_id: str = "r", partition: int = 0, age: float = 0.0
+    ) -> None:
+        super().send(timeline.encode(), record_id, partition, age)
 
 
 def test_new_timelines_are_published_by_the_ingest_and_closed_once_acknowledged() -> None:

@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any
 
 import pytest
 import redis
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID
 
-from digest_stream.clock import SystemClock
 from digest_stream.kafka import reset_start
-from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest import ingest_role
-from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore
 from digest_stream.store.base import AddResult, Fence
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event, ScheduleReason
-from tests.support.fakes import FakeConsumer, FakeProducer, FakeTopics, message
+from tests.support.fakes import message
+from tests.support.ingest import DLQ, EVENTS, IngestRig
 from tests.support.kafka import murmur2_choice
-
-EVENTS, SCHEDULE, DLQ = "events", "schedule", "dlq"
 
 
 class FlakyStore(MemoryStore):
@@ -40,55 +35,11 @@ class FlakyStore(MemoryStore):
         return super().add(*args, **kwargs)
 
 
-class Rig:
+class Rig(IngestRig):
     def __init__(
         self, store: MemoryStore | None = None, max_event_age: float | None = None
     ) -> None:
-        self.settings = Settings(
-            events_topic=EVENTS,
-            schedule_topic=SCHEDULE,
-            dlq_topic=DLQ,
-            batch_timeout=0.0,
-            retry_backoff_initial=0.001,
-            retry_backoff_max=0.01,
-            max_event_age=max_event_age,
-        )
-        self.store = store or MemoryStore()
-        self.consumer = FakeConsumer(EVENTS)
-        self.producer = FakeProducer()
-        self.metrics = Metrics()
-        self.topics = FakeTopics()
-        runner, self.ingest = ingest_role(
-            self.settings,
-            self.store,
-            SystemClock(),
-            self.metrics,
-            self.producer.as_producer(),
-            consumer=self.consumer.as_consumer(),
-            topics=self.topics,
-        )
-        runner.start(self.ingest, lambda: False)
-        self.offsets = 0
-
-    def send(
-        self, key: bytes | None, record_id: str = "r", partition: int = 0, age: float = 0.0
-    ) -> None:
-        value = codec.encode_event(
-            Event(id=record_id, timestamp=int((time.time() - age) * 1000), payload=b"p")
-        )
-        self.consumer.queued.append(message(EVENTS, partition, self.offsets, key, value))
-        self.offsets += 1
-
-    def step_until(self, condition: Callable[[], bool], steps: int = 20) -> None:
-        for _ in range(steps):
-            if condition():
-                return
-            self.ingest.step()
-        assert condition()
-
-    def entries(self) -> list[tuple[str, ScheduleReason]]:
-        decoded = [codec.decode_schedule_entry(v or b"") for _, v in self.producer.on(SCHEDULE)]
-        return [(e.timeline, e.reason) for e in decoded]
+        super().__init__(store or MemoryStore(), max_event_age=max_event_age)
 
 
 def test_a_batch_is_stored_announced_and_committed_with_bad_input_dead_lettered() -> None:

@@ -1,0 +1,78 @@
+"""An ingest role (with its scheduler) on a fake broker and the reference store, for unit tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from digest_stream.clock import SystemClock
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.ingest import ingest_role
+from digest_stream.settings import Settings
+from digest_stream.store import MemoryStore
+from digest_stream.wire import codec
+from digest_stream.wire.models import DigestReason, Event, ScheduleReason
+from tests.support.fakes import FakeConsumer, FakeProducer, FakeTopics, message
+
+EVENTS, SCHEDULE, OUTPUT, DLQ = "events", "schedule", "output", "dlq"
+
+
+class IngestRig:
+    """One started ingest role; `send` queues events, `step_until` steps it."""
+
+    def __init__(self, store: MemoryStore | None = None, **settings: Any) -> None:
+        self.settings = Settings(
+            events_topic=EVENTS,
+            schedule_topic=SCHEDULE,
+            output_topic=OUTPUT,
+            dlq_topic=DLQ,
+            batch_timeout=0.0,
+            retry_backoff_initial=0.001,
+            retry_backoff_max=0.01,
+            **settings,
+        )
+        self.store = store or MemoryStore(policy=self.settings.policy())
+        self.consumer = FakeConsumer(EVENTS)
+        self.producer = FakeProducer()
+        self.metrics = Metrics()
+        self.topics = FakeTopics()
+        runner, self.ingest = ingest_role(
+            self.settings,
+            self.store,
+            SystemClock(),
+            self.metrics,
+            self.producer.as_producer(),
+            consumer=self.consumer.as_consumer(),
+            topics=self.topics,
+        )
+        runner.start(self.ingest, lambda: False)
+        self.offsets = 0
+
+    def send(
+        self, key: bytes | None, record_id: str = "r", partition: int = 0, age: float = 0.0
+    ) -> None:
+        """Queue one event (key None: a keyless message) at the next offset."""
+        value = codec.encode_event(
+            Event(id=record_id, timestamp=int((time.time() - age) * 1000), payload=b"p")
+        )
+        self.consumer.queued.append(message(EVENTS, partition, self.offsets, key, value))
+        self.offsets += 1
+
+    def step_until(self, condition: Callable[[], bool], steps: int = 20) -> None:
+        """Step the role until `condition` holds, at most `steps` times."""
+        for _ in range(steps):
+            if condition():
+                return
+            self.ingest.step()
+        assert condition()
+
+    def entries(self) -> list[tuple[str, ScheduleReason]]:
+        """The schedule entries produced: (timeline, reason)."""
+        decoded = [codec.decode_schedule_entry(v or b"") for _, v in self.producer.on(SCHEDULE)]
+        return [(e.timeline, e.reason) for e in decoded]
+
+    def digests(self) -> list[tuple[str, str, DigestReason | None, list[str]]]:
+        """The digests produced: (timeline, id, reason, record ids)."""
+        out = [codec.decode_digest(v or b"") for _, v in self.producer.on(OUTPUT)]
+        return [(d.timeline, d.id, d.reason, [r.id for r in d.records]) for d in out]
