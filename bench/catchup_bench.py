@@ -11,7 +11,8 @@ Service: private topics, groups and namespace; stopped by pid).
   loop (bench/ingest_bench's raw runner) over the same topic in the same repetition. Then
   the same backlog again with the roles split over two processes (`--roles ingest,scheduler`
   and `--roles delivery`, as docs/benchmarks.md suggests for one box): the rate a second core
-  buys when delivery no longer shares the ingest's GIL.
+  buys when delivery no longer shares the ingest's GIL. At 1 per timeline once more with the
+  opt-in `direct_leading_edge` (the short path), as a ratio to the default in the same rep.
 - delivery: a backlog of events on as many new timelines (every event an immediate digest).
   The ingest and scheduler roles run first and put one schedule entry per timeline on the
   schedule topic; then they stop and the delivery role alone starts, timed until the delivery
@@ -148,12 +149,21 @@ class Committed:
         }
 
 
+#: The opt-in short path for the leading edge (off by default), measured at 1 per timeline.
+DIRECT = {"direct_leading_edge": "true"}
+
+
 def catch_up(
-    env: Stack, pairs: list[tuple[bytes, bytes]], processes: int = 1, split: bool = False
+    env: Stack,
+    pairs: list[tuple[bytes, bytes]],
+    processes: int = 1,
+    split: bool = False,
+    settings: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """One from-cold run of `digest-stream run` (all roles) over a fresh backlog; `split`: the
-    roles in two processes instead (`--roles ingest,scheduler` and `--roles delivery`)."""
-    with Service(env, start=False) as service:
+    roles in two processes instead (`--roles ingest,scheduler` and `--roles delivery`);
+    `settings`: more of the service's settings (e.g. the opt-in direct_leading_edge)."""
+    with Service(env, start=False, settings=settings) as service:
         produce(env.bootstrap, service.topics["events"], pairs)
         ends = end_offsets(env, service.topics["events"])
         if split:
@@ -201,7 +211,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
         pairs = backlog(count, per_timeline, "c")
         raw_topic = unique("raw")
         create_topics(env.bootstrap, [raw_topic], PARTITIONS)
-        raw, cold, steady, split = [], [], [], []
+        raw, cold, steady, split, direct = [], [], [], [], []
         kstreams: dict[str, list[float]] = {g: [] for g in guarantees}
         try:
             produce(env.bootstrap, raw_topic, pairs)
@@ -211,6 +221,8 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                 cold.append(run["cold"])
                 steady.append(run["steady"])
                 split.append(catch_up(env, pairs, split=True)["steady"])
+                if per_timeline == 1:  # the opt-in short path only changes the leading edge
+                    direct.append(catch_up(env, pairs, settings=DIRECT)["steady"])
                 for guarantee in guarantees:
                     kstreams[guarantee].append(kstreams_catch_up(env, pairs, guarantee))
         finally:
@@ -225,6 +237,14 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
             "split_vs_raw": ratio(split, raw),
             "split_vs_one": ratio(split, steady),
         }
+        if direct:
+            shape = result["shapes"][str(per_timeline)]
+            shape |= {"direct": summary(direct), "direct_vs_one": ratio(direct, steady)}
+            print(
+                f"  {per_timeline}/timeline, direct_leading_edge: "
+                f"{summary(direct)['median']:,}/s ({ratio(direct, steady)['median']}x)",
+                flush=True,
+            )
         print(
             f"  {per_timeline}/timeline: steady {summary(steady)['median']:,}/s, "
             f"from cold {summary(cold)['median']:,}/s, raw {summary(raw)['median']:,}/s, "
@@ -424,6 +444,13 @@ def headline(result: dict[str, Any]) -> list[str]:
                 lines.append(
                     f"{label:<34} {r['median']:>7} [{r['min']}..{r['max']}]"
                     f"  ({row['split']['median']:,} events/s)"
+                )
+            if "direct" in row:
+                r = row["direct_vs_one"]
+                label = f"  direct_leading_edge vs off, {shape}/tl"
+                lines.append(
+                    f"{label:<34} {r['median']:>7} [{r['min']}..{r['max']}]"
+                    f"  ({row['direct']['median']:,} events/s)"
                 )
     if "delivery" in result:
         block = result["delivery"]
