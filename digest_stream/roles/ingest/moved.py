@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 #: Store look-ups per partition batch at most: the check runs on the ingest's thread.
 CHECKS_PER_BATCH = 8
+#: Keys hashed per partition batch at most: the partitioner's hash is pure Python (5-15 us), and
+#: a watch lasts up to the largest maximum_delay, so a batch of new timelines must not pay one
+#: per record for that long.
+HASHES_PER_BATCH = 256
 #: Timelines remembered as checked (each is looked up once per growth).
 TRACKED = 100_000
 #: Moved timelines named in the log, one line each; later ones are only counted.
@@ -97,15 +101,16 @@ class MovedTimelines:
         if not self._watching():
             self._end(growth)
             return
-        looked = 0
+        looked = hashed = 0
         checked = self._checked
         for record in records:
             timeline = record.timeline
             if timeline in checked:
                 continue
-            if looked >= CHECKS_PER_BATCH or len(checked) >= TRACKED:
+            if looked >= CHECKS_PER_BATCH or hashed >= HASHES_PER_BATCH or len(checked) >= TRACKED:
                 return  # sampled: the next batches look at the rest
             checked.add(timeline)
+            hashed += 1
             old = self._place(timeline.encode(), growth.old)
             if old == partition:
                 continue  # it did not move

@@ -1,4 +1,4 @@
-"""Timelines split by a grown events topic are counted (issue 20, item 7), with the model store."""
+"""Timelines split by a grown events topic are counted, with the model store."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import logging
 import pytest
 
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest.moved import CHECKS_PER_BATCH, MIN_WATCH, MovedTimelines
+from digest_stream.roles.ingest.moved import (
+    CHECKS_PER_BATCH,
+    HASHES_PER_BATCH,
+    MIN_WATCH,
+    MovedTimelines,
+)
 from digest_stream.store import MemoryStore
 from digest_stream.store.base import NewRecord
 from tests.support.kafka import murmur2_choice
@@ -93,3 +98,23 @@ def test_the_look_ups_per_batch_are_bounded() -> None:
     moved.check(1, batch)
     moved.check(1, batch)
     assert metrics.value("digest_timelines_moved_total") == len(many)
+
+
+def test_the_keys_hashed_per_batch_are_bounded() -> None:
+    # a batch of new timelines that did not move: each costs a hash, never a look-up
+    store, metrics, _, _ = _rig()
+    hashed: list[bytes] = []
+
+    def place(key: bytes, partitions: int) -> int:
+        hashed.append(key)
+        return 0
+
+    moved = MovedTimelines(store, metrics, "events", 120.0, place, Clock())
+    moved.counted(1)
+    moved.counted(2)
+    batch = [NewRecord(f"n{n}", "a", T0, b"", n) for n in range(3 * HASHES_PER_BATCH)]
+    moved.check(0, batch)
+    assert len(hashed) == HASHES_PER_BATCH
+    moved.check(0, batch)  # the next batch goes on where this one stopped, each key once
+    assert len(hashed) == 2 * HASHES_PER_BATCH
+    assert len(set(hashed)) == len(hashed)
