@@ -118,6 +118,11 @@ class StoredRecord:
     payload: bytes
 
 
+def age_key(record: StoredRecord) -> tuple[float, bytes]:
+    """Oldest first by timestamp, ties by id bytes: the order of the Lua code."""
+    return (record.timestamp, record.id.encode("utf-8"))
+
+
 @dataclass(frozen=True, slots=True)
 class OpenDigest:
     """An open digest: stable id, records newest first, and what it lost."""
@@ -199,9 +204,12 @@ class DigestStore(Protocol):
         fence: a fence of another topic applies nothing and is reported (``fence_topic``);
         a fence without one takes it. None: not known, nothing is checked.
         ``open_nonce`` (OPEN_NONCE_PATTERN) asks for the leading edge: every timeline the
-        call makes READY from absent has its digest opened in the same call (as ``open``
-        would right after it), with id ``open_nonce`` + its number in the call (8 hex
-        digits, from 1), and comes back in ``opened`` instead of ``ready``.
+        call makes READY from nothing stored gets its digest in the same call, with id
+        ``open_nonce`` + its number in the call (8 hex digits, from 1), returned in
+        ``opened`` instead of ``ready``; the timeline is left as that digest's close would
+        leave it (cooling down since ``now``), and the digest is kept until ``settle`` or
+        ``reclaim``. A batch holding controls, or a timeline its capacity would trim,
+        is announced instead.
         """
         ...
 
@@ -236,6 +244,20 @@ class DigestStore(Protocol):
 
     def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
         """close() for each target, in order (each atomic on its own)."""
+        ...
+
+    def settle(self, partition: int, digest_ids: Sequence[str]) -> list[bool]:
+        """Forget leading digests the broker acknowledged; per id, whether it was kept
+        (False: settled or reclaimed before)."""
+        ...
+
+    def reclaim(
+        self, partition: int, now: float, digest_ids: Sequence[str] | None = None
+    ) -> list[str]:
+        """Hand leading digests (None: every one kept) back to delivery: each becomes its
+        timeline's open digest under the same id, the timeline READY (or, when another
+        digest of it is open, its records pending behind that one). Returns the timelines
+        to announce."""
         ...
 
     def delete(self, partition: int, timeline: str) -> bool:

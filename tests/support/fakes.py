@@ -142,6 +142,7 @@ class FakeProducer:
     refuse_next: int = 0  # how many of the next deliveries fail
     queue_full_next: int = 0  # how many of the next produce calls raise BufferError
     queue_full_raised: int = 0
+    hold: bool = False  # acknowledge nothing (as a broker that never answers)
 
     def as_producer(self) -> Producer:
         """This fake, typed as the real thing for the role constructors."""
@@ -163,6 +164,8 @@ class FakeProducer:
         self.pending.append((on_delivery, Message(topic=topic, key=key, value=value)))
 
     def _report(self) -> int:
+        if self.hold:
+            return 0
         pending, self.pending = self.pending, []
         for callback, msg in pending:
             error = None

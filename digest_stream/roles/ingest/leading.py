@@ -1,29 +1,32 @@
 """The leading edge, published by the ingest: a quiet timeline's first digest in one store
 call and one produce.
 
-The add that finds a timeline quiet (absent) opens its digest in the same call (``open_nonce``)
-and returns it; this piece builds its messages with delivery's pure ``build`` and produces
-them to the output topic under that stable id, then closes the digests the broker
-acknowledged with one ``close_many`` at the next step (at the time taken before encoding,
-as delivery does: the cool-down starts there and ``next_delivery_at`` names it). Until that
-close the timeline is READY with its digest open, exactly as during a delivery, so every
-failure falls back on the delivery path, which reopens the same id:
+The add that finds a timeline with nothing stored (and makes it READY) gives it its digest in
+the same call (``open_nonce``), writes the timeline as that digest's close would leave it
+(cooling down since the add: ``next_delivery_at`` names that time) and keeps the digest in
+the partition's leading hash (store/lua/leading.lua). This piece builds its messages with
+delivery's pure ``build``, produces them to the output topic under that stable id, and
+settles the digests the broker acknowledged with one ``settle`` per partition at the next
+step. Every failure hands the digest back to the delivery path with ``reclaim``: it becomes
+the timeline's open digest under the same id, the timeline READY, and delivery publishes it:
 
-- a crash or a SIGKILL before the close: the next owner's take-over re-announces every READY
-  timeline (``RECOVERED``), and delivery republishes the same digest;
-- a publish the broker refuses or times out, or a part refused at once: announced here
-  (``IMMEDIATE``), so delivery publishes it with its retries and dead letters;
-- a partition revoked or lost meanwhile: an acknowledged digest is still closed (closing by
-  id is idempotent: the new owner's reopen of it, if any, finds it gone and is stale; its
-  close of it is a no-op), and a failed one is left to the new owner's take-over.
+- a crash or a SIGKILL before the settle: the next owner's take-over reclaims every leading
+  digest kept for the partition and re-announces the READY timelines (``RECOVERED``);
+- a publish the broker refuses or times out, or a part refused at once: reclaimed and
+  announced here (``IMMEDIATE``), so delivery publishes it with its retries and dead letters;
+- a partition revoked or lost meanwhile: an acknowledged digest is still settled (settling
+  by id is idempotent: after a reclaim it is a no-op, and delivery publishes the same id
+  again), and a failed one is left to the new owner's take-over.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import redis
 from confluent_kafka import KafkaError, Message, Producer
@@ -37,12 +40,14 @@ from digest_stream.roles.delivery.report import Report
 from digest_stream.roles.runner import Runner
 from digest_stream.roles.scheduler import ScheduleEmitter
 from digest_stream.settings import Settings
-from digest_stream.store.base import DigestStore, DigestTarget, OpenDigest
+from digest_stream.store.base import DigestStore, OpenDigest
 from digest_stream.store.errors import unavailable
 from digest_stream.wire.models import ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -50,12 +55,12 @@ class _Flight:
     """One leading digest on its way out: its parts not acknowledged yet, and its close time."""
 
     item: Pending  # item.message is None: no schedule entry stands behind it
-    closing_at: float
     waiting: int
 
 
 class LeadingEdge:
-    """Publishes the digests an add opened and closes them once acknowledged (role thread)."""
+    """Publishes the digests an add gave to new timelines and settles them once acknowledged
+    (role thread)."""
 
     def __init__(
         self,
@@ -91,12 +96,12 @@ class LeadingEdge:
 
     @property
     def in_flight(self) -> int:
-        """Digests produced and not closed yet."""
+        """Digests produced and not settled yet."""
         return len(self._flying)
 
     def publish(self, partition: int, opened: list[OpenDigest], added_at: float) -> None:
-        """Build and produce the digests one add opened (``added_at``: the add's time)."""
-        closing_at = self._clock.now()  # before encoding: next_delivery_at names the close
+        """Build and produce the digests one add opened (``added_at``: the add's time, when
+        their timelines' cool-down started)."""
         whole = bool(self._hooks)
         for digest in opened:
             entry = ScheduleFields(
@@ -108,27 +113,27 @@ class LeadingEdge:
                 entry,
                 digest,
                 self._policy(digest.timeline),
-                now=closing_at,
+                now=added_at,
                 max_bytes=self._settings.max_message_bytes,
                 whole=whole,
             )
             if built.unreadable:
                 self._report.unreadable(digest.timeline, built.unreadable)
             item = Pending(None, entry, digest, built.values, built.whole, headers=built.headers)
-            flight = _Flight(item, closing_at, len(built.values))
+            flight = _Flight(item, len(built.values))
             if not built.values:
-                self._report.empty(entry, digest)  # closed at the next settle: retired
+                self._report.empty(entry, digest)  # nothing to publish: settled next
             else:
                 self._produce(flight)
             self._flying.append(flight)
         self._producer.poll(0)
 
     def settle(self, *, wait: float = 0.0, retry: bool = True) -> None:
-        """Close what the broker acknowledged, hand what it refused to delivery.
+        """Settle what the broker acknowledged, hand what it refused to delivery.
 
         ``wait``: how long to wait for acknowledgements (0: take what came). ``retry``: wait
         out a Redis outage (serving the group); a rebalance handler may not poll, so there a
-        failed close is left: the timeline stays READY and is re-announced by the take-over.
+        failed store call is left: the take-over reclaims what is kept.
         """
         if not self._flying:
             return
@@ -142,10 +147,10 @@ class LeadingEdge:
         self._flying = [f for f in self._flying if not (f.item.errors or f.waiting == 0)]
         failed = [f for f in done if f.item.errors]
         if failed:
-            self._fall_back(failed)
+            self._fall_back(failed, retry=retry)
         acked = [f for f in done if not f.item.errors]
         self._report.published([f.item for f in acked if f.item.parts])
-        self._close(acked, retry=retry)
+        self._settle(acked, retry=retry)
 
     def _produce(self, flight: _Flight) -> None:
         item = flight.item
@@ -161,52 +166,65 @@ class LeadingEdge:
         if produce_parts(self._producer, topic, item, self._frame, on_delivery):
             self._metrics.producer_queue_full.labels(role="ingest").inc()
 
-    def _fall_back(self, failed: list[_Flight]) -> None:
-        """Announce refused digests: delivery reopens the same id and publishes it with its
-        retries (and dead letters). Partitions gone are left to their new owner's take-over."""
+    def _fall_back(self, failed: list[_Flight], *, retry: bool) -> None:
+        """Reclaim refused digests and announce them: delivery reopens the same id and
+        publishes it with its retries (and dead letters). Partitions gone are left to their
+        new owner's take-over, which reclaims them."""
         self._metrics.publish_retries.inc(len(failed))
         now = self._clock.now()
         for flight in failed:
-            entry = flight.item.entry
             log.warning(
                 "digest %s of %s: publish failed (%s); handed to delivery",
-                flight.item.digest.id, entry.timeline, flight.item.errors[0],
+                flight.item.digest.id, flight.item.entry.timeline, flight.item.errors[0],
             )  # fmt: skip
-            if self._owns(entry.partition):
-                self._emitter.emit(entry.partition, [(entry.timeline, now)], entry.reason)
-
-    def _close(self, flights: list[_Flight], *, retry: bool) -> None:
-        """Close acknowledged (and empty) digests, one close_many per close time."""
-        by_time: dict[float, list[_Flight]] = {}
-        for flight in flights:
-            by_time.setdefault(flight.closing_at, []).append(flight)
-        for closing_at, group in by_time.items():
-            targets: list[DigestTarget] = [
-                (f.item.entry.partition, f.item.digest.timeline, f.item.digest.id) for f in group
-            ]
-            closed = self._close_many(targets, closing_at, retry=retry)
-            if closed is None:
+        for partition, group in _by_partition(failed).items():
+            if not self._owns(partition):
                 continue
-            if self._hooks:
-                for (partition, timeline, digest_id), done in zip(targets, closed, strict=True):
-                    self._hooks.on_close(partition, timeline, digest_id, done)
+            ids = [f.item.digest.id for f in group]
+            back = self._call(
+                functools.partial(self._store.reclaim, partition, now, ids), "reclaim", retry
+            )
+            if back:
+                self._emitter.emit(
+                    partition, [(name, now) for name in back], ScheduleReason.IMMEDIATE
+                )
 
-    def _close_many(
-        self, targets: list[DigestTarget], now: float, *, retry: bool
-    ) -> list[bool] | None:
-        def call() -> list[bool]:
-            with self._metrics.store_latency.labels(operation="close").time():
-                return self._store.close_many(targets, now)
+    def _settle(self, flights: list[_Flight], *, retry: bool) -> None:
+        """Forget acknowledged (and empty) digests: one settle per partition."""
+        for partition, group in _by_partition(flights).items():
+            ids = [f.item.digest.id for f in group]
+            kept = self._call(
+                functools.partial(self._store.settle, partition, ids), "settle", retry
+            )
+            if kept is None or not self._hooks:
+                continue
+            for flight, done in zip(group, kept, strict=True):
+                digest = flight.item.digest
+                self._hooks.on_close(partition, digest.timeline, digest.id, done)
+
+    def _call(self, call: Callable[[], _T], operation: str, retry: bool) -> _T | None:
+        """A store call of this piece, timed; waits out a Redis outage when ``retry``, else
+        leaves it (None): what stays kept is reclaimed by the take-over."""
+
+        def timed() -> _T:
+            with self._metrics.store_latency.labels(operation=operation).time():
+                return call()
 
         try:
             if not retry:
-                return call()
-            return self._runner.while_redis_down(call, errors=self._metrics.redis_errors)
+                return timed()
+            return self._runner.while_redis_down(timed, errors=self._metrics.redis_errors)
         except redis.RedisError as exc:
             if not unavailable(exc):
                 raise
-            # Left open and READY: the take-over (or maintenance) has delivery reopen them.
             log.warning(
-                "%d published digests not closed (%s); re-announced later", len(targets), exc
+                "leading edge: %s failed (%s); the take-over reclaims the rest", operation, exc
             )
             return None
+
+
+def _by_partition(flights: list[_Flight]) -> dict[int, list[_Flight]]:
+    groups: dict[int, list[_Flight]] = {}
+    for flight in flights:
+        groups.setdefault(flight.item.entry.partition, []).append(flight)
+    return groups

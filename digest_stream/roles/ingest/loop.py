@@ -125,6 +125,11 @@ class Ingest:
         """Input partitions this instance owns right now."""
         return self._ledger.owned
 
+    @property
+    def leading_in_flight(self) -> int:
+        """Leading-edge digests produced and not settled yet (0 when that path is off)."""
+        return 0 if self._leading is None else self._leading.in_flight
+
     def step(self) -> int:
         """Consume and decode a batch while the previous one is stored; book, commit, tick."""
         # With a batch in flight, take only what is already fetched: waiting here would
@@ -140,7 +145,7 @@ class Ingest:
         batches = self._prepare(messages) if messages else []
         applied = self._finish()
         if self._leading is not None:
-            self._leading.settle()  # the worker is idle: closes and adds don't overlap
+            self._leading.settle()  # the worker is idle: settles and adds don't overlap
         if self._scheduler.due():
             self._scheduler.tick(self._ledger.owned)
         for batch in batches:  # the worker is idle here: its store calls and these don't mix

@@ -2,10 +2,10 @@
 -- KEYS and ARGV are listed above `add`, at the end of this part.
 -- Holds: TIMELINE_FORMAT, RECORD_FORMAT, CONTROL_FORMAT, POLICY_WIDTH, new_timeline, the
 --   four steps (parse_add, begin_timelines + apply_record, write_back, advance_fence),
---   add_run, add_with_controls, parse_open_nonce, open_leading and add.
+--   add_run, add_with_controls, parse_open_nonce and add.
 -- Needs: CAUSES, CONTROL_CODES, FLUSH_AT_FLOOR, INLINE_MAX_RECORDS, MAX_NAME_BYTES, MAX_OFFSET
 --   (written from Python); guards, keys, encoding, helpers, containers; apply_control
---   (controls); open_target (digests: the leading edge, open_leading).
+--   (controls); lead, begin_leading, end_leading (leading).
 
 -- ds_add takes its timelines and its records each as ONE packed argument (struct formats,
 -- big-endian): one argument per record field cost the client more than the Lua did.
@@ -203,25 +203,6 @@ local function parse_add(keys, args)
     return call
 end
 
--- Replies of a command that answers one value per item (ZMSCORE, MGET), the items
--- UNPACK_CHUNK at a time after `key` (nil: no key before them), in one list.
-local function call_listed(command, key, items)
-    local replies = {}
-    for first = 1, #items, UNPACK_CHUNK do
-        local last = math.min(first + UNPACK_CHUNK - 1, #items)
-        local reply
-        if key == nil then
-            reply = redis.call(command, unpack(items, first, last))
-        else
-            reply = redis.call(command, key, unpack(items, first, last))
-        end
-        for i = 1, #reply do
-            replies[#replies + 1] = reply[i]
-        end
-    end
-    return replies
-end
-
 -- Step 2a, for the timelines the batch touches: each one's state (READY, WAITING with a
 -- due time, or absent) and its container's head, read once for the whole batch. Nothing
 -- is written before write_back, so the reads are made together, one command per kind of
@@ -372,15 +353,24 @@ local function write_back(tag, touched, call)
     -- nothing below reads the schedule: its entries are written together at the end, one
     -- ZADD per set instead of one per timeline
     local now, became_ready, due_changed = format_float(call.now), {}, {}
+    local leading = call.leading
     for _, timeline in ipairs(touched) do
-        local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
-            timeline.policy.capacity, call.inline_records, timeline.policy.ttl_ms_text)
-        dropped = dropped + lost
-        apply_flush_at(timeline, call.now, written)
+        -- the leading edge (leading.lua): a timeline with no container before this call
+        -- gets its digest now, and is written as its close would leave it
+        local led = leading ~= nil and timeline.became_ready and timeline.head.kind == 'none'
+            and lead(call, timeline, due_changed)
+        if not led then
+            local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
+                timeline.policy.capacity, call.inline_records, timeline.policy.ttl_ms_text)
+            dropped = dropped + lost
+            apply_flush_at(timeline, call.now, written)
+        end
         if timeline.mark ~= nil then
             mark_cause(timeline.key, timeline.mark)
         end
-        if timeline.became_ready then
+        if led then
+            -- listed in due_changed by lead
+        elseif timeline.became_ready then
             became_ready[#became_ready + 1] = now
             became_ready[#became_ready + 1] = timeline.timeline
         elseif timeline.due_changed then
@@ -432,13 +422,6 @@ local function add_run(call, first, last, fence, totals)
         apply_record(record.timeline, record, totals.ready)
     end
     local dropped, partition_ttl = write_back(call.tag, touched, call)
-    if call.open_nonce ~= nil then
-        for _, timeline in ipairs(touched) do
-            if timeline.became_ready then
-                totals.leading[timeline.timeline] = timeline.policy.ttl
-            end
-        end
-    end
     totals.dropped = totals.dropped + dropped
     if partition_ttl > totals.partition_ttl then
         totals.partition_ttl = partition_ttl
@@ -495,37 +478,6 @@ local function add_with_controls(call, fence, totals)
 end
 
 
--- The leading edge: an add asked to (an open nonce) opens the digest of every
--- timeline it made READY from absent, in the same call: the ingest publishes it at once and
--- closes it once the broker acknowledged it, instead of announcing it for delivery to open.
--- The timeline stays READY with its digest open until that close, so a crash anywhere
--- between is repaired as a delivery's is: the take-over re-announces the READY timeline and
--- delivery's reopen returns this very digest. Opened after the whole batch (its controls
--- included), in the order the timelines became READY: a cancel in the same batch still
--- cancels, and later records of the batch go into the same digest, as with an open right
--- after the add. Returns the timelines left to announce (READY through a flush) and
--- {timeline, open reply, ...} of the opened ones: ids are the nonce and a number (8 hex).
-local function open_leading(call, totals)
-    local ready, opened, count = {}, {}, 0
-    for _, timeline in ipairs(totals.ready) do
-        local ttl = totals.leading[timeline]
-        local reply = nil
-        if ttl ~= nil then
-            totals.leading[timeline] = nil -- once, should it be listed twice
-            count = count + 1
-            reply = open_target(call.tag, timeline,
-                call.open_nonce .. string.format('%08x', count), call.now, ttl)
-        end
-        if reply == nil then
-            ready[#ready + 1] = timeline
-        else
-            opened[#opened + 1] = timeline
-            opened[#opened + 1] = reply
-        end
-    end
-    return ready, opened
-end
-
 -- KEYS: fence, waiting, ready.
 -- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
 --       topic_id|"", open_nonce|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
@@ -541,9 +493,13 @@ end
 -- topic_id: the id of the topic the records were read from; a fence of another topic
 -- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
 -- is applied and the caller decides (on_state_loss). "" = not known: no check.
--- open_nonce: open the leading edge's digests in this call (open_leading); "" = announce.
+-- open_nonce: the leading edge (leading.lua): every timeline this call finds with no
+-- container and makes READY gets its digest in this call (id: the nonce and its number, 8
+-- hex), kept until ds_settle or ds_reclaim, and is left cooling down; "" = announce. A
+-- batch holding controls announces.
 -- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil,
--- topic id of the fence found|nil, cancelled, {timeline, open reply, ...} opened}.
+-- topic id of the fence found|nil, cancelled, {timeline, digest id, ...} led}: a led
+-- timeline's digest holds its records of this call (the caller has them).
 local function add(keys, args)
     local call = parse_add(keys, args)
     local tag = call.tag
@@ -557,7 +513,8 @@ local function add(keys, args)
             0}
     end
     local totals = {ready = {}, added = 0, skipped = 0, dropped = 0, cancelled = 0,
-        partition_ttl = call.partition_ttl, leading = {}}
+        partition_ttl = call.partition_ttl}
+    call.leading = begin_leading(call)
     local fence
     if call.controls == nil then
         fence = add_run(call, 1, #call.records, fence_before or -1, totals)
@@ -567,10 +524,7 @@ local function add(keys, args)
     local fence_after = advance_fence(tag, fence_before, topic_before,
         math.max(fence, call.through_offset or -1), call.topic)
     refresh_partition_ttl(tag, totals.partition_ttl)
-    local ready, opened = totals.ready, {}
-    if call.open_nonce ~= nil then
-        ready, opened = open_leading(call, totals)
-    end
+    local ready, opened = end_leading(call, totals)
     return {ready, totals.added, totals.skipped, totals.dropped, fence_before or false,
         fence_after or false, topic_before or false, totals.cancelled, opened}
 end

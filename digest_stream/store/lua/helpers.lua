@@ -1,8 +1,8 @@
 -- helpers.lua: ordering records, and the Redis calls every command shares: chunked
 -- variadic commands, sorting in a scratch zset, TTLs of the partition keys, the fence,
 -- and moving a slice of a schedule set.
--- Holds: UNPACK_CHUNK, bytes_less, older, newer, LUA_SORT_MAX, call_chunked, sort_records,
---   extend_ttl, refresh_partition_ttl, read_fence, write_fence, move_range.
+-- Holds: UNPACK_CHUNK, bytes_less, older, newer, LUA_SORT_MAX, call_chunked, call_listed,
+--   sort_records, extend_ttl, refresh_partition_ttl, read_fence, write_fence, move_range.
 -- Needs: invalid_state (guards); scratch_key, waiting_key, ready_key, fence_key (keys);
 --   format_float, format_integer, ttl_ms (encoding).
 
@@ -58,6 +58,25 @@ local function call_chunked(command, key, items)
         end
     end
     return total
+end
+
+-- Replies of a command that answers one value per item (ZMSCORE, MGET), the items
+-- UNPACK_CHUNK at a time after `key` (nil: no key before them), in one list.
+local function call_listed(command, key, items)
+    local replies = {}
+    for first = 1, #items, UNPACK_CHUNK do
+        local last = math.min(first + UNPACK_CHUNK - 1, #items)
+        local reply
+        if key == nil then
+            reply = redis.call(command, unpack(items, first, last))
+        else
+            reply = redis.call(command, key, unpack(items, first, last))
+        end
+        for i = 1, #reply do
+            replies[#replies + 1] = reply[i]
+        end
+    end
+    return replies
 end
 
 -- Records in age order: by timestamp, ties by id bytes, oldest first (or newest first).

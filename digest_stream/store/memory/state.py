@@ -9,11 +9,6 @@ from digest_stream.store.base import StoredRecord
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 
 
-def age_key(record: StoredRecord) -> tuple[float, bytes]:
-    """Oldest first by timestamp, ties by id bytes: the order of the Lua code."""
-    return (record.timestamp, record.id.encode("utf-8"))
-
-
 def score_key(item: tuple[str, float]) -> tuple[float, bytes]:
     """Zset order: score, then member bytes."""
     return (item[1], item[0].encode("utf-8"))
@@ -54,6 +49,8 @@ class PartitionState:
     ready: dict[str, float] = field(default_factory=dict)
     timelines: dict[str, TimelineState] = field(default_factory=dict)
     digests: dict[str, DigestState] = field(default_factory=dict)
+    #: The leading edge's digests in flight, by id: (timeline, digest) until settled.
+    leading: dict[str, tuple[str, DigestState]] = field(default_factory=dict)
 
 
 class MemoryState:

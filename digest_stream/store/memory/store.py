@@ -21,28 +21,29 @@ from digest_stream.store.base import (
     NewRecord,
     OpenDigest,
     StoredRecord,
+    age_key,
     leading_id,
     reason_of,
 )
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import FLUSH_AT_FLOOR
-from digest_stream.store.memory.admin import MemoryAdmin
 from digest_stream.store.memory.controls import apply_control
+from digest_stream.store.memory.leading import MemoryLeading
 from digest_stream.store.memory.state import (
     DigestState,
     PartitionState,
     TimelineState,
-    age_key,
     score_key,
 )
 from digest_stream.store.policy import TimelinePolicy
 
 
-class MemoryStore(MemoryAdmin):
+class MemoryStore(MemoryLeading):
     """In-memory ``DigestStore`` with the exact semantics of ``RedisStore``.
 
     Its state and lookups: ``MemoryState``; inspect, admin, the fence and ``expire``:
-    ``MemoryAdmin``; adding, the schedule and digests here.
+    ``MemoryAdmin``; the leading edge's settle and reclaim: ``MemoryLeading``; adding, the
+    schedule and digests here.
     """
 
     def add(
@@ -75,7 +76,11 @@ class MemoryStore(MemoryAdmin):
             return AddResult([], 0, 0, 0, fence_before, fence_before, topic_before)
         fence = -1 if fence_before is None else fence_before
         ready: list[str] = []
-        leading: set[str] = set()  # made READY from absent: opened when asked (open_nonce)
+        # made READY with nothing stored before: led when asked (open_nonce), unless the
+        # batch holds controls or the timeline's capacity trimmed it
+        leading: set[str] = set()
+        created: set[str] = set()
+        controls = any(record.control is not None for record in records)
         touched: list[str] = []
         added = skipped = dropped = cancelled = 0
         for record in records:
@@ -101,6 +106,7 @@ class MemoryStore(MemoryAdmin):
                     expired=scheduled and name not in state.digests,
                     behind_open=scheduled and name in state.digests,
                 )
+                created.add(name)
             timeline = state.timelines[name]
             if name not in touched:
                 touched.append(name)
@@ -128,7 +134,8 @@ class MemoryStore(MemoryAdmin):
             else:
                 state.ready[name] = now
                 ready.append(name)
-                leading.add(name)
+                if name in created and not controls:
+                    leading.add(name)
         dropped += self._finish(state, touched, policies, now)
 
         if through is not None:
@@ -140,9 +147,10 @@ class MemoryStore(MemoryAdmin):
             state.fence_topic = topic  # a fence without a topic takes the caller's
         opened: list[OpenDigest] = []
         if nonce is not None:
-            # After the whole batch, controls included, in the order they became READY.
-            for name in [name for name in ready if name in leading]:
-                opened.append(self.open(partition, name, leading_id(nonce, len(opened) + 1), now))
+            for name in [n for n in ready if n in leading and not state.timelines[n].dropped]:
+                digest_id = leading_id(nonce, len(opened) + 1)
+                opened.append(self.open(partition, name, digest_id, now))
+                self._lead(state, name, digest_id, now)
                 ready.remove(name)
         return AddResult(
             ready,

@@ -7,6 +7,7 @@ error replies to the store's exceptions.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast
 
 from redis.exceptions import ResponseError
@@ -16,10 +17,12 @@ from digest_stream.store.base import (
     DueBatch,
     DueTimeline,
     Fence,
+    NewRecord,
     OpenDigest,
     PartitionStats,
     StoredRecord,
     TimelineInfo,
+    age_key,
     reason_of,
 )
 from digest_stream.store.errors import InvalidArgument, InvalidState
@@ -117,22 +120,42 @@ def map_error(error: ResponseError) -> Exception:
 # Whole replies of the library's functions ------------------------------------------
 
 
-def add_result(reply: Reply) -> AddResult:
+def add_result(reply: Reply, records: Sequence[NewRecord], now: float) -> AddResult:
     """``ds_add``: {ready[], added, skipped, dropped, fence_before|nil, fence_after|nil,
-    fence_topic|nil, cancelled, {timeline, open reply, ...} opened}."""
+    fence_topic|nil, cancelled, {timeline, digest id, ...} led}; ``records`` and ``now``:
+    the call's (a led digest holds its timeline's records of the call, not sent back)."""
     values = array(reply)
-    opened = array(values[8]) if len(values) > 8 else []
+    led = array(values[8]) if len(values) > 8 else []
+    fence_before = optional_integer(values[4])
     return AddResult(
         ready=[text(name) for name in array(values[0])],
         added=integer(values[1]),
         skipped=integer(values[2]),
         dropped=integer(values[3]),
-        fence_before=optional_integer(values[4]),
+        fence_before=fence_before,
         fence_after=optional_integer(values[5]),
         fence_topic=optional_text(values[6]),
         cancelled=integer(values[7]),
-        opened=[open_digest(text(opened[i]), opened[i + 1]) for i in range(0, len(opened), 2)],
+        opened=led_digests(led, records, fence_before, now) if led else [],
     )
+
+
+def led_digests(
+    led: list[Reply], records: Sequence[NewRecord], fence_before: int | None, now: float
+) -> list[OpenDigest]:
+    """The digests an add led ({timeline, id, ...}), from the call's own records: those
+    past the fence found, one per id (its first place, its last value), newest first."""
+    ids = {text(led[i]): text(led[i + 1]) for i in range(0, len(led), 2)}
+    fence = -1 if fence_before is None else fence_before
+    held: dict[str, dict[str, StoredRecord]] = {name: {} for name in ids}
+    for timeline, record_id, timestamp, payload, offset, _ in records:
+        kept = held.get(timeline)
+        if kept is not None and offset > fence:
+            kept[record_id] = StoredRecord(record_id, float(timestamp), payload)
+    return [
+        OpenDigest(digest_id, name, sorted(held[name].values(), key=age_key, reverse=True), 0, now)
+        for name, digest_id in ids.items()
+    ]
 
 
 def fence(reply: Reply) -> Fence:

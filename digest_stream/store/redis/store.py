@@ -177,7 +177,7 @@ class RedisStore(RedisDigests, RedisAdmin):
                 *((b"".join(control_parts),) if control_parts else ()),
             ],
         )
-        return replies.add_result(reply)
+        return replies.add_result(reply, records, now)
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""

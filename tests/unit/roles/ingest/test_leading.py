@@ -1,11 +1,12 @@
 """The leading edge published by the ingest (direct_leading_edge), with a fake broker and the
-reference store: one add opens the digest, one produce publishes it, the ack closes it."""
+reference store: one add gives the digest, one produce publishes it, the ack settles it."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from digest_stream.store import MemoryStore
 from digest_stream.wire import codec
 from digest_stream.wire.models import DigestReason, Event, ScheduleReason
 from tests.support.fakes import message
@@ -13,8 +14,8 @@ from tests.support.ingest import EVENTS, OUTPUT, IngestRig
 
 
 class Rig(IngestRig):
-    def __init__(self, **overrides: Any) -> None:
-        super().__init__(None, direct_leading_edge=True, **overrides)
+    def __init__(self, store: MemoryStore | None = None, **overrides: Any) -> None:
+        super().__init__(store, direct_leading_edge=True, **overrides)
 
     def send(  # type: ignore[override]  # a timeline name, not raw key bytes
         self, timeline: str, record_id: str = "r", partition: int = 0, age: float = 0.0
@@ -22,12 +23,12 @@ class Rig(IngestRig):
         super().send(timeline.encode(), record_id, partition, age)
 
 
-def test_new_timelines_are_published_by_the_ingest_and_closed_once_acknowledged() -> None:
+def test_new_timelines_are_published_by_the_ingest_and_settled_once_acknowledged() -> None:
     rig = Rig()
     rig.consumer.assign([0])
     for n in range(5):
         rig.send(f"t{n}", f"r{n}")
-    rig.step_until(lambda: rig.store.inspect(0, "t4").state == "waiting")
+    rig.step_until(lambda: len(rig.digests()) == 5 and rig.ingest.leading_in_flight == 0)
     digests = rig.digests()
     assert sorted((t, why, ids) for t, _, why, ids in digests) == [
         (f"t{n}", DigestReason.IMMEDIATE, [f"r{n}"]) for n in range(5)
@@ -41,15 +42,18 @@ def test_new_timelines_are_published_by_the_ingest_and_closed_once_acknowledged(
         assert info.due == info.last_delivery + rig.settings.minimum_delay  # the cool-down
     assert rig.metrics.value("digest_digests_published_total") == 5
     assert rig.consumer.committed_offsets[0] == 5
+    assert rig.store.reclaim(0, time.time()) == []  # every one settled: none kept
 
 
-def test_an_event_behind_an_open_leading_digest_waits_for_the_cool_down() -> None:
+def test_an_event_behind_a_leading_digest_in_flight_waits_for_the_cool_down() -> None:
     rig = Rig()
     rig.consumer.assign([0])
+    rig.producer.hold = True
     rig.send("t", "first")
-    rig.ingest.step()  # added, opened, produced; not acknowledged yet
-    assert rig.store.inspect(0, "t").open_digest is not None
+    rig.step_until(lambda: rig.ingest.leading_in_flight == 1)  # produced, not acknowledged
+    assert rig.store.inspect(0, "t").state == "waiting"  # cooling down since the add
     rig.send("t", "second")
+    rig.producer.hold = False
     rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 2)
     assert [ids for _, _, _, ids in rig.digests()] == [["first"]]
     info = rig.store.inspect(0, "t")
@@ -64,20 +68,35 @@ def test_a_refused_publish_is_handed_to_delivery_under_the_same_id() -> None:
     rig.step_until(lambda: rig.entries() != [])
     assert rig.entries() == [("t", ScheduleReason.IMMEDIATE)]
     info = rig.store.inspect(0, "t")
-    assert (info.state, info.open_records) == ("ready", 1)  # open: delivery reopens this id
+    # Reclaimed: open under the id the refused publish carried, so delivery reopens it.
+    assert (info.state, info.open_records) == ("ready", 1)
+    assert info.open_digest is not None
     assert rig.digests() == []
     assert rig.metrics.value("digest_publish_retries_total") == 1
 
 
-def test_an_acknowledged_digest_of_a_revoked_partition_is_still_closed() -> None:
+def test_an_acknowledged_digest_of_a_revoked_partition_is_still_settled() -> None:
     rig = Rig()
     rig.consumer.assign([0])
     rig.send("t", "r")
     rig.ingest.step()
     rig.consumer.revoke([0])
-    info = rig.store.inspect(0, "t")
-    assert (info.state, info.open_digest) == ("waiting", None)
+    assert rig.ingest.leading_in_flight == 0
+    assert rig.store.reclaim(0, time.time()) == []  # settled: the next owner reclaims none
     assert [t for t, _, _, _ in rig.digests()] == ["t"]
+
+
+def test_the_take_over_hands_unsettled_digests_to_delivery() -> None:
+    rig = Rig()
+    rig.consumer.assign([0])
+    rig.producer.hold = True  # produced, never acknowledged: as if the process died here
+    rig.send("t", "r")
+    rig.step_until(lambda: rig.ingest.leading_in_flight == 1)
+    taken = Rig(rig.store)  # the next owner, on the same store
+    taken.consumer.assign([0])
+    taken.step_until(lambda: taken.entries() != [])
+    assert taken.entries() == [("t", ScheduleReason.RECOVERED)]
+    assert rig.store.inspect(0, "t").state == "ready"
 
 
 def test_collapse_by_and_policies_apply_as_in_delivery() -> None:
@@ -90,7 +109,7 @@ def test_collapse_by_and_policies_apply_as_in_delivery() -> None:
         )  # fmt: skip
         rig.consumer.queued.append(message(EVENTS, 0, rig.offsets, b"t", value))
         rig.offsets += 1
-    rig.step_until(lambda: rig.store.inspect(0, "t").state == "waiting")
+    rig.step_until(lambda: rig.producer.on(OUTPUT) != [])
     (digest,) = [codec.decode_digest(v or b"") for _, v in rig.producer.on(OUTPUT)]
     assert [(r.id, r.count) for r in digest.records] == [("b", 2)]
     assert digest.total == 2
