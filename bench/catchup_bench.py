@@ -13,23 +13,26 @@ Service: private topics, groups and namespace; stopped by pid).
   and `--roles delivery`, as docs/benchmarks.md suggests for one box): the rate a second core
   buys when delivery no longer shares the ingest's GIL. At 1 per timeline once more with the
   opt-in `direct_leading_edge` (the short path), as a ratio to the default in the same rep.
+  The Kafka Streams peer (bench/peer_kstreams.py, `make bench-peer-kstreams`) catches up the
+  same backlog in the same repetition, at-least-once and exactly-once, on a topic of its own
+  that ends with one later event per partition to close its windows (left out of its rate),
+  timed the same way until its application.id group's committed offsets reach the end.
 - delivery: a backlog of events on as many new timelines (every event an immediate digest).
   The ingest and scheduler roles run first and put one schedule entry per timeline on the
   schedule topic; then they stop and the delivery role alone starts, timed until the delivery
   group's committed offsets reach the end of the schedule topic. Against a bare produce loop:
   the service's idempotent producer settings, the same number of messages of a digest's size
-  with the same keys, one flush at the end.
-  The Kafka Streams peer (bench/peer_kstreams.py, `make bench-peer-kstreams`) catches up the
-  same backlog in the same repetition, at-least-once and exactly-once, on a topic of its own
-  that ends with one later event per partition to close its windows (left out of its rate),
-  timed the same way until its application.id group's committed offsets reach the end.
+  with the same keys, one flush at the end. Then end to end, in the same repetition: the same
+  backlog produced first, `digest-stream run` (all roles, one process) started on it and timed
+  until the output topic holds a digest per timeline (the sum of its high watermarks), with
+  default settings and with the opt-in `direct_leading_edge`; each against the bare producer.
 - processes: the 20-per-timeline catch-up with one process and with two processes of all
   roles on this machine (the events/s a second process adds).
 
 Rates: "from cold" divides the backlog by the seconds from launch to the end (process start,
-group join, library load included); "steady" counts from the first commit seen (polled every
-50 ms) and divides what was committed after it by the seconds after it, the way scenario 1
-leaves out joining. The ratios use the steady rates.
+group join, library load included); "steady" counts from the first commit seen (end to end:
+the first digest on the output topic; polled every 50 ms) and divides what came after it by
+the seconds after it, the way scenario 1 leaves out joining. The ratios use the steady rates.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -81,16 +85,36 @@ def backlog(count: int, per_timeline: int, prefix: str) -> list[tuple[bytes, byt
     ]
 
 
-def end_offsets(env: Stack, topic: str) -> list[TopicPartition]:
-    """The high watermarks of every partition of a topic."""
-    consumer = Consumer({"bootstrap.servers": env.bootstrap, "group.id": unique("wm")})
-    try:
+class Watermarks:
+    """A topic's high watermarks, read with one consumer (so polling opens no client a poll)."""
+
+    def __init__(self, env: Stack, topic: str) -> None:
+        self.topic = topic
+        self.consumer = Consumer({"bootstrap.servers": env.bootstrap, "group.id": unique("wm")})
+
+    def __enter__(self) -> Watermarks:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.consumer.close()
+
+    def offsets(self) -> list[TopicPartition]:
+        """The high watermark of every partition."""
+        topic, consumer = self.topic, self.consumer
         return [
             TopicPartition(topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p))[1])
             for p in range(PARTITIONS)
         ]
-    finally:
-        consumer.close()
+
+    def total(self) -> int:
+        """Messages on the topic: the sum of its high watermarks."""
+        return sum(tp.offset for tp in self.offsets())
+
+
+def end_offsets(env: Stack, topic: str) -> list[TopicPartition]:
+    """The high watermarks of every partition of a topic."""
+    with Watermarks(env, topic) as marks:
+        return marks.offsets()
 
 
 class Watched(Protocol):
@@ -122,31 +146,43 @@ class Committed:
 
     def wait(self, service: Watched, started: float) -> dict[str, float]:
         """Wait until everything is committed: from-cold and steady rates."""
-        first: tuple[float, int] | None = None
         try:
-            while True:
-                service.check()
-                done = self.done()
-                now = time.perf_counter()
-                if done and first is None:
-                    first = (now, done)
-                if done >= self.total:
-                    break
-                if now - started > CATCHUP_TIMEOUT:
-                    raise RuntimeError(
-                        f"{done} of {self.total} committed after {CATCHUP_TIMEOUT} s:\n"
-                        f"{service.tail()}"
-                    )
-                time.sleep(POLL)
+            return reach(self.done, self.total, service, started, "committed", self.counted)
         finally:
             self.consumer.close()
-        assert first is not None
-        steady_seconds = now - first[0]
-        return {
-            "cold": self.counted / (now - started),
-            "steady": (self.counted - first[1]) / steady_seconds if steady_seconds else 0.0,
-            "seconds": now - started,
-        }
+
+
+def reach(
+    measure: Callable[[], int],
+    total: int,
+    service: Watched,
+    started: float,
+    what: str,
+    counted: int | None = None,
+    timeout: float = CATCHUP_TIMEOUT,
+) -> dict[str, float]:
+    """Poll `measure()` every POLL s until it reaches `total`: from-cold and steady rates of
+    `counted` messages (default `total`), steady from the first poll that saw any."""
+    counted = total if counted is None else counted
+    first: tuple[float, int] | None = None
+    while True:
+        service.check()
+        done = measure()
+        now = time.perf_counter()
+        if done and first is None:
+            first = (now, done)
+        if done >= total:
+            break
+        if now - started > timeout:
+            raise RuntimeError(f"{done} of {total} {what} after {timeout} s:\n{service.tail()}")
+        time.sleep(POLL)
+    assert first is not None
+    steady_seconds = now - first[0]
+    return {
+        "cold": counted / (now - started),
+        "steady": (counted - first[1]) / steady_seconds if steady_seconds else 0.0,
+        "seconds": now - started,
+    }
 
 
 #: The opt-in short path for the leading edge (off by default), measured at 1 per timeline.
@@ -319,42 +355,72 @@ def delivery_run(env: Stack, pairs: list[tuple[bytes, bytes]]) -> dict[str, floa
         started = service.launch("ingest,scheduler")
         Committed(env, service.group, events_end).wait(service, started)
         # Every timeline is new, so each event put one IMMEDIATE entry on the schedule topic.
-        deadline = time.monotonic() + 60
-        while sum(tp.offset for tp in end_offsets(env, service.topics["schedule"])) < len(pairs):
-            service.check()
-            if time.monotonic() > deadline:
-                raise RuntimeError("the schedule entries never all arrived")
-            time.sleep(POLL)
+        with Watermarks(env, service.topics["schedule"]) as schedule:
+            now = time.perf_counter()
+            reach(schedule.total, len(pairs), service, now, "schedule entries", timeout=60)
         service.stop()
         schedule_end = end_offsets(env, service.topics["schedule"])
         started = service.launch("delivery")
         return Committed(env, service.delivery_group, schedule_end).wait(service, started)
 
 
+def end_to_end_run(
+    env: Stack, pairs: list[tuple[bytes, bytes]], settings: dict[str, str] | None = None
+) -> dict[str, float]:
+    """All roles in one process over a backlog on new timelines, timed from launch until the
+    output topic holds a digest per timeline (the sum of its high watermarks)."""
+    with Service(env, start=False, settings=settings) as service:
+        produce(env.bootstrap, service.topics["events"], pairs)
+        with Watermarks(env, service.topics["output"]) as output:
+            started = service.launch()
+            return reach(output.total, len(pairs), service, started, "digests on the output")
+
+
+def _rates(runs: list[dict[str, float]], bare: list[float]) -> dict[str, Any]:
+    """From-cold and steady summaries of one kind of run, and steady / bare produce."""
+    steady = [run["steady"] for run in runs]
+    return {
+        "from_cold": summary([run["cold"] for run in runs]),
+        "steady": summary(steady),
+        "steady_vs_bare": ratio(steady, bare),
+    }
+
+
 def delivery(env: Stack, count: int, reps: int) -> dict[str, Any]:
-    """Scenario 8: digests/s when every event opens a new timeline, vs a bare produce loop."""
+    """Scenario 8: digests/s when every event opens a new timeline, by the delivery role alone
+    and end to end (default and direct_leading_edge), vs a bare produce loop."""
     pairs = backlog(count, 1, "d")
     size = _digest_size(pairs)
     keys = [key for key, _ in pairs]
-    bare, cold, steady = [], [], []
+    bare: list[float] = []
+    runs: dict[str, list[dict[str, float]]] = {"delivery": [], "end_to_end": [], "direct": []}
     for rep in range(reps):
         bare.append(bare_produce(env, keys, size))
-        run = delivery_run(env, pairs)
-        cold.append(run["cold"])
-        steady.append(run["steady"])
+        runs["delivery"].append(delivery_run(env, pairs))
+        runs["end_to_end"].append(end_to_end_run(env, pairs))
+        runs["direct"].append(end_to_end_run(env, pairs, DIRECT))
+        one, e2e, direct = (runs[kind][-1] for kind in ("delivery", "end_to_end", "direct"))
         print(
-            f"  rep {rep + 1}: delivery {steady[-1]:,.0f} digests/s (from cold {cold[-1]:,.0f}),"
-            f" bare produce {bare[-1]:,.0f} msgs/s",
+            f"  rep {rep + 1}: delivery {one['steady']:,.0f} digests/s (from cold "
+            f"{one['cold']:,.0f}), bare produce {bare[-1]:,.0f} msgs/s",
+            flush=True,
+        )
+        print(
+            f"  rep {rep + 1}: end to end {e2e['steady']:,.0f} digests/s (from cold "
+            f"{e2e['cold']:,.0f}), / bare {e2e['steady'] / bare[-1]:.3f}; direct_leading_edge "
+            f"{direct['steady']:,.0f} (from cold {direct['cold']:,.0f}), / bare "
+            f"{direct['steady'] / bare[-1]:.3f}",
             flush=True,
         )
     return {
         "digests": count,
         "message_bytes": size,
         "bare_produce": summary(bare),
-        "from_cold": summary(cold),
-        "steady": summary(steady),
-        "steady_vs_bare": ratio(steady, bare),
+        **_rates(runs["delivery"], bare),
         "target_digests_per_s": 15_000,
+        "end_to_end": _rates(runs["end_to_end"], bare),
+        "end_to_end_direct": _rates(runs["direct"], bare),
+        "target_end_to_end_vs_bare": 0.10,
     }
 
 
@@ -460,6 +526,21 @@ def headline(result: dict[str, Any]) -> list[str]:
             f"[{block['steady']['min']:,}..{block['steady']['max']:,}]  target >= 15,000"
             f"  (vs bare produce {r['median']} [{r['min']}..{r['max']}])"
         )
+        if "end_to_end" in block:  # written since the end-to-end runs were added
+            target = block["target_end_to_end_vs_bare"]
+            for label, row, goal in (
+                (
+                    "end to end / bare produce, 1/tl",
+                    block["end_to_end"],
+                    f"target >= {target:.2f}  ",
+                ),
+                ("  direct_leading_edge", block["end_to_end_direct"], ""),
+            ):
+                r = row["steady_vs_bare"]
+                lines.append(
+                    f"{label:<34} {r['median']:>7} [{r['min']}..{r['max']}]"
+                    f"  {goal}({row['steady']['median']:,} digests/s)"
+                )
     if "processes" in result:
         r = result["processes"]["two_vs_one"]
         lines.append(

@@ -266,6 +266,19 @@ def _catchup_rows(runs: Runs) -> list[str]:
             f"delivery / bare {_ratio(block['steady_vs_bare'])} | "
             f">= {block['target_digests_per_s']:,} digests/s | {ok} |"
         )
+        if "end_to_end" in block:  # written since the end-to-end runs were added
+            least = block["target_end_to_end_vs_bare"]
+            for label, row in (
+                ("default settings", block["end_to_end"]),
+                ("direct_leading_edge", block["end_to_end_direct"]),
+            ):
+                ok = "yes" if row["steady_vs_bare"]["median"] >= least else "**no**"
+                rows.append(
+                    f"| 8e | the same backlog end to end (all roles, one process), {label}: "
+                    f"digests/s steady {_rate(row['steady'])}, from cold "
+                    f"{_rate(row['from_cold'])}{rerun} | end to end / bare "
+                    f"{_ratio(row['steady_vs_bare'])} | >= {least} | {ok} |"
+                )
     return rows
 
 
