@@ -6,16 +6,34 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
+
 from digest_stream.clock import SystemClock
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest import ingest_role
 from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore
+from digest_stream.store.base import AddResult
 from digest_stream.wire import codec
 from digest_stream.wire.models import DigestReason, Event, ScheduleReason
 from tests.support.fakes import FakeConsumer, FakeProducer, FakeTopics, message
 
 EVENTS, SCHEDULE, OUTPUT, DLQ = "events", "schedule", "output", "dlq"
+
+
+class FlakyStore(MemoryStore):
+    """The reference store, unreachable for the first ``failures`` adds."""
+
+    def __init__(self, failures: int, error: Exception | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.failures = failures
+        self.error = error or redis.ConnectionError("unreachable (test)")
+
+    def add(self, *args: Any, **kwargs: Any) -> AddResult:
+        if self.failures:
+            self.failures -= 1
+            raise self.error
+        return super().add(*args, **kwargs)
 
 
 class IngestRig:

@@ -10,7 +10,7 @@ from digest_stream.store import MemoryStore
 from digest_stream.wire import codec
 from digest_stream.wire.models import DigestReason, Event, ScheduleReason
 from tests.support.fakes import message
-from tests.support.ingest import EVENTS, OUTPUT, IngestRig
+from tests.support.ingest import EVENTS, OUTPUT, FlakyStore, IngestRig
 
 
 class Rig(IngestRig):
@@ -73,6 +73,23 @@ def test_a_refused_publish_is_handed_to_delivery_under_the_same_id() -> None:
     assert info.open_digest is not None
     assert rig.digests() == []
     assert rig.metrics.value("digest_publish_retries_total") == 1
+
+
+def test_a_redis_outage_on_the_add_publishes_the_leading_digest_once_it_is_back() -> None:
+    rig = Rig(FlakyStore(failures=3))
+    rig.consumer.assign([0])
+    rig.send("t", "r0")
+    rig.step_until(
+        lambda: rig.consumer.committed_offsets.get(0) == 1 and rig.ingest.leading_in_flight == 0
+    )
+    assert rig.consumer.pauses >= 1
+    assert rig.consumer.paused == set()
+    assert [(t, why, ids) for t, _, why, ids in rig.digests()] == [
+        ("t", DigestReason.IMMEDIATE, ["r0"])
+    ]
+    assert rig.entries() == []
+    assert rig.metrics.value("digest_redis_errors_total") == 3
+    assert rig.store.reclaim(0, time.time()) == []  # settled
 
 
 def test_an_acknowledged_digest_of_a_revoked_partition_is_still_settled() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection
-from typing import Any
 
 import pytest
 import redis
@@ -12,34 +11,23 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID
 
 from digest_stream.kafka import reset_start
 from digest_stream.store import MemoryStore
-from digest_stream.store.base import AddResult, Fence
+from digest_stream.store.base import Fence
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event, ScheduleReason
 from tests.support.fakes import message
-from tests.support.ingest import DLQ, EVENTS, IngestRig
+from tests.support.ingest import DLQ, EVENTS, FlakyStore, IngestRig
 from tests.support.kafka import murmur2_choice
-
-
-class FlakyStore(MemoryStore):
-    """The reference store, unreachable for the first ``failures`` adds."""
-
-    def __init__(self, failures: int, error: Exception | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.failures = failures
-        self.error = error or redis.ConnectionError("unreachable (test)")
-
-    def add(self, *args: Any, **kwargs: Any) -> AddResult:
-        if self.failures:
-            self.failures -= 1
-            raise self.error
-        return super().add(*args, **kwargs)
 
 
 class Rig(IngestRig):
     def __init__(
         self, store: MemoryStore | None = None, max_event_age: float | None = None
     ) -> None:
-        super().__init__(store or MemoryStore(), max_event_age=max_event_age)
+        # These tests read what the ingest hands the delivery hop (schedule entries, pending
+        # records, READY timelines); the leading edge's loop is test_leading.py's subject.
+        super().__init__(
+            store or MemoryStore(), max_event_age=max_event_age, direct_leading_edge=False
+        )
 
 
 def test_a_batch_is_stored_announced_and_committed_with_bad_input_dead_lettered() -> None:
