@@ -173,10 +173,10 @@ class Settings(BaseSettings):
         None, gt=0, description="Drop events older than this many seconds; unset = keep all."
     )
     direct_leading_edge: bool = Field(
-        False,
+        True,
         description="The ingest opens a quiet timeline's first digest in its add and publishes "
-        "it to the output topic itself (one store call, one produce); false = announce it "
-        "for delivery.",
+        "it to the output topic itself (one store call, one produce; a failure hands it to "
+        "delivery under the same id); false = announce it on the schedule topic for delivery.",
     )
     on_state_loss: Literal["replay", "continue"] = Field(
         "replay",
