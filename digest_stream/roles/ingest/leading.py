@@ -74,6 +74,7 @@ class LeadingEdge:
         runner: Runner,
         owns: Callable[[int], bool],
         frame: Callable[[bytes], bytes] = bytes,
+        recovered: Callable[[], None] | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -85,6 +86,9 @@ class LeadingEdge:
         self._runner = runner
         self._owns = owns
         self._frame = frame  # schema registry mode: the Digest schema's prefix
+        # After an outage waited out here: Redis may be back with older state (as in the
+        # applier's retries), so the owned partitions' READY timelines are announced again.
+        self._recovered = recovered
         self._policy = settings.resolver()
         self._report = Report(metrics, hooks, clock)  # delivery's metrics, logs and hooks
         self._flying: list[_Flight] = []
@@ -213,7 +217,9 @@ class LeadingEdge:
         try:
             if not retry:
                 return timed()
-            return self._runner.while_redis_down(timed, errors=self._metrics.redis_errors)
+            return self._runner.while_redis_down(
+                timed, errors=self._metrics.redis_errors, recovered=self._recovered
+            )
         except redis.RedisError as exc:
             if not unavailable(exc):
                 raise

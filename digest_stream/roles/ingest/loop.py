@@ -114,6 +114,7 @@ class Ingest:
             self._leading = LeadingEdge(
                 settings, store, producer, scheduler.emitter, metrics, hooks, clock,
                 runner, self._ledger.owns, output_frame or bytes,
+                recovered=lambda: scheduler.take_over(self._ledger.owned),
             )  # fmt: skip
             self._outputs.opened = self._leading.publish
         self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)

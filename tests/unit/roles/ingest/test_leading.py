@@ -4,13 +4,31 @@ reference store: one add gives the digest, one produce publishes it, the ack set
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
+import redis
+
 from digest_stream.store import MemoryStore
+from digest_stream.store.base import NewRecord
 from digest_stream.wire import codec
 from digest_stream.wire.models import DigestReason, Event, ScheduleReason
 from tests.support.fakes import message
 from tests.support.ingest import EVENTS, OUTPUT, FlakyStore, IngestRig
+
+
+class SettleFails(MemoryStore):
+    """The reference store, unreachable for the first ``failures`` settles."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def settle(self, partition: int, digest_ids: Sequence[str]) -> list[bool]:
+        if self.failures:
+            self.failures -= 1
+            raise redis.ConnectionError("unreachable (test)")
+        return super().settle(partition, digest_ids)
 
 
 class Rig(IngestRig):
@@ -90,6 +108,21 @@ def test_a_redis_outage_on_the_add_publishes_the_leading_digest_once_it_is_back(
     assert rig.entries() == []
     assert rig.metrics.value("digest_redis_errors_total") == 3
     assert rig.store.reclaim(0, time.time()) == []  # settled
+
+
+def test_an_outage_waited_out_by_the_settle_announces_ready_timelines_again() -> None:
+    # Redis may come back from an older snapshot, with READY timelines whose announcements
+    # were consumed long ago: the settle's wait must re-announce them, as the add's does.
+    rig = Rig(SettleFails(failures=3))
+    rig.consumer.assign([0, 1])
+    rig.ingest.step()  # the assignment's take-over tick: nothing READY yet
+    record = NewRecord(timeline="old", id="r", timestamp=time.time(), payload=b"p", offset=0)
+    rig.store.add(1, [record], time.time())  # READY, its announcement long gone
+    rig.send("t", "r0")
+    rig.step_until(lambda: ("old", ScheduleReason.RECOVERED) in rig.entries())
+    assert rig.metrics.value("digest_redis_errors_total") == 3
+    assert [t for t, _, _, _ in rig.digests()] == ["t"]
+    assert rig.store.reclaim(0, time.time()) == []  # settled once Redis answered
 
 
 def test_an_acknowledged_digest_of_a_revoked_partition_is_still_settled() -> None:
