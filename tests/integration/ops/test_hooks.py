@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -74,12 +75,14 @@ def _traced(trace: str) -> list[tuple[str, bytes]]:
     return [("traceparent", trace.encode()), ("other", b"x")]
 
 
+@pytest.mark.parametrize("leading", [True, False], ids=["leading-edge", "announced"])
 def test_hooks_fire_and_trace_headers_reach_the_digest(
-    pipeline_factory: Callable[..., Pipeline],
+    pipeline_factory: Callable[..., Pipeline], leading: bool
 ) -> None:
     pipe = pipeline_factory(partitions=2)
     recorder = Recorder()
-    app = App(pipe.with_settings(carry_headers=["traceparent"]), hooks=[recorder, Broken()])
+    settings = pipe.with_settings(carry_headers=["traceparent"], direct_leading_edge=leading)
+    app = App(settings, hooks=[recorder, Broken()])
     app.start()
     pipe.apps.append(app)  # stopped by the fixture
     timeline, plain = unique("mail:p"), unique("plain")
@@ -109,7 +112,9 @@ def test_hooks_fire_and_trace_headers_reach_the_digest(
     names = set(recorder.names())
     assert names == {"on_add", "on_ready", "on_publish", "on_close", "on_dead_letter"}
     reasons = {args[2] for name, args in recorder.calls if name == "on_ready"}
-    assert reasons == {"IMMEDIATE", "SCHEDULED"}
+    # on_ready is an announcement on the schedule topic: the leading edge (the first digests,
+    # published by the ingest) has none; the cool-down digest is announced either way.
+    assert reasons == ({"SCHEDULED"} if leading else {"IMMEDIATE", "SCHEDULED"})
     published = [args for name, args in recorder.calls if name == "on_publish"]
     assert (timeline, 3, (("traceparent", b"trace-b"), ("traceparent", b"trace-c"))) in published
     dead = [args for name, args in recorder.calls if name == "on_dead_letter"]
