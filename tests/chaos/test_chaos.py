@@ -56,7 +56,9 @@ def test_chaos_1_ingest_sigkill(make_settings: SettingsFactory) -> None:
 def test_chaos_2_delivery_sigkill_before_close(
     make_settings: SettingsFactory, tmp_path: Path
 ) -> None:
-    scenarios.delivery_sigkill_before_close(make_settings(), FULL, tmp_path)
+    # Delivery's crash point is the subject: new timelines' first digests go through it too.
+    settings = make_settings(direct_leading_edge=False)
+    scenarios.delivery_sigkill_before_close(settings, FULL, tmp_path)
 
 
 @full_run
@@ -122,7 +124,9 @@ def test_chaos_8_ingest_sigkill_points(make_settings: SettingsFactory) -> None:
 
 @full_run
 def test_chaos_9_delivery_down_past_short_ttl(make_settings: SettingsFactory) -> None:
-    settings = make_settings(**scenarios.short_ttl_settings())
+    # READY timelines stranded while delivery is down are the subject: with the leading edge
+    # the ingest would publish first digests itself (and no digest may come out meanwhile).
+    settings = make_settings(direct_leading_edge=False, **scenarios.short_ttl_settings())
     scenarios.delivery_down_past_ttl(settings, scenarios.SHORT_TTL, down=2 * settings.ttl + 10)
 
 
@@ -205,7 +209,9 @@ def test_chaos_12b_oversize_dead_letters(make_settings: SettingsFactory) -> None
 
 @full_run
 def test_chaos_13_ready_backlog(make_settings: SettingsFactory) -> None:
-    settings = make_settings(**scenarios.BACKLOG_SETTINGS)
+    # A READY backlog of first events for delivery to drain is the subject: with the leading
+    # edge the ingest would publish each of them itself and nothing would wait for delivery.
+    settings = make_settings(direct_leading_edge=False, **scenarios.BACKLOG_SETTINGS)
     scenarios.ready_backlog(
         settings, scenarios.BACKLOG_TIMELINES, down=scenarios.BACKLOG_DOWN,
         deadline=scenarios.backlog_deadline(settings, scenarios.BACKLOG_TIMELINES),
