@@ -12,7 +12,8 @@ Service: private topics, groups and namespace; stopped by pid).
   the same backlog again with the roles split over two processes (`--roles ingest,scheduler`
   and `--roles delivery`, as docs/benchmarks.md suggests for one box): the rate a second core
   buys when delivery no longer shares the ingest's GIL. At 1 per timeline once more with the
-  opt-in `direct_leading_edge` (the short path), as a ratio to the default in the same rep.
+  leading edge published by delivery (`direct_leading_edge=false`), the default (the ingest
+  publishes it) as a ratio to that in the same rep.
   The Kafka Streams peer (bench/peer_kstreams.py, `make bench-peer-kstreams`) catches up the
   same backlog in the same repetition, at-least-once and exactly-once, on a topic of its own
   that ends with one later event per partition to close its windows (left out of its rate),
@@ -25,7 +26,7 @@ Service: private topics, groups and namespace; stopped by pid).
   with the same keys, one flush at the end. Then end to end, in the same repetition: the same
   backlog produced first, `digest-stream run` (all roles, one process) started on it and timed
   until the output topic holds a digest per timeline (the sum of its high watermarks), with
-  default settings and with the opt-in `direct_leading_edge`; each against the bare producer.
+  `direct_leading_edge` off and on (the default); each against the bare producer.
 - processes: the 20-per-timeline catch-up with one process and with two processes of all
   roles on this machine (the events/s a second process adds).
 
@@ -185,8 +186,9 @@ def reach(
     }
 
 
-#: The opt-in short path for the leading edge (off by default), measured at 1 per timeline.
+#: The leading edge published by the ingest (the default) and by delivery, side by side.
 DIRECT = {"direct_leading_edge": "true"}
+OFF = {"direct_leading_edge": "false"}
 
 
 def catch_up(
@@ -198,7 +200,7 @@ def catch_up(
 ) -> dict[str, float]:
     """One from-cold run of `digest-stream run` (all roles) over a fresh backlog; `split`: the
     roles in two processes instead (`--roles ingest,scheduler` and `--roles delivery`);
-    `settings`: more of the service's settings (e.g. the opt-in direct_leading_edge)."""
+    `settings`: more of the service's settings (e.g. OFF: direct_leading_edge=false)."""
     with Service(env, start=False, settings=settings) as service:
         produce(env.bootstrap, service.topics["events"], pairs)
         ends = end_offsets(env, service.topics["events"])
@@ -247,7 +249,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
         pairs = backlog(count, per_timeline, "c")
         raw_topic = unique("raw")
         create_topics(env.bootstrap, [raw_topic], PARTITIONS)
-        raw, cold, steady, split, direct = [], [], [], [], []
+        raw, cold, steady, split, off = [], [], [], [], []
         kstreams: dict[str, list[float]] = {g: [] for g in guarantees}
         try:
             produce(env.bootstrap, raw_topic, pairs)
@@ -257,8 +259,8 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                 cold.append(run["cold"])
                 steady.append(run["steady"])
                 split.append(catch_up(env, pairs, split=True)["steady"])
-                if per_timeline == 1:  # the opt-in short path only changes the leading edge
-                    direct.append(catch_up(env, pairs, settings=DIRECT)["steady"])
+                if per_timeline == 1:  # the leading edge's path matters most here
+                    off.append(catch_up(env, pairs, settings=OFF)["steady"])
                 for guarantee in guarantees:
                     kstreams[guarantee].append(kstreams_catch_up(env, pairs, guarantee))
         finally:
@@ -273,12 +275,12 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
             "split_vs_raw": ratio(split, raw),
             "split_vs_one": ratio(split, steady),
         }
-        if direct:
+        if off:
             shape = result["shapes"][str(per_timeline)]
-            shape |= {"direct": summary(direct), "direct_vs_one": ratio(direct, steady)}
+            shape |= {"off": summary(off), "direct_vs_off": ratio(steady, off)}
             print(
-                f"  {per_timeline}/timeline, direct_leading_edge: "
-                f"{summary(direct)['median']:,}/s ({ratio(direct, steady)['median']}x)",
+                f"  {per_timeline}/timeline, direct_leading_edge off: "
+                f"{summary(off)['median']:,}/s (default / off {ratio(steady, off)['median']}x)",
                 flush=True,
             )
         print(
@@ -349,7 +351,7 @@ def _digest_size(pairs: list[tuple[bytes, bytes]]) -> int:
 
 def delivery_run(env: Stack, pairs: list[tuple[bytes, bytes]]) -> dict[str, float]:
     """Ingest+scheduler fill the schedule topic; then the delivery role alone drains it."""
-    with Service(env, start=False) as service:
+    with Service(env, start=False, settings=OFF) as service:  # delivery publishes every one
         produce(env.bootstrap, service.topics["events"], pairs)
         events_end = end_offsets(env, service.topics["events"])
         started = service.launch("ingest,scheduler")
@@ -388,7 +390,7 @@ def _rates(runs: list[dict[str, float]], bare: list[float]) -> dict[str, Any]:
 
 def delivery(env: Stack, count: int, reps: int) -> dict[str, Any]:
     """Scenario 8: digests/s when every event opens a new timeline, by the delivery role alone
-    and end to end (default and direct_leading_edge), vs a bare produce loop."""
+    and end to end (direct_leading_edge off and on), vs a bare produce loop."""
     pairs = backlog(count, 1, "d")
     size = _digest_size(pairs)
     keys = [key for key, _ in pairs]
@@ -397,7 +399,7 @@ def delivery(env: Stack, count: int, reps: int) -> dict[str, Any]:
     for rep in range(reps):
         bare.append(bare_produce(env, keys, size))
         runs["delivery"].append(delivery_run(env, pairs))
-        runs["end_to_end"].append(end_to_end_run(env, pairs))
+        runs["end_to_end"].append(end_to_end_run(env, pairs, OFF))
         runs["direct"].append(end_to_end_run(env, pairs, DIRECT))
         one, e2e, direct = (runs[kind][-1] for kind in ("delivery", "end_to_end", "direct"))
         print(
@@ -406,7 +408,8 @@ def delivery(env: Stack, count: int, reps: int) -> dict[str, Any]:
             flush=True,
         )
         print(
-            f"  rep {rep + 1}: end to end {e2e['steady']:,.0f} digests/s (from cold "
+            f"  rep {rep + 1}: end to end, direct_leading_edge off {e2e['steady']:,.0f} "
+            f"digests/s (from cold "
             f"{e2e['cold']:,.0f}), / bare {e2e['steady'] / bare[-1]:.3f}; direct_leading_edge "
             f"{direct['steady']:,.0f} (from cold {direct['cold']:,.0f}), / bare "
             f"{direct['steady'] / bare[-1]:.3f}",
@@ -511,12 +514,12 @@ def headline(result: dict[str, Any]) -> list[str]:
                     f"{label:<34} {r['median']:>7} [{r['min']}..{r['max']}]"
                     f"  ({row['split']['median']:,} events/s)"
                 )
-            if "direct" in row:
-                r = row["direct_vs_one"]
-                label = f"  direct_leading_edge vs off, {shape}/tl"
+            if "off" in row:
+                r = row["direct_vs_off"]
+                label = f"  default vs leading edge off, {shape}/tl"
                 lines.append(
                     f"{label:<34} {r['median']:>7} [{r['min']}..{r['max']}]"
-                    f"  ({row['direct']['median']:,} events/s)"
+                    f"  (off: {row['off']['median']:,} events/s)"
                 )
     if "delivery" in result:
         block = result["delivery"]
@@ -530,7 +533,7 @@ def headline(result: dict[str, Any]) -> list[str]:
             target = block["target_end_to_end_vs_bare"]
             for label, row, goal in (
                 (
-                    "end to end / bare produce, 1/tl",
+                    "end to end / bare, 1/tl, lead. off",
                     block["end_to_end"],
                     f"target >= {target:.2f}  ",
                 ),

@@ -269,8 +269,8 @@ def _catchup_rows(runs: Runs) -> list[str]:
         if "end_to_end" in block:  # written since the end-to-end runs were added
             least = block["target_end_to_end_vs_bare"]
             for label, row in (
-                ("default settings", block["end_to_end"]),
-                ("direct_leading_edge", block["end_to_end_direct"]),
+                ("direct_leading_edge off", block["end_to_end"]),
+                ("direct_leading_edge (the default)", block["end_to_end_direct"]),
             ):
                 ok = "yes" if row["steady_vs_bare"]["median"] >= least else "**no**"
                 rows.append(
