@@ -110,7 +110,11 @@ def test_publish_failures_retry_then_dead_letter_and_the_digest_stays_open(
     output = topic_factory(
         partitions=1, name=unique("tiny") + ".output", **{"max.message.bytes": "1000"}
     )
-    pipe = pipeline_factory(partitions=1, output_topic=output, max_attempts=3)
+    # Delivery's retries and dead letter are the subject (the ingest's publish would be one
+    # attempt more, before handing the digest to delivery).
+    pipe = pipeline_factory(
+        partitions=1, output_topic=output, max_attempts=3, direct_leading_edge=False
+    )
     app = pipe.app()
     dlq = pipe.dlq()
     with pipe.producer() as producer:
@@ -132,7 +136,10 @@ def test_publish_failures_retry_then_dead_letter_and_the_digest_stays_open(
 def test_maintenance_recovers_a_ready_timeline_whose_delivery_never_came(
     pipeline_factory: PipelineFactory,
 ) -> None:
-    pipe = pipeline_factory(partitions=1, maintenance_timeout=1.0, maintenance_interval=0.5)
+    # The IMMEDIATE announcement is the subject: the leading edge would publish it itself.
+    pipe = pipeline_factory(
+        partitions=1, maintenance_timeout=1.0, maintenance_interval=0.5, direct_leading_edge=False
+    )
     pipe.app(roles="ingest,scheduler")  # nobody delivers: the IMMEDIATE entry goes unanswered
     entries = Consumer(
         {

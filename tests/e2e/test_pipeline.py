@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from digest_stream.wire import codec
-from digest_stream.wire.models import Event
+from digest_stream.wire.models import DigestReason, Event
 from tests.support.crash_hooks import pause_before_close_env
 from tests.support.kafka import Collector, digest_ids_by_record, send_events
 from tests.support.pipeline import PipelineFactory
@@ -65,7 +65,9 @@ def test_events_during_cool_down_come_out_as_one_digest_newest_first(
     # And nothing else: watch a while longer for a stray third digest.
     out.observe(2.0)
     assert _digests_of(out, "t") == [first, list(reversed(burst))]
-    assert app.metrics.value("digest_schedule_entries_total", reason="IMMEDIATE") >= 1
+    # The first digest is the leading edge, published by the ingest: no IMMEDIATE entry.
+    assert out.digests[0].reason is DigestReason.IMMEDIATE
+    assert app.metrics.value("digest_schedule_entries_total", reason="IMMEDIATE") == 0
     assert app.metrics.value("digest_schedule_entries_total", reason="SCHEDULED") >= 1
     out.close()
 
@@ -176,7 +178,8 @@ def test_ingest_killed_mid_stream_loses_nothing(pipeline_factory: PipelineFactor
 def test_delivery_killed_between_publish_and_close_republishes_same_id(
     pipeline_factory: PipelineFactory, tmp_path: Path
 ) -> None:
-    pipe = pipeline_factory(partitions=1)
+    # Delivery's crash point is the subject: the first digest must go through delivery.
+    pipe = pipeline_factory(partitions=1, direct_leading_edge=False)
     marker = tmp_path / "delivery.paused"
     ingest = pipe.process(roles="ingest,scheduler")
     hooked = pipe.process(roles="delivery", **pause_before_close_env(marker))

@@ -164,7 +164,11 @@ def test_flush_and_cancel_apply_in_order_with_the_timelines_events(
 def test_a_recovered_digest_says_so_and_explains_its_next_delivery(
     pipeline_factory: PipelineFactory,
 ) -> None:
-    pipe = pipeline_factory(partitions=1, maintenance_timeout=1.0, maintenance_interval=0.5)
+    # Maintenance re-announcing an IMMEDIATE entry nobody answered is the subject: the leading
+    # edge would publish the digest from the ingest, with no entry.
+    pipe = pipeline_factory(
+        partitions=1, maintenance_timeout=1.0, maintenance_interval=0.5, direct_leading_edge=False
+    )
     pipe.app(roles="ingest,scheduler")
     with pipe.producer() as producer:
         producer.send("lost", "r1", b"{}")
@@ -307,7 +311,12 @@ def test_what_a_flush_or_flush_at_asked_for_while_open_goes_out_right_after_the_
 ) -> None:
     # Issue 20, items 3 and 4: a flush, or flush_at records, arriving between a digest's open and
     # its close used to wait the whole cool-down (60 s here) after the close.
-    pipe = pipeline_factory(partitions=1, minimum_delay=60.0, maximum_delay=60.0, flush_at=flush_at)
+    # Delivery's window between open and close is the subject (HoldOpen parks delivery's
+    # on_publish; with the leading edge it would park the ingest instead).
+    pipe = pipeline_factory(
+        partitions=1, minimum_delay=60.0, maximum_delay=60.0, flush_at=flush_at,
+        direct_leading_edge=False,
+    )  # fmt: skip
     hold = HoldOpen("open")
     pipe.app(hooks=[hold])
     out = pipe.output()
