@@ -88,6 +88,7 @@ class LeadingEdge:
         self._policy = settings.resolver()
         self._report = Report(metrics, hooks, clock)  # delivery's metrics, logs and hooks
         self._flying: list[_Flight] = []
+        self._queued: list[tuple[int, list[OpenDigest], float]] = []
 
     @staticmethod
     def nonce() -> str:
@@ -96,12 +97,24 @@ class LeadingEdge:
 
     @property
     def in_flight(self) -> int:
-        """Digests produced and not settled yet."""
-        return len(self._flying)
+        """Digests queued or produced, and not settled yet."""
+        return len(self._flying) + sum(len(opened) for _, opened, _ in self._queued)
 
-    def publish(self, partition: int, opened: list[OpenDigest], added_at: float) -> None:
-        """Build and produce the digests one add opened (``added_at``: the add's time, when
-        their timelines' cool-down started)."""
+    def queue(self, partition: int, opened: list[OpenDigest], added_at: float) -> None:
+        """Keep the digests one add gave (``added_at``: the add's time, when their timelines'
+        cool-down started) for ``publish``: the ingest hands its next batch to the store
+        worker first, so Redis runs that add while these are built and produced."""
+        self._queued.append((partition, opened, added_at))
+
+    def publish(self) -> None:
+        """Build and produce the queued digests."""
+        queued, self._queued = self._queued, []
+        for partition, opened, added_at in queued:
+            self._publish(partition, opened, added_at)
+        if queued:
+            self._producer.poll(0)
+
+    def _publish(self, partition: int, opened: list[OpenDigest], added_at: float) -> None:
         whole = bool(self._hooks)
         for digest in opened:
             entry = ScheduleFields(
@@ -116,6 +129,7 @@ class LeadingEdge:
                 now=added_at,
                 max_bytes=self._settings.max_message_bytes,
                 whole=whole,
+                checked=True,
             )
             if built.unreadable:
                 self._report.unreadable(digest.timeline, built.unreadable)
@@ -126,7 +140,6 @@ class LeadingEdge:
             else:
                 self._produce(flight)
             self._flying.append(flight)
-        self._producer.poll(0)
 
     def settle(self, *, wait: float = 0.0, retry: bool = True) -> None:
         """Settle what the broker acknowledged, hand what it refused to delivery.
@@ -135,6 +148,7 @@ class LeadingEdge:
         out a Redis outage (serving the group); a rebalance handler may not poll, so there a
         failed store call is left: the take-over reclaims what is kept.
         """
+        self.publish()
         if not self._flying:
             return
         if wait > 0:
