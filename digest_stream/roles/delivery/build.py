@@ -23,7 +23,7 @@ from digest_stream.wire.models import INT_MAX, Digest, Record
 Headers = list[tuple[str, bytes]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per digest, and a frozen __init__ costs twice
 class Built:
     """What one opened digest publishes: nothing (``values`` empty) or its parts."""
 

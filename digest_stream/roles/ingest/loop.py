@@ -162,6 +162,7 @@ class Ingest:
         self._outputs.flush()
         if self._leading is not None:
             self._leading.settle(wait=FLUSH_TIMEOUT)
+            self._leading.close()
 
     # ------------------------------------------------------------------ batches
 
