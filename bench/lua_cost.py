@@ -15,7 +15,9 @@ benchmark's shape: every record touches a timeline of its own), repeated so each
 by one record per round; 1,000 records on 50 timelines (20 per timeline per call); and 1,000
 records on one timeline (1,000 per timeline per call). Prints ms of Redis time per 1,000 records
 for each round, then the median [min..max] of the client's side (the whole `store.add` call,
-argument packing and round trip included, less Redis's time). Then `ds_open` of one
+argument packing and round trip included, less Redis's time). Then 1,000 first events (each
+on a new timeline) by both paths: the leading edge (`ds_add` with an open nonce, `ds_settle`)
+and the delivery path (a plain `ds_add`, `ds_open_many`, `ds_close_many`). Then `ds_open` of one
 bulk-imported timeline (20,000 records, 1,000-byte ids sharing a prefix, equal timestamps, no
 capacity): ms of Redis time for the open and for a reopen.
 Uses its own namespace on the stack's Redis and removes it.
@@ -24,21 +26,27 @@ Uses its own namespace on the stack's Redis and removes it.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
 import time
 import uuid
 from collections.abc import Callable
+from typing import TypeVar
 
 import redis
 
 from bench.common import T0, delete_namespace, stack, unique
 from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store.redis.digests import MANY_CHUNK
 
 RECORDS = 1_000
 #: (label, timelines per call of RECORDS records): 1, 20 and 1,000 records per timeline.
 SHAPES = (("1,000 timelines x 1", 1_000), ("50 timelines x 20", 50), ("1 timeline x 1,000", 1))
+_T = TypeVar("_T")
+#: FCALLs of a settle, open_many or close_many of RECORDS targets (MANY_CHUNK per call).
+CHUNKS = -(-RECORDS // MANY_CHUNK)
 ATTEMPTS = 20  # per round: tries to get an FCALL window that no other client's FCALL shares
 
 
@@ -89,12 +97,67 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} [{min(values):.1f}..{max(values):.1f}]"
 
 
-def measured(client: redis.Redis, call: Callable[[], object]) -> float | None:
-    """ms of Redis time of ``call`` (one FCALL), or None if another client's FCALL overlapped."""
+def measured_call(
+    client: redis.Redis, call: Callable[[], _T], fcalls: int = 1
+) -> tuple[float | None, _T]:
+    """ms of Redis time of ``call`` (``fcalls`` FCALLs; None if another client's FCALL
+    overlapped), and what it returned."""
     calls, usec = fcall_stats(client)
-    call()
+    value = call()
     calls_after, usec_after = fcall_stats(client)
-    return (usec_after - usec) / 1000 if calls_after - calls == 1 else None
+    return ((usec_after - usec) / 1000 if calls_after - calls == fcalls else None), value
+
+
+def measured(client: redis.Redis, call: Callable[[], object], fcalls: int = 1) -> float | None:
+    """ms of Redis time of ``call`` (``fcalls`` FCALLs), or None if another client's FCALL
+    overlapped."""
+    return measured_call(client, call, fcalls)[0]
+
+
+def first_events(client: redis.Redis, rounds: int) -> dict[str, list[float]]:
+    """ms of Redis time per 1,000 first events (each on a new timeline), by path: the leading
+    edge (`ds_add` with an open nonce, then `ds_settle` once acknowledged) and the delivery path
+    (a plain `ds_add`, then `ds_open_many` and `ds_close_many` of the 1,000 digests)."""
+    namespace = unique("lua-first")
+    store = RedisStore(client, namespace=namespace)
+    payload = os.urandom(200)
+    costs: dict[str, list[float]] = {
+        "leading add": [], "settle": [], "plain add": [], "open": [], "close": []
+    }  # fmt: skip
+    offset = 0
+
+    def batch() -> list[NewRecord]:
+        nonlocal offset
+        records = [
+            NewRecord(f"new-{offset + i}", f"r-{offset + i}", T0, payload, offset + i)
+            for i in range(RECORDS)
+        ]
+        offset += RECORDS
+        return records
+
+    def keep(name: str, ms: float | None) -> None:
+        if ms is not None:  # None: another client's FCALL overlapped; the round is left out
+            costs[name].append(ms)
+
+    try:
+        for _ in range(rounds):
+            nonce = uuid.uuid4().hex[:24]
+            added = functools.partial(store.add, 0, batch(), T0, open_nonce=nonce)
+            ms, result = measured_call(client, added)
+            keep("leading add", ms)
+            ids = [digest.id for digest in result.opened]
+            keep("settle", measured(client, functools.partial(store.settle, 0, ids), CHUNKS))
+            records = batch()
+            keep("plain add", measured(client, functools.partial(store.add, 0, records, T0)))
+            targets = [(0, record.timeline, uuid.uuid4().hex) for record in records]
+            opened = functools.partial(store.open_many, targets, T0)
+            keep("open", measured(client, opened, CHUNKS))
+            keep(
+                "close", measured(client, functools.partial(store.close_many, targets, T0), CHUNKS)
+            )
+    finally:
+        delete_namespace(client, namespace)
+    return costs
 
 
 def open_cost(client: redis.Redis, records: int = 20_000) -> tuple[float | None, float | None]:
@@ -130,6 +193,23 @@ def main(argv: list[str] | None = None) -> int:
                 + f" ms per 1,000 records (median {spread(costs)}; client side "
                 + f"{spread(client_costs)})"
                 + (f" ({redone} attempts redone: other clients' FCALLs)" if redone else "")
+            )
+        firsts = first_events(client, args.rounds)
+        print(
+            "1,000 first events (new timelines), ms per 1,000: "
+            + ", ".join(
+                f"{name} {spread(values)}" if values else f"{name} overlapped"
+                for name, values in firsts.items()
+            )
+        )
+        if all(firsts.values()):
+            leading = statistics.median(firsts["leading add"]) + statistics.median(firsts["settle"])
+            delivery = sum(
+                statistics.median(firsts[name]) for name in ("plain add", "open", "close")
+            )
+            print(
+                f"  per first event: leading edge {leading:.1f} us (add + settle), delivery "
+                f"path {delivery:.1f} us (add + open + close), {delivery / leading:.2f}x"
             )
         first, again = open_cost(client)
         print(

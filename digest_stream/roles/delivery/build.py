@@ -23,7 +23,7 @@ from digest_stream.wire.models import INT_MAX, Digest, Record
 Headers = list[tuple[str, bytes]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per digest, and a frozen __init__ costs twice
 class Built:
     """What one opened digest publishes: nothing (``values`` empty) or its parts."""
 
@@ -42,19 +42,27 @@ def build(
     now: float,
     max_bytes: int,
     whole: bool = False,
+    checked: bool = False,
 ) -> Built:
     """The messages that publish ``digest`` (opened for ``entry``) under ``policy``, each
     within ``max_bytes`` next to its key and headers; ``whole``: always build the Digest
-    model too (hooks see it). ``now`` is when the timeline is closed (next_delivery_at)."""
+    model too (hooks see it). ``now`` is when the timeline is closed (next_delivery_at).
+    ``checked``: the records' bytes are the ingest's, checked moments ago (the leading
+    edge), not read back from Redis: their timestamps are taken as stored."""
     if not whole and policy.collapse_by is None:
-        stored = _as_stored(entry, digest, policy, now, max_bytes)
+        stored = _as_stored(entry, digest, policy, now, max_bytes, checked)
         if stored is not None:
             return stored
     return _through_models(entry, digest, policy, now, max_bytes)
 
 
 def _as_stored(
-    entry: Entry, digest: OpenDigest, policy: TimelinePolicy, now: float, max_bytes: int
+    entry: Entry,
+    digest: OpenDigest,
+    policy: TimelinePolicy,
+    now: float,
+    max_bytes: int,
+    checked: bool,
 ) -> Built | None:
     """The common digest in one part, its stored event bytes as its records; None when it
     has no readable record or needs splitting (then the models)."""
@@ -64,7 +72,10 @@ def _as_stored(
     for stored in digest.records:
         try:
             headers, event = envelope.unwrap(stored.payload)
-            timestamps.append(decode_event_head(event).timestamp)  # and checks the bytes
+            if checked:  # the event's milliseconds, as the ingest divided them
+                timestamps.append(round(stored.timestamp * 1000))
+            else:
+                timestamps.append(decode_event_head(event).timestamp)  # and checks the bytes
         except ValueError:
             return None  # the models path says which and counts it lost
         events.append(event)

@@ -40,11 +40,15 @@ def collapse(records: list[Record], attribute: str) -> list[Record]:
     return out
 
 
+#: DigestReason by its value: a dict lookup per digest instead of the enum's own call.
+_REASONS = {member.value: member for member in DigestReason}
+
+
 def reason(entry: Entry, digest: OpenDigest) -> DigestReason:
     """RECOVERED for a re-announced delivery, else why the store made the timeline due."""
     if entry.reason == ScheduleReason.RECOVERED:
         return DigestReason.RECOVERED
-    return DigestReason(digest.reason)
+    return _REASONS.get(digest.reason) or DigestReason(digest.reason)
 
 
 def next_delivery_at(policy: TimelinePolicy, now: float) -> int:

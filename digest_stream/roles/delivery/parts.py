@@ -85,6 +85,8 @@ def encoded_parts(
 def part_budget(timeline: str, headers: list[tuple[str, bytes]], max_bytes: int) -> int:
     """Bytes one part's value may take next to its key and headers; -1 when the headers are
     too heavy to carry (sized_parts then leaves them off)."""
+    if not headers:  # the common digest: nothing carried
+        return max_bytes - len(timeline.encode())
     size = headers_size(headers)
     budget = max_bytes - len(timeline.encode()) - size
     fits = budget >= MIN_PART_BUDGET and size <= MAX_CARRIED_HEADER_BYTES

@@ -25,6 +25,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -92,6 +93,10 @@ class LeadingEdge:
         self._policy = settings.resolver()
         self._report = Report(metrics, hooks, clock)  # delivery's metrics, logs and hooks
         self._flying: list[_Flight] = []
+        self._settler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leading-settle")
+        self._settling: list[tuple[Future[list[bool]], int, list[_Flight]]] = []
+        self._unsettled: list[_Flight] = []  # acknowledged; their settle found Redis down
+        self._queued: list[tuple[int, list[OpenDigest], float]] = []
 
     @staticmethod
     def nonce() -> str:
@@ -100,12 +105,26 @@ class LeadingEdge:
 
     @property
     def in_flight(self) -> int:
-        """Digests produced and not settled yet."""
-        return len(self._flying)
+        """Digests queued or produced, and not settled yet."""
+        queued = sum(len(opened) for _, opened, _ in self._queued)
+        settling = sum(len(group) for _, _, group in self._settling)
+        return len(self._flying) + queued + settling + len(self._unsettled)
 
-    def publish(self, partition: int, opened: list[OpenDigest], added_at: float) -> None:
-        """Build and produce the digests one add opened (``added_at``: the add's time, when
-        their timelines' cool-down started)."""
+    def queue(self, partition: int, opened: list[OpenDigest], added_at: float) -> None:
+        """Keep the digests one add gave (``added_at``: the add's time, when their timelines'
+        cool-down started) for ``publish``: the ingest hands its next batch to the store
+        worker first, so Redis runs that add while these are built and produced."""
+        self._queued.append((partition, opened, added_at))
+
+    def publish(self) -> None:
+        """Build and produce the queued digests."""
+        queued, self._queued = self._queued, []
+        for partition, opened, added_at in queued:
+            self._publish(partition, opened, added_at)
+        if queued:
+            self._producer.poll(0)
+
+    def _publish(self, partition: int, opened: list[OpenDigest], added_at: float) -> None:
         whole = bool(self._hooks)
         for digest in opened:
             entry = ScheduleFields(
@@ -120,6 +139,7 @@ class LeadingEdge:
                 now=added_at,
                 max_bytes=self._settings.max_message_bytes,
                 whole=whole,
+                checked=True,
             )
             if built.unreadable:
                 self._report.unreadable(digest.timeline, built.unreadable)
@@ -130,31 +150,38 @@ class LeadingEdge:
             else:
                 self._produce(flight)
             self._flying.append(flight)
-        self._producer.poll(0)
 
     def settle(self, *, wait: float = 0.0, retry: bool = True) -> None:
         """Settle what the broker acknowledged, hand what it refused to delivery.
 
-        ``wait``: how long to wait for acknowledgements (0: take what came). ``retry``: wait
-        out a Redis outage (serving the group); a rebalance handler may not poll, so there a
-        failed store call is left: the take-over reclaims what is kept.
+        ``wait``: how long to wait for acknowledgements (0: take what came), and then for
+        the settles too. ``retry``: a refused digest's reclaim waits out a Redis outage
+        (serving the group); a rebalance handler may not poll, so there (``retry`` False)
+        a failed store call is left and the settles are waited for: the take-over reclaims
+        what is kept.
         """
-        if not self._flying:
-            return
+        self.publish()
+        blocking = wait > 0 or not retry
+        self._harvest(wait=blocking)
         if wait > 0:
             self._producer.flush(wait)
         else:
             self._producer.poll(0)
         done = [f for f in self._flying if f.item.errors or f.waiting == 0]
-        if not done:
-            return
         self._flying = [f for f in self._flying if not (f.item.errors or f.waiting == 0)]
         failed = [f for f in done if f.item.errors]
         if failed:
             self._fall_back(failed, retry=retry)
         acked = [f for f in done if not f.item.errors]
         self._report.published([f.item for f in acked if f.item.parts])
-        self._settle(acked, retry=retry)
+        again, self._unsettled = self._unsettled, []
+        if acked or again:
+            self._settle(acked + again, wait=blocking)
+
+    def close(self) -> None:
+        """Wait for the settles in flight and stop the settle thread."""
+        self._harvest(wait=True)
+        self._settler.shutdown(wait=True)
 
     def _produce(self, flight: _Flight) -> None:
         item = flight.item
@@ -193,18 +220,45 @@ class LeadingEdge:
                     partition, [(name, now) for name in back], ScheduleReason.IMMEDIATE
                 )
 
-    def _settle(self, flights: list[_Flight], *, retry: bool) -> None:
-        """Forget acknowledged (and empty) digests: one settle per partition."""
+    def _settle(self, flights: list[_Flight], *, wait: bool) -> None:
+        """Forget acknowledged (and empty) digests: one settle per partition, on the settle
+        thread (Redis answers it only after the add it is running, which this thread would
+        otherwise wait out); ``wait``: until they are done (a handler, the close)."""
         for partition, group in _by_partition(flights).items():
             ids = [f.item.digest.id for f in group]
-            kept = self._call(
-                functools.partial(self._store.settle, partition, ids), "settle", retry
-            )
-            if kept is None or not self._hooks:
+            future = self._settler.submit(self._timed_settle, partition, ids)
+            self._settling.append((future, partition, group))
+        self._harvest(wait=wait)
+
+    def _timed_settle(self, partition: int, ids: list[str]) -> list[bool]:
+        with self._metrics.store_latency.labels(operation="settle").time():
+            return self._store.settle(partition, ids)
+
+    def _harvest(self, *, wait: bool) -> None:
+        """Take the settles done (``wait``: all of them). One Redis could not answer is tried
+        again at the next step; when waiting (a handler, the close), it is left to the
+        take-over, which reclaims what is kept."""
+        running = []
+        for future, partition, group in self._settling:
+            if not wait and not future.done():
+                running.append((future, partition, group))
                 continue
-            for flight, done in zip(group, kept, strict=True):
-                digest = flight.item.digest
-                self._hooks.on_close(partition, digest.timeline, digest.id, done)
+            try:
+                kept = future.result()
+            except redis.RedisError as exc:
+                if not unavailable(exc):
+                    raise
+                self._metrics.redis_errors.inc()
+                if wait:
+                    log.warning("leading edge: settle failed (%s); left to the take-over", exc)
+                else:
+                    self._unsettled += group
+                continue
+            if self._hooks:
+                for flight, done in zip(group, kept, strict=True):
+                    digest = flight.item.digest
+                    self._hooks.on_close(partition, digest.timeline, digest.id, done)
+        self._settling = running
 
     def _call(self, call: Callable[[], _T], operation: str, retry: bool) -> _T | None:
         """A store call of this piece, timed; waits out a Redis outage when ``retry``, else

@@ -116,7 +116,7 @@ class Ingest:
                 runner, self._ledger.owns, output_frame or bytes,
                 recovered=lambda: scheduler.take_over(self._ledger.owned),
             )  # fmt: skip
-            self._outputs.opened = self._leading.publish
+            self._outputs.opened = self._leading.queue
         self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)
 
     # ------------------------------------------------------------------ lifecycle
@@ -145,13 +145,15 @@ class Ingest:
             messages = self._with_schemas(self._schemas, messages)
         batches = self._prepare(messages) if messages else []
         applied = self._finish()
-        if self._leading is not None:
-            self._leading.settle()  # the worker is idle: settles and adds don't overlap
         if self._scheduler.due():
             self._scheduler.tick(self._ledger.owned)
         for batch in batches:  # the worker is idle here: its store calls and these don't mix
             self._moved.check(batch.partition, batch.records)
         self._submit(batches)
+        if self._leading is not None:
+            # While Redis runs that add: build and produce what the last one led, and settle
+            # what the broker acknowledged (other keys than any add touches).
+            self._leading.settle()
         return applied
 
     def close(self) -> None:
@@ -161,6 +163,7 @@ class Ingest:
         self._outputs.flush()
         if self._leading is not None:
             self._leading.settle(wait=FLUSH_TIMEOUT)
+            self._leading.close()
 
     # ------------------------------------------------------------------ batches
 

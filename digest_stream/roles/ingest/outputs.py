@@ -43,7 +43,7 @@ class Outputs:
         self._hooks = hooks
         self._dlq = DeadLetters(producer, dlq_topic, metrics, hooks=hooks)
         self._dead_letters_unflushed = False
-        #: Publishes the digests an add opened (the leading edge: leading.py), when on.
+        #: Takes the digests an add led, to publish (the leading edge: leading.py), when on.
         self.opened: Callable[[int, list[OpenDigest], float], None] | None = None
 
     def reject(self, message: Message, rejected: Rejected) -> None:

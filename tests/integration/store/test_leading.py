@@ -47,7 +47,8 @@ def test_later_records_wait_for_the_cool_down(store: DigestStore) -> None:
     assert (later.ready, later.opened) == ([], [])
     info = store.inspect(0, "a")
     assert (info.state, info.pending) == ("waiting", 1)
-    assert info.due is not None and T0 + 300 <= info.due <= T0 + 1800
+    assert info.due is not None
+    assert T0 + 300 <= info.due <= T0 + 1800
 
 
 def test_settle_forgets_once_and_nothing_is_reclaimed_after(store: DigestStore) -> None:

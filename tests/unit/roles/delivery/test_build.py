@@ -113,3 +113,20 @@ def test_carried_headers_ride_on_every_part() -> None:
     )  # fmt: skip
     assert built.headers == [("traceparent", b"00-abc")]
     assert [r.id for r in _decoded(built.values)[0].records] == ["r0"]
+
+
+def test_checked_records_give_the_same_bytes_from_their_stored_timestamps() -> None:
+    # As the ingest stores them: seconds, the event's milliseconds divided by 1,000.
+    millis = [1_764_000_000_123, 1_764_000_000_999, 1_764_000_001_001]
+    records = [
+        StoredRecord(
+            f"r{n}", ms / 1000.0, codec.encode_event(Event(id=f"r{n}", timestamp=ms, payload=b"p"))
+        )
+        for n, ms in enumerate(millis)
+    ][::-1]
+    digest = _digest(records)
+    policy = TimelinePolicy()
+    checked = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, checked=True)
+    assert checked.values == build(_entry(), digest, policy, now=NOW, max_bytes=MAX).values
+    (one,) = _decoded(checked.values)
+    assert (one.start, one.end) == (millis[0], millis[-1])
