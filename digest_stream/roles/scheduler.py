@@ -126,6 +126,11 @@ class Scheduler:
         """Whether a tick is due now."""
         return self._timer() >= self._next_tick
 
+    @property
+    def taking_over(self) -> bool:
+        """Whether the next tick takes partitions over (reclaims their leading digests)."""
+        return bool(self._taken_over)
+
     def take_over(self, partitions: Iterable[int]) -> None:
         """Newly owned partitions: announce all their READY timelines at the next tick (soon)."""
         self._taken_over.update(partitions)

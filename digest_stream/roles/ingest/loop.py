@@ -146,6 +146,11 @@ class Ingest:
         batches = self._prepare(messages) if messages else []
         applied = self._finish()
         if self._scheduler.due():
+            if self._leading is not None and self._scheduler.taking_over:
+                # The take-over reclaims every leading digest kept, this process's own too:
+                # publish and settle those first (the worker is idle), or delivery would
+                # publish them again (after an outage, a fence decision, an assignment).
+                self._leading.settle(wait=FLUSH_TIMEOUT)
             self._scheduler.tick(self._ledger.owned)
         for batch in batches:  # the worker is idle here: its store calls and these don't mix
             self._moved.check(batch.partition, batch.records)
