@@ -15,7 +15,8 @@ Runners:
   Avro-decodes with fastavro, nothing else: the limit of this process on this machine.
 - seed: consume, decode with the service's codec, then one script call and one key per record
   (the seed-style layout of bench/store_bench.py), committing offsets after each batch.
-- ingest: the service's own Ingest role (no scheduler), committed into Redis and Kafka.
+- ingest: the service's own Ingest role (no scheduler), committed into Redis and Kafka; the
+  leading edge off (it would publish first digests too, which the others do not).
 - quix: Quix Streams collecting per key in a tumbling window (bench/peer_quix.py, own venv).
 - ingest_sr, ingest_sr_v2: the Ingest role in schema registry mode (bench/registry_bench.py).
 """
@@ -101,6 +102,10 @@ class Measured:
 
 
 def _settings(env: Stack, topic: str, **extra: Any) -> Settings:
+    # The leading edge off: these runners store events (as the seed and Quix do); with it on,
+    # the ingest would also publish each new timeline's first digest, delivery's work, which
+    # scenarios 7 and 8e measure.
+    extra.setdefault("direct_leading_edge", False)
     return Settings(
         kafka_bootstrap_servers=env.bootstrap,
         redis_url=env.redis_url,
