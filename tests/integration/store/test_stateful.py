@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
@@ -28,7 +29,7 @@ from digest_stream.store import (
     TimelineInfo,
     TimelinePolicy,
 )
-from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH
+from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, AddResult
 from digest_stream.store.keys import partition_tag
 from tests.support import new_id, unique
 
@@ -134,6 +135,7 @@ class StoreComparison(RuleBasedStateMachine):
         )
         self.next_offset = dict.fromkeys(PARTITIONS, 0)
         self.opened: list[tuple[int, str, str]] = []
+        self.led: list[tuple[int, str, str]] = []  # the leading edge's digests, as given
 
     def both(self, operation: Callable[[DigestStore], T]) -> T | type[StoreError]:
         """Run on both stores; results (or error types) must match."""
@@ -154,6 +156,7 @@ class StoreComparison(RuleBasedStateMachine):
         expected=st.integers(-120, 40).map(lambda x: None if x < 0 else x),
         extra=st.none() | st.integers(0, 3),
         topic=topics,
+        lead=st.booleans(),
     )
     def add(
         self,
@@ -163,6 +166,7 @@ class StoreComparison(RuleBasedStateMachine):
         expected: int | None,
         extra: int | None,
         topic: str | None,
+        lead: bool,
     ) -> None:
         # replay > 0 re-sends offsets already applied, as after a crash before the commit;
         # extra > 0 stands for trailing messages that went to the DLQ (through_offset)
@@ -177,7 +181,8 @@ class StoreComparison(RuleBasedStateMachine):
         last = first + len(records) if through is None else through + 1
         self.next_offset[partition] = max(self.next_offset[partition], last)
         now = self.clock.now()
-        self.both(
+        nonce = new_id()[:24] if lead else None  # the leading edge: the same nonce on both
+        result = self.both(
             lambda store: store.add(
                 partition,
                 records,
@@ -185,8 +190,32 @@ class StoreComparison(RuleBasedStateMachine):
                 expected_fence=expected,
                 through_offset=through,
                 topic_id=topic,
+                open_nonce=nonce,
             )
         )
+        if isinstance(result, AddResult):
+            self.led += [(partition, digest.timeline, digest.id) for digest in result.opened]
+
+    @rule(picks=st.lists(st.integers(0, 8), min_size=1, max_size=5))
+    def settle(self, picks: list[int]) -> None:
+        # the broker acknowledged these leading digests (an unknown id: settled before)
+        for partition in PARTITIONS:
+            ids = [
+                self.led[-1 - pick][2] if pick < len(self.led) else new_id()
+                for pick in picks
+                if pick >= len(self.led) or self.led[-1 - pick][0] == partition
+            ]
+            self.both(operator.methodcaller("settle", partition, ids))
+
+    @rule(partition=partitions, picks=st.none() | st.lists(st.integers(0, 8), max_size=4))
+    def reclaim(self, partition: int, picks: list[int] | None) -> None:
+        # a refused publish (picks) or a take-over (None: every one kept)
+        now = self.clock.now()
+        mine = [entry for entry in self.led if entry[0] == partition]
+        ids = None if picks is None else [mine[-1 - p][2] for p in picks if p < len(mine)]
+        back = self.both(lambda store: sorted(store.reclaim(partition, now, ids)))
+        if isinstance(back, list):  # reopened under these ids, closable as delivery would
+            self.opened += [entry for entry in mine if entry[1] in back]
 
     def _feed(self, partition: int, items: list[tuple[str, str, str | None]]) -> None:
         """Add (timeline, id, control) items at the partition's next offsets, on both stores."""
