@@ -21,13 +21,11 @@ the timeline's open digest under the same id, the timeline READY, and delivery p
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
 
 import redis
 from confluent_kafka import KafkaError, Message, Producer
@@ -47,8 +45,6 @@ from digest_stream.wire.models import ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields
 
 log = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
 
 
 @dataclass
@@ -125,13 +121,13 @@ class LeadingEdge:
             self._producer.poll(0)
 
     def _publish(self, partition: int, opened: list[OpenDigest], added_at: float) -> None:
+        # A led digest is of a timeline with nothing stored before: never expired.
         whole = bool(self._hooks)
+        scheduled_at = int(added_at * 1000)
         for digest in opened:
             entry = ScheduleFields(
-                digest.timeline, partition, int(added_at * 1000), ScheduleReason.IMMEDIATE
+                digest.timeline, partition, scheduled_at, ScheduleReason.IMMEDIATE
             )
-            if digest.expired:
-                self._report.expired(digest.timeline)
             built = build(
                 entry,
                 digest,
@@ -211,10 +207,7 @@ class LeadingEdge:
         for partition, group in _by_partition(failed).items():
             if not self._owns(partition):
                 continue
-            ids = [f.item.digest.id for f in group]
-            back = self._call(
-                functools.partial(self._store.reclaim, partition, now, ids), "reclaim", retry
-            )
+            back = self._reclaim(partition, now, [f.item.digest.id for f in group], retry)
             if back:
                 self._emitter.emit(
                     partition, [(name, now) for name in back], ScheduleReason.IMMEDIATE
@@ -260,13 +253,13 @@ class LeadingEdge:
                     self._hooks.on_close(partition, digest.timeline, digest.id, done)
         self._settling = running
 
-    def _call(self, call: Callable[[], _T], operation: str, retry: bool) -> _T | None:
-        """A store call of this piece, timed; waits out a Redis outage when ``retry``, else
-        leaves it (None): what stays kept is reclaimed by the take-over."""
+    def _reclaim(self, partition: int, now: float, ids: list[str], retry: bool) -> list[str]:
+        """Reclaim these digests, timed; waits out a Redis outage when ``retry``, else leaves
+        them kept (nothing to announce): the take-over reclaims them."""
 
-        def timed() -> _T:
-            with self._metrics.store_latency.labels(operation=operation).time():
-                return call()
+        def timed() -> list[str]:
+            with self._metrics.store_latency.labels(operation="reclaim").time():
+                return self._store.reclaim(partition, now, ids)
 
         try:
             if not retry:
@@ -277,10 +270,8 @@ class LeadingEdge:
         except redis.RedisError as exc:
             if not unavailable(exc):
                 raise
-            log.warning(
-                "leading edge: %s failed (%s); the take-over reclaims the rest", operation, exc
-            )
-            return None
+            log.warning("leading edge: reclaim failed (%s); left to the take-over", exc)
+            return []
 
 
 def _by_partition(flights: list[_Flight]) -> dict[int, list[_Flight]]:
