@@ -81,7 +81,12 @@ def test_hooks_fire_and_trace_headers_reach_the_digest(
 ) -> None:
     pipe = pipeline_factory(partitions=2)
     recorder = Recorder()
-    settings = pipe.with_settings(carry_headers=["traceparent"], direct_leading_edge=leading)
+    # A cool-down long enough for the three later sends below (each its own producer and
+    # flush) under a loaded CI machine: 2 s split them over two digests once.
+    settings = pipe.with_settings(
+        carry_headers=["traceparent"], direct_leading_edge=leading,
+        minimum_delay=8.0, maximum_delay=12.0,
+    )  # fmt: skip
     app = App(settings, hooks=[recorder, Broken()])
     app.start()
     pipe.apps.append(app)  # stopped by the fixture
