@@ -16,9 +16,10 @@ by one record per round; 1,000 records on 50 timelines (20 per timeline per call
 records on one timeline (1,000 per timeline per call). Prints ms of Redis time per 1,000 records
 for each round, then the median [min..max] of the client's side (the whole `store.add` call,
 argument packing and round trip included, less Redis's time). Then 1,000 first events (each
-on a new timeline) by both paths: the leading edge (`ds_add` with an open nonce, which opens the
-digests, and `ds_close_many` once acknowledged) and the delivery path (a plain `ds_add`, `ds_open_many`, `ds_close_many`). Then `ds_open` of one
-bulk-imported timeline (20,000 records, 1,000-byte ids sharing a prefix, equal timestamps, no
+on a new timeline) by both paths: the leading edge (`ds_add` with an open nonce, which opens
+the digests, and `ds_close_many` once acknowledged) and the delivery path (a plain `ds_add`,
+`ds_open_many`, `ds_close_many`). Then `ds_open` of one bulk-imported timeline (20,000
+records, 1,000-byte ids sharing a prefix, equal timestamps, no
 capacity): ms of Redis time for the open and for a reopen.
 Uses its own namespace on the stack's Redis and removes it.
 """

@@ -11,6 +11,7 @@ batch in hand, a batch is closed and committed before step() returns.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -73,7 +74,8 @@ class Delivery:
             producer,
             self._dlq,
             metrics,
-            runner.wait_serving_group,
+            # a pause for publish retries ends when the broker takes them: not Redis's doing
+            functools.partial(runner.wait_serving_group, over="the output topic took them"),
             runner.stopping,
         )
 
