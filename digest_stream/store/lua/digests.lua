@@ -1,6 +1,7 @@
 -- digests.lua: opening and closing digests: ds_open, ds_close and their many-target forms.
 -- Holds: timeline_keys (also used by admin), digest_reply, open_target, open, OPEN_WIDTH,
---   CLOSE_WIDTH, many_targets, open_many, close_target, parse_next_fire, close, close_many.
+--   CLOSE_WIDTH, many_targets, open_many, new_moves, apply_moves, close_target,
+--   parse_next_fire, close, close_many.
 -- Needs: CAUSES, FLUSH_AT_FLOOR, MAX_OFFSET (written from Python); guards, keys, encoding,
 --   containers; call_chunked, refresh_partition_ttl, sort_records (helpers).
 
@@ -130,9 +131,24 @@ local function open_many(keys, args)
     return replies
 end
 
--- Closes one digest. Returns 1 when that digest was closed, 0 for an unknown or already closed
--- id, and whether the partition keys' TTL needs a refresh (the timeline waits again).
-local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire, flush_at)
+-- The schedule changes of a close call's targets, written once after all of them (one
+-- ZREM and one ZADD per set instead of one each per target: nothing a close reads is in
+-- these sets).
+local function new_moves()
+    return {unready = {}, unwait = {}, wait = {}}
+end
+
+local function apply_moves(tag, moves)
+    call_chunked('ZREM', ready_key(tag), moves.unready)
+    call_chunked('ZREM', waiting_key(tag), moves.unwait)
+    call_chunked('ZADD', waiting_key(tag), moves.wait)
+end
+
+-- Closes one digest, its schedule change listed in `moves`. Returns 1 when that digest was
+-- closed, 0 for an unknown or already closed id, and whether the partition keys' TTL needs
+-- a refresh (the timeline waits again).
+local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire, flush_at,
+        moves)
     local digest = digest_key(tag, timeline)
     local meta = parse_digest_meta(read_meta(digest))
     if meta == nil or meta.id ~= digest_id then
@@ -143,9 +159,11 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
     local head = read_head(source)
     if meta.records == 0 and holds_no_records(source, head) then
         -- An empty digest ends the cool-down: retire, the next event is immediate.
-        redis.call('DEL', source)
-        redis.call('ZREM', ready_key(tag), timeline)
-        redis.call('ZREM', waiting_key(tag), timeline)
+        if head.kind ~= 'none' then
+            redis.call('DEL', source)
+        end
+        moves.unready[#moves.unready + 1] = timeline
+        moves.unwait[#moves.unwait + 1] = timeline
         return 1, false
     end
     local timeline_meta = parse_timeline_meta(head.meta)
@@ -167,10 +185,17 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
     else
         timeline_meta.cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
     end
-    write_meta(source, head, format_timeline_meta(timeline_meta))
-    redis.call('PEXPIRE', source, ttl_ms(ttl))
-    redis.call('ZREM', ready_key(tag), timeline)
-    redis.call('ZADD', waiting_key(tag), format_float(due), timeline)
+    if head.kind == 'none' then
+        -- nothing came while it was open (every leading digest's usual close): one write
+        redis.call('SET', source, encode_inline(format_timeline_meta(timeline_meta), {}),
+            'PX', ttl_ms(ttl))
+    else
+        write_meta(source, head, format_timeline_meta(timeline_meta))
+        redis.call('PEXPIRE', source, ttl_ms(ttl))
+    end
+    moves.unready[#moves.unready + 1] = timeline
+    moves.wait[#moves.wait + 1] = format_float(due)
+    moves.wait[#moves.wait + 1] = timeline
     return 1, true
 end
 
@@ -194,8 +219,10 @@ local function close(keys, args)
     local ttl = parse_ttl(args[5])
     local partition_ttl = parse_ttl(args[6])
     local next_fire = parse_next_fire(args[7])
+    local moves = new_moves()
     local closed, waits = close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire,
-        parse_integer(args[8], 'flush_at', 0, MAX_OFFSET))
+        parse_integer(args[8], 'flush_at', 0, MAX_OFFSET), moves)
+    apply_moves(tag, moves)
     if waits then
         refresh_partition_ttl(tag, math.max(ttl, partition_ttl))
     end
@@ -218,15 +245,16 @@ local function close_many(keys, args)
             parse_integer(args[base + 5], 'flush_at', 0, MAX_OFFSET),
         }
     end
-    local replies, refresh = {}, nil
+    local replies, refresh, moves = {}, nil, new_moves()
     for i, target in ipairs(targets) do
         local closed, waits = close_target(tag, target[1], target[2], now, target[3], target[4],
-            target[5], target[6])
+            target[5], target[6], moves)
         replies[i] = closed
         if waits then
             refresh = math.max(refresh or partition_ttl, target[4])
         end
     end
+    apply_moves(tag, moves)
     if refresh ~= nil then
         refresh_partition_ttl(tag, refresh)
     end
