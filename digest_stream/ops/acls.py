@@ -168,7 +168,8 @@ def strimzi_kafkauser(acl_list: Iterable[Acl], user: str, cluster: str) -> str:
             "      - resource:",
             f"          type: {acl.resource}",
             f"          name: {acl.name}",
-            f"          patternType: {acl.pattern}",
+            # Strimzi spells the prefixed pattern "prefix".
+            f"          patternType: {'prefix' if acl.pattern == 'prefixed' else 'literal'}",
             f"        operations: [{', '.join(acl.operations)}]",
             '        host: "*"',
         ]
