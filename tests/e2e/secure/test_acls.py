@@ -127,7 +127,7 @@ def test_each_command_runs_with_exactly_its_acls(
         settings = _as_user(secure_names, user)
         scram_user(secure_stack, *user, acls(names_of(settings), [use]))
         try:
-            done = cli(settings, *args, timeout=60)
+            done = cli(settings, *args)
         finally:
             drop_scram_user(secure_stack, user[0])
         assert done.returncode == 0, f"{use}: {done.stderr}{done.stdout}"
