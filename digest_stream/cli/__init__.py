@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from digest_stream.cli.acls import acls_command
 from digest_stream.cli.admin import delete, inspect, replay, stats
 from digest_stream.cli.config import config_group
 from digest_stream.cli.control import cancel, flush
@@ -19,6 +20,7 @@ def main() -> None:
 
 for command in (
     dev, run, topics, produce, tail, delete, replay, config_group, inspect, stats, flush, cancel,
+    acls_command,
 ):  # fmt: skip
     main.add_command(command)
 

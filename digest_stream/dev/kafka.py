@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from digest_stream.dev.process import (
@@ -105,16 +107,27 @@ def kafka_libs() -> Path:
 
 def kafka_properties(data_dir: Path) -> str:
     """server.properties of the single-node broker, its data in data_dir."""
+    return broker_properties(
+        data_dir,
+        CONTROLLER_PORT,
+        [
+            f"listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{CONTROLLER_PORT}",
+            f"advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT}",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        ],
+    )
+
+
+def broker_properties(data_dir: Path, controller_port: int, listeners: list[str]) -> str:
+    """A single-node broker+controller's server.properties around its listener lines."""
     return "\n".join(
         [
             "process.roles=broker,controller",
             "node.id=1",
-            f"controller.quorum.voters=1@{HOST}:{CONTROLLER_PORT}",
-            f"listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{CONTROLLER_PORT}",
-            f"advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT}",
+            f"controller.quorum.voters=1@{HOST}:{controller_port}",
             "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            *listeners,
             f"log.dirs={data_dir}",
             "num.partitions=4",
             "auto.create.topics.enable=false",
@@ -148,51 +161,95 @@ def kafka_answers() -> bool:
     return bool(metadata.brokers)
 
 
-def kafka_up() -> None:
-    """Start the single-node KRaft broker+controller unless it already runs."""
-    home = stack_dir() / "kafka"
-    pid_file = home / "kafka.pid"
-    pid = read_pid(pid_file)
+def kafka_launch() -> None:
+    """Start the single-node KRaft broker+controller unless it already runs (no wait)."""
+    broker_launch(stack_dir() / "kafka", "kafka", KAFKA_PORT, kafka_properties)
+
+
+def kafka_wait() -> None:
+    """Wait until the broker answers."""
+    broker_wait(stack_dir() / "kafka", "kafka", kafka_answers)
+
+
+def broker_launch(
+    home: Path,
+    what: str,
+    port: int,
+    properties: Callable[[Path], str],
+    scram: Sequence[str] = (),
+) -> int | None:
+    """Format and start a broker in home unless one runs there, without waiting for it; its
+    pid, None when one ran already. broker_wait() waits.
+
+    Format and start are one background shell (format, then exec the broker): the format's
+    JVM start-up (seconds on a busy 2-core box) overlaps whatever the caller does next, such as
+    a second broker's. scram: `--add-scram` arguments of the format (the SCRAM users exist
+    before the broker starts, so its inter-broker login and the first admin request work).
+    """
+    pid = read_pid(home / "kafka.pid")
     if pid is not None and alive(pid, "kafka.Kafka"):
-        wait("kafka", kafka_answers, KAFKA_READY_TIMEOUT, lambda: alive(pid, "kafka.Kafka"))
-        say(f"kafka already running (pid {pid}) on {HOST}:{KAFKA_PORT}")
-        return
-    if port_open(KAFKA_PORT):
-        raise StackError(f"port {KAFKA_PORT} is taken by a process this stack did not start")
+        say(f"{what} already running (pid {pid}) on {HOST}:{port}")
+        return None
+    if port_open(port):
+        raise StackError(f"port {port} is taken by a process this stack did not start")
     java = require("java", "install OpenJDK 17 (apt-get install openjdk-17-jre-headless)")
     libs = kafka_libs()
     home.mkdir(parents=True, exist_ok=True)
     data = Path(tempfile.mkdtemp(prefix="kraft-", dir=home))
     props = home / "server.properties"
-    props.write_text(kafka_properties(data))
+    props.write_text(properties(data))
+    props.chmod(0o600)  # a secured broker's file holds key store passwords
     log4j = home / "log4j2.xml"
     log4j.write_text(LOG4J2_XML)
     classpath = f"{libs}/*"
     java_opts = [f"-Dlog4j2.configurationFile={log4j}", "-Djava.awt.headless=true"]
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    say(f"formatting KRaft storage in {data}")
-    fmt = subprocess.run(
-        [java, *java_opts, "-cp", classpath, "kafka.tools.StorageTool", "format",
-         "-t", cluster_id, "-c", str(props)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if fmt.returncode != 0:
-        raise StackError(f"kafka storage format failed: {(fmt.stderr or fmt.stdout).strip()}")
-    log = (home / "kafka.log").open("ab")
+    add_scram = [arg for entry in scram for arg in ("--add-scram", entry)]
+    fmt = [java, *java_opts, "-cp", classpath, "kafka.tools.StorageTool", "format",
+           "-t", cluster_id, "-c", str(props), *add_scram]  # fmt: skip
     heap = os.environ.get("DIGEST_STREAM_DEV_KAFKA_HEAP", "512m")
+    broker = [java, f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+              *java_opts, "-cp", classpath, "kafka.Kafka", str(props)]  # fmt: skip
+    log = (home / "kafka.log").open("ab")
     proc = subprocess.Popen(
-        [java, f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-         *java_opts, "-cp", classpath, "kafka.Kafka", str(props)],
+        ["/bin/sh", "-c", f"{shlex.join(fmt)} && exec {shlex.join(broker)}"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    pid_file.write_text(str(proc.pid))
-    say(f"started kafka {KAFKA_VERSION} (pid {proc.pid}), waiting for metadata")
-    wait("kafka", kafka_answers, KAFKA_READY_TIMEOUT, lambda: proc.poll() is None)
+    (home / "kafka.pid").write_text(str(proc.pid))  # the same pid once sh execs the broker
+    _launched[home] = proc
+    say(f"formatting KRaft storage in {data} and starting {what} {KAFKA_VERSION} "
+        f"(pid {proc.pid})")  # fmt: skip
+    return proc.pid
+
+
+#: Brokers this process launched: their liveness is the child's, not /proc's cmdline (which
+#: the java launcher leaves empty for a moment while it re-executes itself).
+_launched: dict[Path, subprocess.Popen[bytes]] = {}
+
+
+def broker_wait(home: Path, what: str, answers: Callable[[], bool]) -> None:
+    """Wait (with the deadline) until the broker in home answers; a failed start (the format's
+    or the broker's) is reported with the last line of its log."""
+    proc = _launched.get(home)
+    pid = read_pid(home / "kafka.pid")
+    try:
+        if proc is not None:
+            wait(what, answers, KAFKA_READY_TIMEOUT, lambda: proc.poll() is None)
+        else:
+            wait(what, answers, KAFKA_READY_TIMEOUT,
+                 lambda: pid is not None and alive(pid, "kafka.Kafka"))  # fmt: skip
+    except StackError as exc:
+        lines = (home / "kafka.log").read_text(errors="replace").strip().splitlines()
+        raise StackError(f"{exc}; its log ends: {lines[-1] if lines else '(empty)'}") from exc
+
+
+def broker_down(home: Path, name: str) -> None:
+    """Stop the broker started in home and remove its data."""
+    stop_pid(home / "kafka.pid", "kafka.Kafka", name)
+    for data in home.glob("kraft-*"):
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def kafka_down() -> None:
     """Stop the broker this stack started and remove its data."""
-    home = stack_dir() / "kafka"
-    stop_pid(home / "kafka.pid", "kafka.Kafka", "kafka")
-    for data in home.glob("kraft-*"):
-        shutil.rmtree(data, ignore_errors=True)
+    broker_down(stack_dir() / "kafka", "kafka")
