@@ -109,7 +109,10 @@ class DueBatch(list[DueTimeline]):
         return f"DueBatch({list.__repr__(self)}, more={self.more})"
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
+# and the leading edge makes one StoredRecord and one OpenDigest per new timeline (3x the
+# time; NewRecord below is a named tuple for the same reason).
+@dataclass(slots=True)
 class StoredRecord:
     """A record as it comes back in a digest."""
 
@@ -123,7 +126,7 @@ def age_key(record: StoredRecord) -> tuple[float, bytes]:
     return (record.timestamp, record.id.encode("utf-8"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OpenDigest:
     """An open digest: stable id, records newest first, and what it lost."""
 

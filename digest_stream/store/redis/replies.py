@@ -152,10 +152,15 @@ def led_digests(
         kept = held.get(timeline)
         if kept is not None and offset > fence:
             kept[record_id] = StoredRecord(record_id, float(timestamp), payload)
-    return [
-        OpenDigest(digest_id, name, sorted(held[name].values(), key=age_key, reverse=True), 0, now)
-        for name, digest_id in ids.items()
-    ]
+    digests = []
+    for name, digest_id in ids.items():
+        kept = held[name]
+        # most led timelines hold one record: nothing to order
+        ordered = (
+            [*kept.values()] if len(kept) == 1 else sorted(kept.values(), key=age_key, reverse=True)
+        )
+        digests.append(OpenDigest(digest_id, name, ordered, 0, now))
+    return digests
 
 
 def fence(reply: Reply) -> Fence:
