@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 _KafkaHeaders = list[tuple[str, str | bytes | None]]
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     """One digest on its way out."""
 
