@@ -13,7 +13,9 @@ from confluent_kafka import Producer
 from redis.cluster import RedisCluster
 
 from digest_stream.clock import Clock, SystemClock
-from digest_stream.kafka import producer_config
+from digest_stream.kafka import ClientErrors, producer_config
+from digest_stream.ops import preflight
+from digest_stream.ops.failures import FailureError
 from digest_stream.ops.health import Health, Heartbeats, PartitionGauges
 from digest_stream.ops.hooks import Hook, Hooks, load_hooks
 from digest_stream.ops.metrics import Metrics
@@ -63,10 +65,18 @@ def parse_roles(text: str | Iterable[str]) -> frozenset[str]:
 
 def redis_client(settings: Settings) -> redis.Redis | RedisCluster:
     """A Redis (or Redis Cluster) client for the settings."""
-    options = {
+    options: dict[str, object] = {
         "socket_timeout": REDIS_SOCKET_TIMEOUT,
         "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
     }
+    # rediss:// only (the settings refuse them otherwise): redis-py's plain connection class
+    # takes no ssl_* arguments.
+    tls = {
+        "ssl_ca_certs": settings.redis_ssl_ca_certs,
+        "ssl_certfile": settings.redis_ssl_certfile,
+        "ssl_keyfile": settings.redis_ssl_keyfile,
+    }
+    options.update({name: value for name, value in tls.items() if value})
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
     return redis.Redis.from_url(settings.redis_url, health_check_interval=30, **options)
@@ -149,6 +159,8 @@ class App:
         self.heartbeats = Heartbeats()
         self.health = Health(self)
         self.server: OpsServer | None = None
+        #: librdkafka's error callback of every client of this process: readiness names it.
+        self.kafka_errors = ClientErrors()
         self._hooks: Hooks | None = None  # until start(), and again once on_stop was called
         self.started = False
 
@@ -158,18 +170,23 @@ class App:
         self.store = store
         if isinstance(store, RedisStore):
             check_clock(store, self.clock, self.metrics)
+        self.check_kafka()
         hooks = Hooks([*self.hooks, *load_hooks(self.settings.hooks, self.settings)])
         self._hooks = hooks
         if "ingest" in self.roles:  # with the scheduler (parse_roles)
-            producer = Producer(producer_config(self.settings))
+            producer = Producer(producer_config(self.settings, self.kafka_errors))
             runner, self.ingest = ingest_role(
                 self.settings, store, self.clock, self.metrics, producer, hooks=hooks,
                 frame=schedule_frame(self.settings), output_frame=leading_frame(self.settings),
+                kafka_errors=self.kafka_errors,
             )  # fmt: skip
             self._spawn(runner, self.ingest)
         if "delivery" in self.roles:
-            producer = Producer(producer_config(self.settings))
-            runner = Runner(self.settings, "delivery", rebalances=self.metrics.rebalances)
+            producer = Producer(producer_config(self.settings, self.kafka_errors))
+            runner = Runner(
+                self.settings, "delivery", rebalances=self.metrics.rebalances,
+                errors=self.kafka_errors,
+            )  # fmt: skip
             self.delivery = Delivery(
                 self.settings, store, self.clock, self.metrics, producer, runner, hooks=hooks
             )
@@ -186,6 +203,25 @@ class App:
             self.server.start()
         self.started = True
         log.info("started roles %s", ",".join(r for r in ROLES if r in self.roles))
+
+    def check_kafka(self) -> None:
+        """Stop the start on credentials, TLS or ACLs that Kafka refuses (a crash loop that
+        names the cause, not a process that logs refusals forever); an unreachable Kafka is
+        waited out like an outage later on."""
+        settings = self.settings
+        topics = [settings.schedule_topic, settings.dlq_topic]
+        if "ingest" in self.roles:
+            topics.insert(0, settings.events_topic)
+        if "delivery" in self.roles or settings.direct_leading_edge:
+            topics.append(settings.output_topic)
+        failure = preflight.check_kafka(
+            settings, topics=topics, groups=preflight.service_groups(settings, self.roles)
+        )
+        if failure is None:
+            return
+        if failure.fatal:
+            raise FailureError(failure)
+        log.warning("%s; starting anyway, the roles wait for Kafka", failure.line)
 
     def loop_roles(self) -> list[str]:
         """The role threads this process runs (the scheduler runs inside ingest)."""

@@ -4,6 +4,8 @@ the few calls whose semantics need care (taking a batch, producing into a full q
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -31,11 +33,43 @@ FETCH_MAX_WAIT_MS = 50
 LIBRDKAFKA_LOGGER = logging.getLogger("digest_stream.kafka.librdkafka")
 
 
-def _base(settings: Settings) -> dict[str, Any]:
+class ClientErrors:
+    """What librdkafka reported through ``error_cb``: the latest error and when.
+
+    librdkafka retries authentication, TLS and connection failures by itself and tells only
+    through this callback (and its log), never through a call's result: readiness reads the
+    latest error here, and the start's preflight stops on one that waiting does not cure.
+    Called on whichever thread polls the client, so guarded by a lock.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latest: tuple[KafkaError, float] | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        """Record one error (the ``error_cb`` of every client sharing this object)."""
+        with self._lock:
+            self._latest = (error, self._clock())
+
+    def latest(self, within: float | None = None) -> KafkaError | None:
+        """The latest error (reported within the last ``within`` seconds, when given)."""
+        with self._lock:
+            if self._latest is None:
+                return None
+            error, at = self._latest
+        if within is not None and self._clock() - at > within:
+            return None
+        return error
+
+
+def _base(settings: Settings, errors: ClientErrors | None = None) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": settings.kafka_bootstrap_servers,
         "logger": LIBRDKAFKA_LOGGER,
     }
+    if errors is not None:
+        config["error_cb"] = errors
     # User-supplied librdkafka properties (SASL, SSL, tuning) win over our defaults.
     return config | dict(settings.kafka_config)
 
@@ -61,7 +95,9 @@ def incremental(config: dict[str, Any]) -> bool:
     return "cooperative" in str(config.get("partition.assignment.strategy", ""))
 
 
-def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
+def consumer_config(
+    settings: Settings, group_id: str, errors: ClientErrors | None = None
+) -> dict[str, Any]:
     """A consumer that never auto-commits; eager (range) rebalancing, see EAGER_STRATEGY."""
     config = {
         "group.id": group_id,
@@ -78,10 +114,10 @@ def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
         "session.timeout.ms": 10_000,
         "heartbeat.interval.ms": 1_000,
     }
-    return {**config, **_base(settings)}
+    return {**config, **_base(settings, errors)}
 
 
-def producer_config(settings: Settings) -> dict[str, Any]:
+def producer_config(settings: Settings, errors: ClientErrors | None = None) -> dict[str, Any]:
     """An idempotent producer waiting for all in-sync replicas."""
     config = {
         "enable.idempotence": True,
@@ -93,12 +129,12 @@ def producer_config(settings: Settings) -> dict[str, Any]:
         # batches of parts refused that each fit.
         "batch.size": settings.max_message_bytes,
     }
-    return {**config, **_base(settings)}
+    return {**config, **_base(settings, errors)}
 
 
-def admin_config(settings: Settings) -> dict[str, Any]:
+def admin_config(settings: Settings, errors: ClientErrors | None = None) -> dict[str, Any]:
     """An admin client's configuration."""
-    return _base(settings)
+    return _base(settings, errors)
 
 
 #: auto.offset.reset's values (librdkafka's names and aliases) and the position each names.

@@ -26,7 +26,14 @@ from confluent_kafka import (
 from prometheus_client import Counter
 from tenacity import RetryCallState
 
-from digest_stream.kafka import consumer_config, incremental, reset_start, take_batch, usable
+from digest_stream.kafka import (
+    ClientErrors,
+    consumer_config,
+    incremental,
+    reset_start,
+    take_batch,
+    usable,
+)
 from digest_stream.roles.retry import until_redis_answers
 from digest_stream.settings import Settings
 
@@ -76,6 +83,7 @@ class Runner:
         *,
         consumer: Consumer | None = None,
         rebalances: Counter | None = None,
+        errors: ClientErrors | None = None,
     ) -> None:
         self.settings = settings
         self.role = role
@@ -84,7 +92,7 @@ class Runner:
         else:
             group_id, self.topic = settings.delivery_group_id, settings.schedule_topic
         self._rebalances = rebalances
-        config = consumer_config(settings, group_id)
+        config = consumer_config(settings, group_id, errors)
         # A user may choose cooperative-sticky (kafka_config); the handlers then assign
         # incrementally, as librdkafka requires.
         self._incremental = incremental(config)

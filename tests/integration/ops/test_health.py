@@ -16,6 +16,7 @@ from confluent_kafka import KafkaException
 
 from digest_stream import app as app_module
 from digest_stream.clock import Clock, ManualClock
+from digest_stream.kafka import ClientErrors
 from digest_stream.ops import health as health_module
 from digest_stream.ops.health import Health, HealthView, Heartbeats
 from digest_stream.ops.metrics import Metrics
@@ -40,6 +41,7 @@ class FakeView:
     metrics: Metrics = field(default_factory=Metrics)
     heartbeats: Heartbeats = field(default_factory=Heartbeats)
     store: DigestStore | None = None
+    kafka_errors: ClientErrors = field(default_factory=ClientErrors)
 
     @property
     def scheduler_runs(self) -> bool:
