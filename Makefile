@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-# Exports of the local stack (Kafka, Redis, Redis Cluster) for every command that needs them.
+# Exports of the local stack (Kafka, Redis, Redis Cluster; the secured stack's stack.json) for
+# every command that needs them.
 STACK_ENV = eval "$$($(BIN)/digest-stream dev env)"
 
 .PHONY: venv lint stack-up stack-down stack-env test test-unit test-quick demo bench bench-quick bench-store chaos clean
@@ -23,7 +24,7 @@ lint: venv
 	$(BIN)/mypy
 
 stack-up: venv
-	$(BIN)/digest-stream dev up --cluster --registry
+	$(BIN)/digest-stream dev up --cluster --registry --secure
 
 stack-down: venv
 	$(BIN)/digest-stream dev down

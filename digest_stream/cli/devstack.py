@@ -34,13 +34,22 @@ def _run_stack(action: str, fn: Callable[[], T]) -> T:
     default=False,
     help="Also start a Schema Registry (Apicurio, Confluent-compatible API).",
 )
-def dev_up(cluster: bool, kafka: bool, registry: bool) -> None:
+@click.option(
+    "--secure/--no-secure",
+    default=False,
+    help="Also start a secured Kafka (SASL_SSL, SCRAM, ACLs) and a TLS-only Redis with ACL "
+    "users (ports 19192 and 16380; `dev env --secure` prints their settings).",
+)
+def dev_up(cluster: bool, kafka: bool, registry: bool, secure: bool) -> None:
     """Start Kafka (KRaft) and Redis on 127.0.0.1; reuse what already runs."""
     endpoints = _run_stack(
-        "up", lambda: devstack.up(cluster=cluster, kafka=kafka, registry=registry)
+        "up",
+        lambda: devstack.up(cluster=cluster, kafka=kafka, registry=registry, secure=secure),
     )
     for line in endpoints.exports(
-        cluster or devstack.cluster_running(), registry or devstack.registry_running()
+        cluster or devstack.cluster_running(),
+        registry or devstack.registry_running(),
+        secure or devstack.secure_running(),
     ):
         click.echo(line)
 
@@ -52,11 +61,25 @@ def dev_down() -> None:
 
 
 @dev.command("env")
-def dev_env() -> None:
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="The settings of the secured stack instead: SASL_SSL Kafka as the service's user, "
+    "rediss:// Redis as the README's ACL user, the library loaded by admin.",
+)
+def dev_env(secure: bool) -> None:
     """Print shell exports for the running stack (eval "$(digest-stream dev env)")."""
-    for line in devstack.Endpoints().exports(
-        devstack.cluster_running(), devstack.registry_running()
-    ):
+    if secure:
+        if not devstack.secure_running():
+            click.echo("digest-stream dev env: the secured stack is not running "
+                       "(digest-stream dev up --secure)", err=True)  # fmt: skip
+            sys.exit(1)
+        lines = devstack.secure_exports()
+    else:
+        lines = devstack.Endpoints().exports(
+            devstack.cluster_running(), devstack.registry_running(), devstack.secure_running()
+        )
+    for line in lines:
         click.echo(line)
 
 

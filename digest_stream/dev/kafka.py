@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from digest_stream.dev.process import (
@@ -105,16 +106,27 @@ def kafka_libs() -> Path:
 
 def kafka_properties(data_dir: Path) -> str:
     """server.properties of the single-node broker, its data in data_dir."""
+    return broker_properties(
+        data_dir,
+        CONTROLLER_PORT,
+        [
+            f"listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{CONTROLLER_PORT}",
+            f"advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT}",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        ],
+    )
+
+
+def broker_properties(data_dir: Path, controller_port: int, listeners: list[str]) -> str:
+    """A single-node broker+controller's server.properties around its listener lines."""
     return "\n".join(
         [
             "process.roles=broker,controller",
             "node.id=1",
-            f"controller.quorum.voters=1@{HOST}:{CONTROLLER_PORT}",
-            f"listeners=PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{CONTROLLER_PORT}",
-            f"advertised.listeners=PLAINTEXT://{HOST}:{KAFKA_PORT}",
+            f"controller.quorum.voters=1@{HOST}:{controller_port}",
             "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            *listeners,
             f"log.dirs={data_dir}",
             "num.partitions=4",
             "auto.create.topics.enable=false",
@@ -151,29 +163,48 @@ def kafka_answers() -> bool:
 def kafka_up() -> None:
     """Start the single-node KRaft broker+controller unless it already runs."""
     home = stack_dir() / "kafka"
-    pid_file = home / "kafka.pid"
-    pid = read_pid(pid_file)
+    if broker_launch(home, "kafka", KAFKA_PORT, kafka_properties, kafka_answers) is not None:
+        broker_wait(home, "kafka", kafka_answers)
+
+
+def broker_launch(
+    home: Path,
+    what: str,
+    port: int,
+    properties: Callable[[Path], str],
+    answers: Callable[[], bool],
+    scram: Sequence[str] = (),
+) -> int | None:
+    """Format and start a broker in home unless one runs there; its pid, None when it ran.
+
+    scram: `--add-scram` arguments of the format (SCRAM users exist before the broker starts,
+    so its own inter-broker login and the first admin request need no second step).
+    """
+    pid = read_pid(home / "kafka.pid")
     if pid is not None and alive(pid, "kafka.Kafka"):
-        wait("kafka", kafka_answers, KAFKA_READY_TIMEOUT, lambda: alive(pid, "kafka.Kafka"))
-        say(f"kafka already running (pid {pid}) on {HOST}:{KAFKA_PORT}")
-        return
-    if port_open(KAFKA_PORT):
-        raise StackError(f"port {KAFKA_PORT} is taken by a process this stack did not start")
+        running = pid  # bound for the lambda (mypy: pid is narrowed here only)
+        wait(what, answers, KAFKA_READY_TIMEOUT, lambda: alive(running, "kafka.Kafka"))
+        say(f"{what} already running (pid {pid}) on {HOST}:{port}")
+        return None
+    if port_open(port):
+        raise StackError(f"port {port} is taken by a process this stack did not start")
     java = require("java", "install OpenJDK 17 (apt-get install openjdk-17-jre-headless)")
     libs = kafka_libs()
     home.mkdir(parents=True, exist_ok=True)
     data = Path(tempfile.mkdtemp(prefix="kraft-", dir=home))
     props = home / "server.properties"
-    props.write_text(kafka_properties(data))
+    props.write_text(properties(data))
+    props.chmod(0o600)  # a secured broker's file holds key store passwords
     log4j = home / "log4j2.xml"
     log4j.write_text(LOG4J2_XML)
     classpath = f"{libs}/*"
     java_opts = [f"-Dlog4j2.configurationFile={log4j}", "-Djava.awt.headless=true"]
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     say(f"formatting KRaft storage in {data}")
+    add_scram = [arg for entry in scram for arg in ("--add-scram", entry)]
     fmt = subprocess.run(
         [java, *java_opts, "-cp", classpath, "kafka.tools.StorageTool", "format",
-         "-t", cluster_id, "-c", str(props)],
+         "-t", cluster_id, "-c", str(props), *add_scram],
         capture_output=True, text=True,
     )  # fmt: skip
     if fmt.returncode != 0:
@@ -185,14 +216,35 @@ def kafka_up() -> None:
          *java_opts, "-cp", classpath, "kafka.Kafka", str(props)],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    pid_file.write_text(str(proc.pid))
-    say(f"started kafka {KAFKA_VERSION} (pid {proc.pid}), waiting for metadata")
-    wait("kafka", kafka_answers, KAFKA_READY_TIMEOUT, lambda: proc.poll() is None)
+    (home / "kafka.pid").write_text(str(proc.pid))
+    _launched[home] = proc
+    say(f"started {what} {KAFKA_VERSION} (pid {proc.pid}), waiting for metadata")
+    return proc.pid
+
+
+#: Brokers this process launched: their liveness is the child's, not /proc's cmdline (which
+#: the java launcher leaves empty for a moment while it re-executes itself).
+_launched: dict[Path, subprocess.Popen[bytes]] = {}
+
+
+def broker_wait(home: Path, what: str, answers: Callable[[], bool]) -> None:
+    """Wait (with the deadline) until the broker launched in home answers."""
+    proc = _launched.get(home)
+    pid = read_pid(home / "kafka.pid")
+    if proc is not None:
+        wait(what, answers, KAFKA_READY_TIMEOUT, lambda: proc.poll() is None)
+    else:
+        wait(what, answers, KAFKA_READY_TIMEOUT,
+             lambda: pid is not None and alive(pid, "kafka.Kafka"))  # fmt: skip
+
+
+def broker_down(home: Path, name: str) -> None:
+    """Stop the broker started in home and remove its data."""
+    stop_pid(home / "kafka.pid", "kafka.Kafka", name)
+    for data in home.glob("kraft-*"):
+        shutil.rmtree(data, ignore_errors=True)
 
 
 def kafka_down() -> None:
     """Stop the broker this stack started and remove its data."""
-    home = stack_dir() / "kafka"
-    stop_pid(home / "kafka.pid", "kafka.Kafka", "kafka")
-    for data in home.glob("kraft-*"):
-        shutil.rmtree(data, ignore_errors=True)
+    broker_down(stack_dir() / "kafka", "kafka")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from digest_stream.dev.process import (
@@ -61,7 +61,19 @@ def redis_ping(port: int, cluster: bool = False) -> bool:
         return False
 
 
-def _redis_start(name: str, port: int, extra: list[str]) -> int:
+def redis_start(
+    name: str,
+    port: int,
+    extra: list[str],
+    *,
+    ping: Callable[[], bool] | None = None,
+    config: Path | None = None,
+) -> int:
+    """Start redis-server in stack_dir()/name unless it runs there; its pid.
+
+    config: a configuration file read first (it may hold secrets: they stay off the command
+    line); ping: the readiness check (default: PING in plain text on port).
+    """
     home = stack_dir() / name
     pid_file = home / "redis.pid"
     marker = f":{port}"
@@ -75,8 +87,9 @@ def _redis_start(name: str, port: int, extra: list[str]) -> int:
     home.mkdir(parents=True, exist_ok=True)
     for stale in home.glob("nodes-*.conf"):
         stale.unlink()  # a cluster always starts fresh, like the broker
+    first = [str(config)] if config else ["--port", str(port)]
     args = [
-        server, "--port", str(port), "--bind", HOST, "--dir", str(home),
+        server, *first, "--bind", HOST, "--dir", str(home),
         "--save", "", "--appendonly", "no", "--daemonize", "no",
         "--logfile", str(home / "redis.log"), "--enable-debug-command", "local", *extra,
     ]  # fmt: skip
@@ -88,20 +101,20 @@ def _redis_start(name: str, port: int, extra: list[str]) -> int:
         start_new_session=True,
     )
     pid_file.write_text(str(proc.pid))
-    wait(f"{name} on {port}", lambda: redis_ping(port), REDIS_READY_TIMEOUT,
+    wait(f"{name} on {port}", ping or (lambda: redis_ping(port)), REDIS_READY_TIMEOUT,
           lambda: proc.poll() is None)  # fmt: skip
     return proc.pid
 
 
 def redis_up() -> None:
     """Start the single Redis (no persistence) unless it already runs."""
-    _redis_start("redis", REDIS_PORT, [])
+    redis_start("redis", REDIS_PORT, [])
 
 
 def cluster_up() -> None:
     """Start three cluster-enabled Redis masters and join them into one cluster."""
     for i, port in enumerate(CLUSTER_PORTS):
-        _redis_start(
+        redis_start(
             f"redis-cluster-{i}",
             port,
             ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",

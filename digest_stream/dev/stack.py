@@ -29,6 +29,17 @@ from digest_stream.dev.registry import (
     registry_running,
     registry_up,
 )
+from digest_stream.dev.secure import (
+    SECURE_ENV,
+    secure_down,
+    secure_exports,
+    secure_kafka_launch,
+    secure_kafka_ready,
+    secure_redis_up,
+    secure_running,
+    secure_up_finish,
+    stack_file,
+)
 
 
 @dataclass(frozen=True)
@@ -40,7 +51,7 @@ class Endpoints:
     cluster_nodes: tuple[str, ...] = CLUSTER_NODES
     registry_url: str = REGISTRY_URL
 
-    def exports(self, cluster: bool, registry: bool = False) -> list[str]:
+    def exports(self, cluster: bool, registry: bool = False, secure: bool = False) -> list[str]:
         """Shell export lines for the settings (and the test harness)."""
         lines = [
             f"export DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS={self.kafka}",
@@ -53,6 +64,10 @@ class Endpoints:
             # shell (and every test) to schema registry mode. Opt in with
             # DIGEST_STREAM_SCHEMA_REGISTRY_URL=$DIGEST_STREAM_DEV_SCHEMA_REGISTRY_URL.
             lines.append(f"export {REGISTRY_ENV}={self.registry_url}")
+        if secure:
+            # The secured stack's addresses and passwords stay in its stack.json (mode 600):
+            # the tests read it; `dev env --secure` prints the settings for a shell.
+            lines.append(f"export {SECURE_ENV}={stack_file()}")
         return lines
 
 
@@ -60,14 +75,26 @@ class Endpoints:
 REGISTRY_ENV = "DIGEST_STREAM_DEV_SCHEMA_REGISTRY_URL"
 
 
-def up(cluster: bool = False, kafka: bool = True, registry: bool = False) -> Endpoints:
-    """Bring the stack up (idempotent) and return its endpoints."""
+def up(
+    cluster: bool = False, kafka: bool = True, registry: bool = False, secure: bool = False
+) -> Endpoints:
+    """Bring the stack up (idempotent) and return its endpoints.
+
+    secure: also the secured broker and TLS Redis (dev/secure.py); its JVM starts before the
+    plain broker's wait, so the two brokers' start-ups overlap.
+    """
     started = time.monotonic()
     redis_up()
     if cluster:
         cluster_up()
+    if secure:
+        secure_redis_up()
+        secure_kafka_launch()
     if kafka:
         kafka_up()
+    if secure:
+        secure_kafka_ready()
+        secure_up_finish()
     if registry:
         registry_up()
     say(f"stack up in {time.monotonic() - started:.1f}s")
@@ -77,6 +104,7 @@ def up(cluster: bool = False, kafka: bool = True, registry: bool = False) -> End
 def down() -> None:
     """Stop exactly what `up` started."""
     registry_down()
+    secure_down()
     kafka_down()
     redis_down()
     say("stack down")
@@ -89,16 +117,20 @@ def status() -> dict[str, bool]:
         "redis": redis_ping(REDIS_PORT),
         "redis-cluster": cluster_running(),
         "schema-registry": registry_running(),
+        "secured": secure_running(),
     }
 
 
 __all__ = [
     "REGISTRY_ENV",
+    "SECURE_ENV",
     "Endpoints",
     "StackError",
     "cluster_running",
     "down",
     "registry_running",
+    "secure_exports",
+    "secure_running",
     "status",
     "up",
 ]

@@ -13,48 +13,11 @@ from redis.exceptions import NoPermissionError
 
 from digest_stream.app import connect_store
 from digest_stream.store import NewRecord
+from digest_stream.store.redis.acl import LIBRARY_COMMANDS, acl_rules
 from tests.support import REPO_ROOT, free_port, unique, wait_until
 from tests.support.http import probe
 from tests.support.pipeline import Pipeline
 from tests.support.store import library_commands
-
-#: Commands the Functions library runs (checked against the caller's ACL inside FCALL).
-LIBRARY_COMMANDS = [
-    "del",
-    "exists",
-    "get",
-    "hdel",
-    "hexists",
-    "hget",
-    "hgetall",
-    "hlen",
-    "hset",
-    "mget",
-    "pexpire",
-    "pttl",
-    "rename",
-    "set",
-    "type",
-    "zadd",
-    "zcard",
-    "zcount",
-    "zmscore",
-    "zrange",
-    "zrangebyscore",
-    "zrem",
-    "zrevrange",
-    "zscore",
-]
-#: What the service itself sends: function calls, the library check (FUNCTION LIST), the
-#: library load (optional), PING and TIME (the clock-skew check at start).
-SERVICE_COMMANDS = ["fcall", "fcall_ro", "ping", "time", "function|list"]
-
-
-def acl_rules(namespace: str, *, load_library: bool, without: tuple[str, ...] = ()) -> list[str]:
-    """The ACL SETUSER rules documented in the README, for one namespace (less `without`)."""
-    commands = SERVICE_COMMANDS + (["function|load"] if load_library else []) + LIBRARY_COMMANDS
-    commands = [c for c in commands if c not in without]
-    return [f"~{{{namespace}:*", "resetchannels", "-@all", *(f"+{c}" for c in commands)]
 
 
 @pytest.fixture
