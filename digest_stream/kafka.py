@@ -50,6 +50,10 @@ class ClientErrors:
     def __call__(self, error: KafkaError) -> None:
         """Record one error (the ``error_cb`` of every client sharing this object)."""
         with self._lock:
+            if error.code() == KafkaError._ALL_BROKERS_DOWN and self._latest is not None:
+                # A summary ("1/1 brokers are down") that follows the cause: keep the cause.
+                self._latest = (self._latest[0], self._clock())
+                return
             self._latest = (error, self._clock())
 
     def latest(self, within: float | None = None) -> KafkaError | None:

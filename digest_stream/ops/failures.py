@@ -366,9 +366,14 @@ def _redis_connection(error: redis.RedisError, top: BaseException, where: _Where
             f"Redis at {where.address} did not answer the TLS handshake: is it a plaintext "
             f"port? use redis:// in {_REDIS_URL}, or check the address and the network",
         )
-    kind: Kind = "timeout" if isinstance(error, redis.TimeoutError) else "unreachable"
+    if isinstance(error, redis.TimeoutError):
+        return Failure(
+            "timeout",
+            f"Redis at {where.address} did not answer in time ({_short(text)}): check "
+            f"{_REDIS_URL} and the network",
+        )
     return Failure(
-        kind,
+        "unreachable",
         f"Redis unreachable at {where.address} ({_short(text)}): check {_REDIS_URL} and the "
         "network",
     )

@@ -6,6 +6,7 @@ the cause is named within a second.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping
 
@@ -13,7 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._metadata import ClusterMetadata
 
-from digest_stream.kafka import ClientErrors, admin_config
+from digest_stream.kafka import LIBRDKAFKA_LOGGER, ClientErrors, admin_config
 from digest_stream.ops.failures import Failure, KafkaScope, explain_kafka
 from digest_stream.settings import Settings, env_name
 
@@ -25,6 +26,28 @@ STEP = 0.5
 REACH_TIMEOUT = 10.0
 #: Each topic and group lookup, once the brokers answer.
 LOOKUP_TIMEOUT = 10.0
+#: A plaintext client that a TLS listener hangs up on sees "Disconnected ... in state
+#: APIVERSION_QUERY" in librdkafka's log and only "brokers are down" in its error callback.
+#: This many such hang-ups in a row name TLS as the cause (one could be a broker going down).
+HANGUPS = 3
+#: librdkafka's own words for it in other versions, which explain_kafka knows.
+TLS_HANGUP = (
+    "Disconnected while requesting ApiVersion: might be caused by incorrect security.protocol "
+    "configuration (connecting to a SSL listener?)"
+)
+
+
+class _HangUps(logging.Handler):
+    """Counts librdkafka's "disconnected during the first request" lines of one check."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "Disconnected" in text and "APIVERSION_QUERY" in text:
+            self.count += 1
 
 
 def check_kafka(
@@ -37,8 +60,18 @@ def check_kafka(
     """None when the brokers answer and allow ``topics`` and ``groups`` (group -> the setting
     or flag naming it); else the failure. A missing topic is no failure here."""
     errors = ClientErrors()
-    admin = AdminClient(admin_config(settings, errors))
-    reached = _reach(admin, errors, settings, timeout)
+    hangups = _HangUps()
+    logger = LIBRDKAFKA_LOGGER.getChild("preflight")
+    # The hang-up lines are librdkafka's INFO; its lines stay here (the check's failure
+    # line says what they would), whatever level the process logs at.
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    logger.addHandler(hangups)
+    try:
+        admin = AdminClient(admin_config(settings, errors) | {"logger": logger})
+        reached = _reach(admin, errors, hangups, settings, timeout)
+    finally:
+        logger.removeHandler(hangups)
     if isinstance(reached, Failure):
         return reached
     for topic in topics:
@@ -60,7 +93,7 @@ def service_groups(settings: Settings, roles: Iterable[str]) -> dict[str, str]:
 
 
 def _reach(
-    admin: AdminClient, errors: ClientErrors, settings: Settings, timeout: float
+    admin: AdminClient, errors: ClientErrors, hangups: _HangUps, settings: Settings, timeout: float
 ) -> ClusterMetadata | Failure:
     deadline = time.monotonic() + timeout
     last: KafkaError | None = None
@@ -69,8 +102,10 @@ def _reach(
             return admin.list_topics(timeout=STEP)
         except KafkaException as exc:
             last = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else last
-        admin.poll(0)  # serves error_cb: the cause librdkafka saw
+        admin.poll(0)  # serves error_cb (and the log): the cause librdkafka saw
         reported = errors.latest() or last
+        if hangups.count >= HANGUPS and _plaintext(settings):
+            reported = KafkaError(KafkaError._TRANSPORT, TLS_HANGUP)
         found = explain_kafka(reported, settings) if reported is not None else None
         if found is not None and found.fatal:
             return found
@@ -80,6 +115,11 @@ def _reach(
                 f"Kafka at {settings.kafka_bootstrap_servers} did not answer within "
                 f"{timeout:.0f}s: check {env_name('kafka_bootstrap_servers')} and the network",
             )
+
+
+def _plaintext(settings: Settings) -> bool:
+    protocol = str(settings.kafka_config.get("security.protocol", "plaintext")).lower()
+    return protocol in ("plaintext", "sasl_plaintext")
 
 
 def _topic(admin: AdminClient, settings: Settings, topic: str) -> Failure | None:
