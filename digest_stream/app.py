@@ -65,6 +65,14 @@ def parse_roles(text: str | Iterable[str]) -> frozenset[str]:
 
 def redis_client(settings: Settings) -> redis.Redis | RedisCluster:
     """A Redis (or Redis Cluster) client for the settings."""
+    options = redis_options(settings)
+    if settings.redis_cluster:
+        return RedisCluster.from_url(settings.redis_url, **options)
+    return redis.Redis.from_url(settings.redis_url, health_check_interval=30, **options)
+
+
+def redis_options(settings: Settings) -> dict[str, object]:
+    """The client options besides the URL: timeouts, and the TLS files for rediss://."""
     options: dict[str, object] = {
         "socket_timeout": REDIS_SOCKET_TIMEOUT,
         "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
@@ -77,9 +85,7 @@ def redis_client(settings: Settings) -> redis.Redis | RedisCluster:
         "ssl_keyfile": settings.redis_ssl_keyfile,
     }
     options.update({name: value for name, value in tls.items() if value})
-    if settings.redis_cluster:
-        return RedisCluster.from_url(settings.redis_url, **options)
-    return redis.Redis.from_url(settings.redis_url, health_check_interval=30, **options)
+    return options
 
 
 def schedule_frame(settings: Settings) -> Callable[[bytes], bytes]:
