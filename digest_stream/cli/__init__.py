@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from digest_stream.cli.acls import acls_command
 from digest_stream.cli.admin import delete, inspect, replay, stats
 from digest_stream.cli.common import COMMAND_KEY, DEBUG_ENV, DEBUG_KEY, SETTINGS_KEY
 from digest_stream.cli.config import config_group
@@ -61,6 +62,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 for command in (
     dev, run, topics, produce, tail, delete, replay, config_group, inspect, stats, flush, cancel,
+    acls_command,
 ):  # fmt: skip
     main.add_command(command)
 

@@ -55,6 +55,8 @@ class Need:
     name: str
     operation: str
     why: str
+    #: None: the pattern of the names (Names.pattern); tail's default group is a prefix.
+    pattern: PatternType | None = None
 
 
 def needs(names: Names) -> dict[str, list[Need]]:
@@ -88,7 +90,13 @@ def needs(names: Names) -> dict[str, list[Need]]:
         ],
         "tail": [
             Need("topic", out, "Read", "consumes digests"),
-            Need("group", names.tail_group, "Read", "its default group (or --group's)"),
+            Need(
+                "group",
+                names.tail_group,
+                "Read",
+                "its default group, <prefix><8 hex>",
+                pattern="prefixed",
+            ),
         ],
         "event-producer": produce,
         "digest-reader": [
@@ -105,15 +113,16 @@ RUN_ROLES = ("ingest", "delivery")
 def acls(names: Names, uses: Iterable[str]) -> list[Acl]:
     """The ACLs for these uses (keys of needs()), merged per resource, sorted."""
     table = needs(names)
-    merged: dict[tuple[ResourceType, str], set[str]] = {}
+    merged: dict[tuple[ResourceType, str, PatternType], set[str]] = {}
     for use in uses:
         for need in table[use]:
             if need.name.startswith("<"):
                 continue  # a name only the caller knows
-            merged.setdefault((need.resource, need.name), set()).add(need.operation)
+            key = (need.resource, need.name, need.pattern or names.pattern)
+            merged.setdefault(key, set()).add(need.operation)
     return sorted(
-        Acl(resource, name, names.pattern, without_implied(ops))
-        for (resource, name), ops in merged.items()
+        Acl(resource, name, pattern, without_implied(ops))
+        for (resource, name, pattern), ops in merged.items()
     )
 
 
@@ -159,7 +168,8 @@ def strimzi_kafkauser(acl_list: Iterable[Acl], user: str, cluster: str) -> str:
             "      - resource:",
             f"          type: {acl.resource}",
             f"          name: {acl.name}",
-            f"          patternType: {acl.pattern}",
+            # Strimzi spells the prefixed pattern "prefix".
+            f"          patternType: {'prefix' if acl.pattern == 'prefixed' else 'literal'}",
             f"        operations: [{', '.join(acl.operations)}]",
             '        host: "*"',
         ]
