@@ -1,0 +1,161 @@
+"""Issue 28's failures on the secured stack, each with the ONE line the user gets and exit 1.
+
+Every command runs as a child process configured by the environment only, as the README's
+Redis ACL user and the stack's SCRAM users (or one of the test's own with fewer ACLs).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from subprocess import CompletedProcess
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from digest_stream.cli.acls import names_of
+from digest_stream.ops.acls import acls
+from digest_stream.settings import Settings
+from tests.support import unique
+from tests.support.secure import SecureNames, SecureStack, cli, drop_scram_user, scram_user
+
+#: A refused login or ACL is named within seconds (it was 33 s of timeouts, or never).
+NAMED_WITHIN = 10.0
+
+
+def one_line(done: CompletedProcess[str]) -> str:
+    """The one line a failed command printed (nothing else, no traceback)."""
+    assert done.returncode == 1, done
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    return lines[0]
+
+
+def _timed(settings: Settings, *args: str) -> tuple[CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = cli(settings, *args)
+    return done, time.monotonic() - started
+
+
+def _wrong_password(names: SecureNames, **changes: object) -> Settings:
+    user = names.stack.info["service_user"]
+    return names.settings(kafka_config=names.stack.kafka_config(user, "not-the-password"),
+                          **changes)  # fmt: skip
+
+
+def _sasl_line(stack: SecureStack) -> str:
+    return (
+        f"Kafka SASL authentication failed for user '{stack.info['service_user']}' "
+        f"(SCRAM-SHA-512) at {stack.bootstrap}: check sasl.username, sasl.password and "
+        "sasl.mechanism in DIGEST_STREAM_KAFKA_CONFIG (SASL authentication error: Authentication "
+        "failed during authentication due to invalid credentials with SASL mechanism "
+        "SCRAM-SHA-512)"
+    )
+
+
+def test_topics_create_names_a_wrong_sasl_password_at_once(secure_names: SecureNames) -> None:
+    # Failure 2: 33 s, then four times "Failed while waiting for controller: Local: Timed out".
+    done, took = _timed(_wrong_password(secure_names), "topics", "create")
+    assert one_line(done) == f"digest-stream topics create: {_sasl_line(secure_names.stack)}"
+    assert took < NAMED_WITHIN, took
+    assert "not-the-password" not in done.stderr
+
+
+def test_run_with_a_wrong_sasl_password_stops_at_start(secure_names: SecureNames) -> None:
+    # Failure 3: ~9 ERROR lines a second forever, /healthz 200. Now a crash loop that says so.
+    secure_names.create_topics(partitions=1)
+    done, took = _timed(_wrong_password(secure_names), "run")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"digest-stream run: cannot start: {_sasl_line(secure_names.stack)}"
+    )
+    assert took < NAMED_WITHIN + 5, took
+    assert len(done.stderr.splitlines()) <= 3, done.stderr  # no flood before it
+    assert "not-the-password" not in done.stderr
+
+
+def _redis_url(url: str, scheme: str, port: int | None = None, query: str = "") -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc if port is None else parts.netloc.rsplit(":", 1)[0] + f":{port}"
+    return urlunsplit(parts._replace(scheme=scheme, netloc=netloc, query=query))
+
+
+def test_redis_failures_name_tls_and_the_ca_setting(secure_names: SecureNames) -> None:
+    # Failures 1 and 4, as the README's ACL user on the TLS-only Redis (a wrong password and
+    # the library a user may not load: tests/e2e/test_failures.py, on a Redis of its own).
+    secure_names.create_topics(partitions=1)
+    settings = secure_names.settings()
+    address = urlsplit(settings.redis_url).netloc.rsplit("@", 1)[1]
+    plain = settings.model_copy(update={"redis_url": _redis_url(settings.redis_url, "redis")})
+    assert one_line(cli(plain, "stats")) == (
+        f"digest-stream stats: Redis at {address} reset a plaintext connection: is this a TLS "
+        "port? use rediss:// in DIGEST_STREAM_REDIS_URL (and DIGEST_STREAM_REDIS_SSL_CA_CERTS "
+        "for its CA)"
+    )
+    no_ca = settings.model_copy(update={"redis_url": _redis_url(settings.redis_url, "rediss")})
+    assert one_line(cli(no_ca, "stats")) == (
+        f"digest-stream stats: Redis at {address}: the server's TLS certificate is not trusted "
+        "(self-signed certificate in certificate chain): set DIGEST_STREAM_REDIS_SSL_CA_CERTS to "
+        "the CA that signed it"
+    )
+    with_ca = cli(no_ca, "stats", DIGEST_STREAM_REDIS_SSL_CA_CERTS=secure_names.stack.info["ca"])
+    assert with_ca.returncode == 0, with_ca.stderr
+
+
+@pytest.fixture
+def tail_user(secure_names: SecureNames) -> Iterator[tuple[str, str]]:
+    """A SCRAM user that may read the output topic but holds no tail group."""
+    name, password = unique("ds-tail"), uuid.uuid4().hex
+    settings = secure_names.settings()
+    granted = [a for a in acls(names_of(settings), ("delivery",)) if a.resource == "topic"]
+    scram_user(secure_names.stack, name, password, granted)
+    yield name, password
+    drop_scram_user(secure_names.stack, name)
+
+
+def test_tail_treats_refused_groups_and_topics_as_fatal(
+    secure_names: SecureNames, tail_user: tuple[str, str]
+) -> None:
+    # Failure 5: GROUP_AUTHORIZATION_FAILED twice, then a hang; without ACLs, exit 0.
+    secure_names.create_topics(partitions=1)
+    settings = secure_names.settings(kafka_config=secure_names.stack.kafka_config(*tail_user))
+    done, took = _timed(settings, "tail", "--duration", "15")
+    line = one_line(done)
+    assert re.fullmatch(
+        rf"digest-stream tail: Kafka refused user '{tail_user[0]}' consumer group "
+        r"digest-stream-tail-[0-9a-f]{8} \(GROUP_AUTHORIZATION_FAILED\): grant READ on it "
+        r"\(docs/operations.md, Secured clusters\) or choose a group the ACLs allow with "
+        r"--group \(tail's default is digest-stream-tail-<hex>\)",
+        line,
+    ), line
+    assert took < NAMED_WITHIN, took
+    named = cli(settings, "tail", "--group", "other-group", "--duration", "15")
+    assert one_line(named) == (
+        f"digest-stream tail: Kafka refused user '{tail_user[0]}' consumer group other-group "
+        "(GROUP_AUTHORIZATION_FAILED): grant READ on it (docs/operations.md, Secured clusters) "
+        "or choose a group the ACLs allow with --group"
+    )
+    # A user without any ACL on the topic: the topic is named.
+    elsewhere = settings.model_copy(update={"output_topic": "elsewhere.output"})
+    assert one_line(cli(elsewhere, "tail", "--duration", "15")) == (
+        f"digest-stream tail: Kafka refused user '{tail_user[0]}' access to topic "
+        "elsewhere.output (TOPIC_AUTHORIZATION_FAILED): grant it the ACLs listed in "
+        "docs/operations.md, Secured clusters, or check the topic settings"
+    )
+
+
+def test_run_names_a_group_outside_its_acls(secure_names: SecureNames) -> None:
+    secure_names.create_topics(partitions=1)
+    settings = secure_names.settings(group_id="outside-the-prefix")
+    done, took = _timed(settings, "run")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"digest-stream run: cannot start: Kafka refused user "
+        f"'{secure_names.stack.info['service_user']}' consumer group outside-the-prefix "
+        "(GROUP_AUTHORIZATION_FAILED): grant READ on it (docs/operations.md, Secured clusters) "
+        "or choose a group the ACLs allow with DIGEST_STREAM_GROUP_ID"
+    )
+    assert took < NAMED_WITHIN + 5, took
