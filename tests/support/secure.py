@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -217,18 +215,29 @@ def drop_scram_user(stack: SecureStack, name: str) -> None:
             future.result(timeout=30)
 
 
-def cli(
-    settings: Settings, *args: str, timeout: float = 90, **env: str
-) -> subprocess.CompletedProcess[str]:
-    """One `digest-stream` command in a child process, configured by the environment only."""
-    return subprocess.run(
-        [sys.executable, "-m", "digest_stream.cli", *args],
-        env={**os.environ, **settings_env(settings), **env},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+@dataclass(frozen=True)
+class Ran:
+    """What one command printed and its exit code."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(settings: Settings, *args: str, **env: str) -> Ran:
+    """One `digest-stream` command, configured by the environment only (as a user sets it).
+
+    In this process through click's runner (a child process would add a second of start-up
+    per command); the service itself runs as a child process (tests.support.pipeline).
+    """
+    from click.testing import CliRunner
+
+    from digest_stream.cli import main
+
+    result = CliRunner().invoke(main, list(args), env={**settings_env(settings), **env})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Ran(result.exit_code, result.stdout, result.stderr)
 
 
 def wait_ready(port: int, timeout: float) -> None:

@@ -97,6 +97,41 @@ def test_exactly_the_printed_acls_run_the_service(
         assert _send_and_read(secure_names, settings, 5) == 5, service.log()[-3000:]
     finally:
         assert service.stop() == 0, service.log()[-3000:]
+    # tail, as a user with only `acls --for tail` (its default group is under a prefix ACL).
+    tailer = (unique("ds-tail"), uuid.uuid4().hex)
+    scram_user(secure_names.stack, *tailer, acls(names_of(settings), ["tail"]))
+    try:
+        tailed = cli(_as_user(secure_names, tailer), "tail", "--from-beginning", "--max", "1",
+                     "--duration", "30")  # fmt: skip
+        assert tailed.returncode == 0, tailed.stderr
+        assert "acl:0" in tailed.stdout, tailed.stdout + tailed.stderr
+    finally:
+        drop_scram_user(secure_names.stack, tailer[0])
+
+
+#: One command per use of ops/acls.py, in an order where each finds what it needs.
+COMMANDS = [
+    ("topics-create", ["topics", "create", "--partitions", "1"], "created"),
+    ("produce", ["produce", "--timelines", "1", "--count", "3", "--rate", "0"], "sent 3"),
+    ("inspect-delete-stats", ["stats"], "total"),
+    ("flush-cancel", ["flush", "t:0", "--partition", "0"], "flush of timeline t:0 sent"),
+    ("replay", ["replay", "--partition", "0", "--from", "0", "--yes"], "digest-stream-"),
+]
+
+
+def test_each_command_runs_with_exactly_its_acls(
+    secure_names: SecureNames, secure_stack: SecureStack
+) -> None:
+    for use, args, shown in COMMANDS:
+        user = (unique("ds-cmd"), uuid.uuid4().hex)
+        settings = _as_user(secure_names, user)
+        scram_user(secure_stack, *user, acls(names_of(settings), [use]))
+        try:
+            done = cli(settings, *args)
+        finally:
+            drop_scram_user(secure_stack, user[0])
+        assert done.returncode == 0, f"{use}: {done.stderr}{done.stdout}"
+        assert shown in done.stdout, f"{use}: {done.stdout}"
 
 
 def _without(acl_list: list[Acl], name: str, operation: str) -> list[Acl]:

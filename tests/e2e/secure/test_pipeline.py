@@ -2,7 +2,8 @@
 with the StandardAuthorizer and prefixed ACLs for the service's user only, a TLS-only Redis with
 the README's ACL user, the library loaded by admin and DIGEST_STREAM_REDIS_LOAD_LIBRARY=false.
 
-Every command runs as a child process configured by the environment only (what a user sets).
+`run` is a child process; every other command runs through click's runner, configured by the
+environment only (what a user sets).
 """
 
 from __future__ import annotations
