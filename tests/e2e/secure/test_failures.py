@@ -1,12 +1,16 @@
 """Issue 28's failures on the secured stack, each with the ONE line the user gets and exit 1.
 
-Every command runs as a child process configured by the environment only, as the README's
-Redis ACL user and the stack's SCRAM users (or one of the test's own with fewer ACLs).
+Every command runs as a child process (black-box: its real stderr, its exit code), configured
+by the environment only, as the README's Redis ACL user and the stack's SCRAM users (or one of
+the test's own with fewer ACLs).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,10 +23,24 @@ from digest_stream.cli.acls import names_of
 from digest_stream.ops.acls import acls
 from digest_stream.settings import Settings
 from tests.support import unique
-from tests.support.secure import SecureNames, SecureStack, cli, drop_scram_user, scram_user
+from tests.support.pipeline import settings_env
+from tests.support.secure import SecureNames, SecureStack, drop_scram_user, scram_user
 
 #: A refused login or ACL is named within seconds (it was 33 s of timeouts, or never).
 NAMED_WITHIN = 10.0
+
+
+def cli(settings: Settings, *args: str, **env: str) -> CompletedProcess[str]:
+    """`digest-stream ARGS` as a child process with these settings (and no others) in its env."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_STREAM_")}
+    return subprocess.run(
+        [sys.executable, "-m", "digest_stream.cli", *args],
+        env={**clean, **settings_env(settings), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def one_line(done: CompletedProcess[str]) -> str:
