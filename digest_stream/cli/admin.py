@@ -15,6 +15,7 @@ from digest_stream.cli.common import (
     settings_options,
     when,
 )
+from digest_stream.settings import env_name
 
 if TYPE_CHECKING:  # the store (and redis-py) loads only for the commands that use it
     from digest_stream.store.base import TimelineInfo
@@ -76,7 +77,7 @@ def replay(partition: int, from_offset: int, yes: bool, **flags: Any) -> None:
     check_kafka(
         settings,
         topics=(settings.events_topic,),
-        groups={settings.group_id: "DIGEST_STREAM_GROUP_ID"},
+        groups={settings.group_id: env_name("group_id")},
     )
     try:
         plan = plan_replay(settings, partition, from_offset, store)

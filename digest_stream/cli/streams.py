@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from digest_stream.cli.common import check_kafka, load_settings, settings_options, stop_flag
+from digest_stream.ops.acls import TAIL_GROUP_PREFIX
 
 
 @contextlib.contextmanager
@@ -112,7 +113,7 @@ def produce(
 #: tail's consumer group unless --group names one: fresh each run, so it reads from now (or
 #: from the beginning) without taking partitions from anyone. A prefixed group ACL must cover
 #: it, or pass --group.
-TAIL_GROUP = "digest-stream-tail-<hex>"
+TAIL_GROUP = f"{TAIL_GROUP_PREFIX}<hex>"
 
 
 @click.command()
