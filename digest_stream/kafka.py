@@ -33,6 +33,10 @@ FETCH_MAX_WAIT_MS = 50
 LIBRDKAFKA_LOGGER = logging.getLogger("digest_stream.kafka.librdkafka")
 
 
+#: A consumer group and the setting (or flag) that names it.
+GroupOf = tuple[str, str]
+
+
 class ClientErrors:
     """What librdkafka reported through ``error_cb``: the latest error and when.
 
@@ -45,26 +49,35 @@ class ClientErrors:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._latest: tuple[KafkaError, float] | None = None
+        self._latest: tuple[KafkaError, float, GroupOf | None] | None = None
 
-    def __call__(self, error: KafkaError) -> None:
-        """Record one error (the ``error_cb`` of every client sharing this object)."""
+    def __call__(self, error: KafkaError, group: GroupOf | None = None) -> None:
+        """Record one error (the ``error_cb`` of every client sharing this object); a consumer
+        reporting its own errors names its group (and the setting that names it)."""
         with self._lock:
             if error.code() == KafkaError._ALL_BROKERS_DOWN and self._latest is not None:
                 # A summary ("1/1 brokers are down") that follows the cause: keep the cause.
-                self._latest = (self._latest[0], self._clock())
+                cause, _, group_of = self._latest
+                self._latest = (cause, self._clock(), group_of)
                 return
-            self._latest = (error, self._clock())
+            self._latest = (error, self._clock(), group)
 
     def latest(self, within: float | None = None) -> KafkaError | None:
         """The latest error (reported within the last ``within`` seconds, when given)."""
+        found = self.latest_with_group(within)
+        return None if found is None else found[0]
+
+    def latest_with_group(
+        self, within: float | None = None
+    ) -> tuple[KafkaError, GroupOf | None] | None:
+        """The latest error and the consumer group it concerns (when its consumer said)."""
         with self._lock:
             if self._latest is None:
                 return None
-            error, at = self._latest
+            error, at, group = self._latest
         if within is not None and self._clock() - at > within:
             return None
-        return error
+        return error, group
 
 
 def _base(settings: Settings, errors: ClientErrors | None = None) -> dict[str, Any]:
@@ -178,8 +191,14 @@ def take_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Me
     return [first, *consumer.consume(max_messages - 1, timeout=0)]
 
 
-def usable(messages: Sequence[Message], role: str) -> Iterator[Message]:
-    """Messages that carry data; fatal errors raise, end-of-partition is skipped, others logged."""
+def usable(
+    messages: Sequence[Message],
+    role: str,
+    report: ClientErrors | None = None,
+    group: GroupOf | None = None,
+) -> Iterator[Message]:
+    """Messages that carry data; fatal errors raise, end-of-partition is skipped, others logged
+    (and reported: a group or topic the ACLs refuse comes this way, not through error_cb)."""
     for message in messages:
         error = message.error()
         if error is None:
@@ -189,6 +208,8 @@ def usable(messages: Sequence[Message], role: str) -> Iterator[Message]:
             raise KafkaException(error)
         if error.code() != KafkaError._PARTITION_EOF:
             log.warning("%s consumer error: %s", role, error)
+            if report is not None:
+                report(error, group)
 
 
 # How long one wait for room in a full producer queue serves delivery reports.

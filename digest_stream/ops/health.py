@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 
 from digest_stream.clock import Clock
 from digest_stream.kafka import ClientErrors
-from digest_stream.ops.failures import explain_kafka
+from digest_stream.ops.failures import KafkaScope, explain_kafka
 from digest_stream.ops.metrics import Metrics
 from digest_stream.settings import Settings
 from digest_stream.store import library
@@ -248,9 +248,13 @@ class Health:
 
     def _kafka_cause(self, problems: list[str], details: dict[str, Any]) -> None:
         """A recent Kafka error that explains (or by itself is) not being ready."""
-        error = self._app.kafka_errors.latest(within=KAFKA_ERROR_WINDOW)
-        failure = None if error is None else explain_kafka(error, self._app.settings)
-        if error is None or failure is None:
+        found = self._app.kafka_errors.latest_with_group(within=KAFKA_ERROR_WINDOW)
+        if found is None:
+            return
+        error, group = found
+        scope = None if group is None else KafkaScope(group=group[0], group_setting=group[1])
+        failure = explain_kafka(error, self._app.settings, scope)
+        if failure is None:
             return
         details["kafka_error"] = {"kind": failure.kind, "code": error.name()}
         if failure.fatal or problems:

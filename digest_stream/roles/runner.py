@@ -35,7 +35,7 @@ from digest_stream.kafka import (
     usable,
 )
 from digest_stream.roles.retry import until_redis_answers
-from digest_stream.settings import Settings
+from digest_stream.settings import Settings, env_name
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +89,12 @@ class Runner:
         self.role = role
         if role == "ingest":
             group_id, self.topic = settings.group_id, settings.events_topic
+            self._group = (group_id, env_name("group_id"))
         else:
             group_id, self.topic = settings.delivery_group_id, settings.schedule_topic
+            self._group = (group_id, env_name("delivery_group_id"))
         self._rebalances = rebalances
+        self._errors = errors
         config = consumer_config(settings, group_id, errors)
         # A user may choose cooperative-sticky (kafka_config); the handlers then assign
         # incrementally, as librdkafka requires.
@@ -163,7 +166,7 @@ class Runner:
     def take(self, timeout: float) -> list[Message]:
         """A batch of up to batch_size data messages (kafka.take_batch); errors are logged."""
         batch = take_batch(self._consumer, self.settings.batch_size, timeout)
-        return list(usable(batch, self.role))
+        return list(usable(batch, self.role, self._errors, self._group))
 
     def committed(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """The group's committed offsets of these partitions (bounded: COMMITTED_TIMEOUT)."""

@@ -89,6 +89,7 @@ def test_an_event_size_that_could_never_be_published_is_refused_at_start() -> No
 def test_redis_tls_files_reach_both_clients_and_need_rediss() -> None:
     # Issue 28, item 5: the CA of a rediss:// server, and a client certificate for mTLS.
     from digest_stream.app import redis_options
+    from digest_stream.ops.config import masked_settings
 
     for cluster in (False, True):
         settings = Settings(
@@ -100,6 +101,8 @@ def test_redis_tls_files_reach_both_clients_and_need_rediss() -> None:
         assert options["ssl_certfile"] == "/c.pem"
         assert options["ssl_keyfile"] == "/c.key"
     assert "ssl_ca_certs" not in redis_options(Settings(redis_url="rediss://h:6380/0"))
+    shown = masked_settings(settings)  # config show: paths, not secrets
+    assert (shown["redis_ssl_ca_certs"], shown["redis_ssl_keyfile"]) == ("/ca.pem", "/c.key")
     with pytest.raises(ValidationError) as refused:
         Settings(redis_url="redis://h:6379/0", redis_ssl_ca_certs="/ca.pem")
     assert describe_error(refused.value) == [
