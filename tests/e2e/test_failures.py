@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from digest_stream.store import RedisStore
+from digest_stream.store.library import VERSION
 from tests.support.kafka import TopicFactory
 from tests.support.tls import Certificates, make_certificates, tls_redis
 
@@ -108,9 +109,9 @@ def test_stats_as_the_readme_user_when_the_library_is_not_loaded(
         RedisStore(redis_client)  # loaded again, as an admin would
         redis_client.acl_deluser(name)
     assert one_line(done) == (
-        f"digest-stream stats: the Redis Functions library digest_stream 18 is not loaded (or "
-        f"differs) on {host} and user '{name}' may not load it (no +function|load): load it as "
-        "an administrator (any digest-stream command run once with an admin "
+        f"digest-stream stats: the Redis Functions library digest_stream {VERSION} is not "
+        f"loaded (or differs) on {host} and user '{name}' may not load it (no +function|load): "
+        "load it as an administrator (any digest-stream command run once with an admin "
         "DIGEST_STREAM_REDIS_URL), then run with DIGEST_STREAM_REDIS_LOAD_LIBRARY=false; or "
         "grant +function|load"
     )

@@ -23,6 +23,7 @@ from digest_stream.ops.failures import (
 )
 from digest_stream.settings import Settings
 from digest_stream.store.errors import LibraryVersionMismatch
+from digest_stream.store.library import VERSION
 
 SASL = {
     "security.protocol": "SASL_SSL",
@@ -214,7 +215,8 @@ REDIS_CASES = [
         REDIS,
         NoPermissionError("this user has no permissions to run the 'function|load' command"),
         "authorization",
-        "the Redis Functions library digest_stream 18 is not loaded (or differs) on cache:6380 "
+        f"the Redis Functions library digest_stream {VERSION} is not loaded (or differs) on "
+        "cache:6380 "
         "and user 'svc' may not load it (no +function|load): load it as an administrator (any "
         "digest-stream command run once with an admin DIGEST_STREAM_REDIS_URL), then run with "
         "DIGEST_STREAM_REDIS_LOAD_LIBRARY=false; or grant +function|load",
@@ -325,12 +327,12 @@ def test_the_cluster_clients_wrapped_error_is_explained_by_its_cause() -> None:
 def test_a_missing_library_names_the_setting_that_loads_it() -> None:
     error = LibraryVersionMismatch(
         "Redis Functions library 'digest_stream' is not loaded on redis; this code needs "
-        "version 18 (construct RedisStore with load_library=True to load it)"
+        f"version {VERSION} (construct RedisStore with load_library=True to load it)"
     )
     settings = REDIS.model_copy(update={"redis_load_library": False})
     assert one_line(error, settings) == (
         "Redis Functions library 'digest_stream' is not loaded on redis; this code needs version "
-        "18: load it as an administrator (any digest-stream command run once with an admin "
+        f"{VERSION}: load it as an administrator (any digest-stream command run once with an admin "
         "DIGEST_STREAM_REDIS_URL), or set DIGEST_STREAM_REDIS_LOAD_LIBRARY=true with a user "
         "granted +function|load"
     )
