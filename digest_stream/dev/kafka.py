@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -160,11 +161,14 @@ def kafka_answers() -> bool:
     return bool(metadata.brokers)
 
 
-def kafka_up() -> None:
-    """Start the single-node KRaft broker+controller unless it already runs."""
-    home = stack_dir() / "kafka"
-    if broker_launch(home, "kafka", KAFKA_PORT, kafka_properties, kafka_answers) is not None:
-        broker_wait(home, "kafka", kafka_answers)
+def kafka_launch() -> None:
+    """Start the single-node KRaft broker+controller unless it already runs (no wait)."""
+    broker_launch(stack_dir() / "kafka", "kafka", KAFKA_PORT, kafka_properties)
+
+
+def kafka_wait() -> None:
+    """Wait until the broker answers."""
+    broker_wait(stack_dir() / "kafka", "kafka", kafka_answers)
 
 
 def broker_launch(
@@ -172,18 +176,18 @@ def broker_launch(
     what: str,
     port: int,
     properties: Callable[[Path], str],
-    answers: Callable[[], bool],
     scram: Sequence[str] = (),
 ) -> int | None:
-    """Format and start a broker in home unless one runs there; its pid, None when it ran.
+    """Format and start a broker in home unless one runs there, without waiting for it; its
+    pid, None when one ran already. broker_wait() waits.
 
-    scram: `--add-scram` arguments of the format (SCRAM users exist before the broker starts,
-    so its own inter-broker login and the first admin request need no second step).
+    Format and start are one background shell (format, then exec the broker): the format's
+    JVM start-up (seconds on a busy 2-core box) overlaps whatever the caller does next, such as
+    a second broker's. scram: `--add-scram` arguments of the format (the SCRAM users exist
+    before the broker starts, so its inter-broker login and the first admin request work).
     """
     pid = read_pid(home / "kafka.pid")
     if pid is not None and alive(pid, "kafka.Kafka"):
-        running = pid  # bound for the lambda (mypy: pid is narrowed here only)
-        wait(what, answers, KAFKA_READY_TIMEOUT, lambda: alive(running, "kafka.Kafka"))
         say(f"{what} already running (pid {pid}) on {HOST}:{port}")
         return None
     if port_open(port):
@@ -200,25 +204,21 @@ def broker_launch(
     classpath = f"{libs}/*"
     java_opts = [f"-Dlog4j2.configurationFile={log4j}", "-Djava.awt.headless=true"]
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    say(f"formatting KRaft storage in {data}")
     add_scram = [arg for entry in scram for arg in ("--add-scram", entry)]
-    fmt = subprocess.run(
-        [java, *java_opts, "-cp", classpath, "kafka.tools.StorageTool", "format",
-         "-t", cluster_id, "-c", str(props), *add_scram],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if fmt.returncode != 0:
-        raise StackError(f"kafka storage format failed: {(fmt.stderr or fmt.stdout).strip()}")
-    log = (home / "kafka.log").open("ab")
+    fmt = [java, *java_opts, "-cp", classpath, "kafka.tools.StorageTool", "format",
+           "-t", cluster_id, "-c", str(props), *add_scram]  # fmt: skip
     heap = os.environ.get("DIGEST_STREAM_DEV_KAFKA_HEAP", "512m")
+    broker = [java, f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+              *java_opts, "-cp", classpath, "kafka.Kafka", str(props)]  # fmt: skip
+    log = (home / "kafka.log").open("ab")
     proc = subprocess.Popen(
-        [java, f"-Xmx{heap}", "-Xms128m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-         *java_opts, "-cp", classpath, "kafka.Kafka", str(props)],
+        ["/bin/sh", "-c", f"{shlex.join(fmt)} && exec {shlex.join(broker)}"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    (home / "kafka.pid").write_text(str(proc.pid))
+    (home / "kafka.pid").write_text(str(proc.pid))  # the same pid once sh execs the broker
     _launched[home] = proc
-    say(f"started {what} {KAFKA_VERSION} (pid {proc.pid}), waiting for metadata")
+    say(f"formatting KRaft storage in {data} and starting {what} {KAFKA_VERSION} "
+        f"(pid {proc.pid})")  # fmt: skip
     return proc.pid
 
 
@@ -228,14 +228,19 @@ _launched: dict[Path, subprocess.Popen[bytes]] = {}
 
 
 def broker_wait(home: Path, what: str, answers: Callable[[], bool]) -> None:
-    """Wait (with the deadline) until the broker launched in home answers."""
+    """Wait (with the deadline) until the broker in home answers; a failed start (the format's
+    or the broker's) is reported with the last line of its log."""
     proc = _launched.get(home)
     pid = read_pid(home / "kafka.pid")
-    if proc is not None:
-        wait(what, answers, KAFKA_READY_TIMEOUT, lambda: proc.poll() is None)
-    else:
-        wait(what, answers, KAFKA_READY_TIMEOUT,
-             lambda: pid is not None and alive(pid, "kafka.Kafka"))  # fmt: skip
+    try:
+        if proc is not None:
+            wait(what, answers, KAFKA_READY_TIMEOUT, lambda: proc.poll() is None)
+        else:
+            wait(what, answers, KAFKA_READY_TIMEOUT,
+                 lambda: pid is not None and alive(pid, "kafka.Kafka"))  # fmt: skip
+    except StackError as exc:
+        lines = (home / "kafka.log").read_text(errors="replace").strip().splitlines()
+        raise StackError(f"{exc}; its log ends: {lines[-1] if lines else '(empty)'}") from exc
 
 
 def broker_down(home: Path, name: str) -> None:

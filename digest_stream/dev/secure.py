@@ -248,8 +248,7 @@ def secure_kafka_launch() -> int | None:
         "secured kafka",
         SECURE_KAFKA_PORT,
         kafka_properties,
-        kafka_answers,
-        scram=scram,
+        scram=scram,  # on the format's command line for its seconds: a loopback dev stack
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from digest_stream.dev.kafka import KAFKA_PORT, kafka_answers, kafka_down, kafka_up
+from digest_stream.dev.kafka import KAFKA_PORT, kafka_answers, kafka_down, kafka_launch, kafka_wait
 from digest_stream.dev.process import HOST, StackError, say
 from digest_stream.dev.redis import (
     CLUSTER_NODES,
@@ -80,18 +80,22 @@ def up(
 ) -> Endpoints:
     """Bring the stack up (idempotent) and return its endpoints.
 
-    secure: also the secured broker and TLS Redis (dev/secure.py); its JVM starts before the
-    plain broker's wait, so the two brokers' start-ups overlap.
+    secure: also the secured broker and TLS Redis (dev/secure.py); the two brokers start side
+    by side.
     """
     started = time.monotonic()
     redis_up()
     if cluster:
         cluster_up()
+    # Both brokers format and start in the background; the rest is done while they do.
     if secure:
-        secure_redis_up()
         secure_kafka_launch()
     if kafka:
-        kafka_up()
+        kafka_launch()
+    if secure:
+        secure_redis_up()
+    if kafka:
+        kafka_wait()
     if secure:
         secure_kafka_ready()
         secure_up_finish()

@@ -25,3 +25,15 @@ def test_status_reports_the_registry_when_it_runs() -> None:
         pytest.skip("the registry under test is not the local dev stack's")
     result = CliRunner().invoke(main, ["dev", "status"])
     assert "schema-registry up" in result.output
+
+
+def test_status_and_env_report_the_secured_parts_when_they_run() -> None:
+    from digest_stream.dev import secure
+
+    if os.environ.get(devstack.SECURE_ENV) != str(secure.stack_file()):
+        pytest.skip("the secured stack under test is not the local dev stack's")
+    result = CliRunner().invoke(main, ["dev", "status"])
+    assert "secured        up" in result.output
+    exports = CliRunner().invoke(main, ["dev", "env", "--secure"])
+    assert exports.exit_code == 0, exports.output
+    assert "export DIGEST_STREAM_REDIS_LOAD_LIBRARY=false" in exports.output

@@ -52,3 +52,19 @@ def test_every_operation_is_one_kafka_knows() -> None:
         for need in table:
             assert AclOperation[need.operation.upper()]
             assert need.why
+
+
+def test_the_command_prints_them_for_the_configured_names() -> None:
+    from click.testing import CliRunner
+
+    from digest_stream.cli import main
+
+    args = ["acls", "--principal", "User:svc", "--events-topic", "my.events",
+            "--group-id", "my-group"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "--allow-principal User:svc --operation Read --topic my.events\n" in result.output
+    assert "--allow-principal User:svc --operation Read --group my-group\n" in result.output
+    table = CliRunner().invoke(main, [*args, "--for", "tail", "--format", "table"])
+    assert "digest-stream-tail-" in table.output
+    assert "my.events" not in table.output  # tail needs the output topic only
