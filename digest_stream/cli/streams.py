@@ -131,8 +131,8 @@ TAIL_GROUP = f"{TAIL_GROUP_PREFIX}<hex>"
 def tail(
     group: str | None, from_beginning: bool, duration: float, max_digests: int, **flags: Any
 ) -> None:
-    group_given = group is not None
     """Print digests as they arrive: timeline, records, total, dropped, reason, latency."""
+    group_given = group is not None
     from digest_stream.client import DigestReader, RegistryUnavailable
     from digest_stream.ops.failures import FailureError, KafkaScope, explain
 
