@@ -16,9 +16,10 @@ by one record per round; 1,000 records on 50 timelines (20 per timeline per call
 records on one timeline (1,000 per timeline per call). Prints ms of Redis time per 1,000 records
 for each round, then the median [min..max] of the client's side (the whole `store.add` call,
 argument packing and round trip included, less Redis's time). Then 1,000 first events (each
-on a new timeline) by both paths: the leading edge (`ds_add` with an open nonce, `ds_settle`)
-and the delivery path (a plain `ds_add`, `ds_open_many`, `ds_close_many`). Then `ds_open` of one
-bulk-imported timeline (20,000 records, 1,000-byte ids sharing a prefix, equal timestamps, no
+on a new timeline) by both paths: the leading edge (`ds_add` with an open nonce, which opens
+the digests, and `ds_close_many` once acknowledged) and the delivery path (a plain `ds_add`,
+`ds_open_many`, `ds_close_many`). Then `ds_open` of one bulk-imported timeline (20,000
+records, 1,000-byte ids sharing a prefix, equal timestamps, no
 capacity): ms of Redis time for the open and for a reopen.
 Uses its own namespace on the stack's Redis and removes it.
 """
@@ -45,7 +46,7 @@ RECORDS = 1_000
 #: (label, timelines per call of RECORDS records): 1, 20 and 1,000 records per timeline.
 SHAPES = (("1,000 timelines x 1", 1_000), ("50 timelines x 20", 50), ("1 timeline x 1,000", 1))
 _T = TypeVar("_T")
-#: FCALLs of a settle, open_many or close_many of RECORDS targets (MANY_CHUNK per call).
+#: FCALLs of an open_many or close_many of RECORDS targets (MANY_CHUNK per call).
 CHUNKS = -(-RECORDS // MANY_CHUNK)
 ATTEMPTS = 20  # per round: tries to get an FCALL window that no other client's FCALL shares
 
@@ -116,13 +117,13 @@ def measured(client: redis.Redis, call: Callable[[], object], fcalls: int = 1) -
 
 def first_events(client: redis.Redis, rounds: int) -> dict[str, list[float]]:
     """ms of Redis time per 1,000 first events (each on a new timeline), by path: the leading
-    edge (`ds_add` with an open nonce, then `ds_settle` once acknowledged) and the delivery path
+    edge (`ds_add` with an open nonce, then `ds_close_many` once acknowledged) and the delivery path
     (a plain `ds_add`, then `ds_open_many` and `ds_close_many` of the 1,000 digests)."""
     namespace = unique("lua-first")
     store = RedisStore(client, namespace=namespace)
     payload = os.urandom(200)
     costs: dict[str, list[float]] = {
-        "leading add": [], "settle": [], "plain add": [], "open": [], "close": []
+        "leading add": [], "leading close": [], "plain add": [], "open": [], "close": []
     }  # fmt: skip
     offset = 0
 
@@ -145,8 +146,9 @@ def first_events(client: redis.Redis, rounds: int) -> dict[str, list[float]]:
             added = functools.partial(store.add, 0, batch(), T0, open_nonce=nonce)
             ms, result = measured_call(client, added)
             keep("leading add", ms)
-            ids = [digest.id for digest in result.opened]
-            keep("settle", measured(client, functools.partial(store.settle, 0, ids), CHUNKS))
+            led = [(0, digest.timeline, digest.id) for digest in result.opened]
+            closed = functools.partial(store.close_many, led, T0)
+            keep("leading close", measured(client, closed, CHUNKS))
             records = batch()
             keep("plain add", measured(client, functools.partial(store.add, 0, records, T0)))
             targets = [(0, record.timeline, uuid.uuid4().hex) for record in records]
@@ -203,12 +205,14 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         if all(firsts.values()):
-            leading = statistics.median(firsts["leading add"]) + statistics.median(firsts["settle"])
+            leading = statistics.median(firsts["leading add"]) + statistics.median(
+                firsts["leading close"]
+            )
             delivery = sum(
                 statistics.median(firsts[name]) for name in ("plain add", "open", "close")
             )
             print(
-                f"  per first event: leading edge {leading:.1f} us (add + settle), delivery "
+                f"  per first event: leading edge {leading:.1f} us (add + close), delivery "
                 f"path {delivery:.1f} us (add + open + close), {delivery / leading:.2f}x"
             )
         first, again = open_cost(client)

@@ -22,6 +22,7 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.ops.server import OpsServer
 from digest_stream.roles.delivery import Delivery
 from digest_stream.roles.ingest import Ingest, ingest_role
+from digest_stream.roles.publish import DigestPublisher
 from digest_stream.roles.runner import Role, Runner
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
@@ -98,18 +99,6 @@ def schedule_frame(settings: Settings) -> Callable[[bytes], bytes]:
     )
 
 
-def leading_frame(settings: Settings) -> Callable[[bytes], bytes] | None:
-    """How the ingest's leading-edge digests go on the wire (None: the ingest publishes none)."""
-    if not settings.direct_leading_edge:
-        return None
-    return registry.output_frame(
-        settings.schema_registry_url,
-        settings.schema_registry_config,
-        settings.output_topic,
-        codec.DIGEST_SCHEMA,
-    )
-
-
 def connect_store(settings: Settings) -> RedisStore:
     """The Redis store of the settings, with its Functions library loaded and checked."""
     return RedisStore(
@@ -181,9 +170,13 @@ class App:
         self._hooks = hooks
         if "ingest" in self.roles:  # with the scheduler (parse_roles)
             producer = Producer(producer_config(self.settings, self.kafka_errors))
+            # The leading edge publishes with the one publisher delivery uses too, on the
+            # ingest's producer.
+            leading = self._publisher(producer, "ingest", hooks)
             runner, self.ingest = ingest_role(
                 self.settings, store, self.clock, self.metrics, producer, hooks=hooks,
-                frame=schedule_frame(self.settings), output_frame=leading_frame(self.settings),
+                frame=schedule_frame(self.settings),
+                publisher=leading if self.settings.direct_leading_edge else None,
                 kafka_errors=self.kafka_errors,
             )  # fmt: skip
             self._spawn(runner, self.ingest)
@@ -194,8 +187,9 @@ class App:
                 errors=self.kafka_errors,
             )  # fmt: skip
             self.delivery = Delivery(
-                self.settings, store, self.clock, self.metrics, producer, runner, hooks=hooks
-            )
+                self.settings, store, self.clock, self.metrics, producer, runner, hooks=hooks,
+                publisher=self._publisher(producer, "delivery", hooks),
+            )  # fmt: skip
             self._spawn(runner, self.delivery)
         self.metrics.registry.register(PartitionGauges(self, self.health.ready))
         if self.settings.metrics_port is not None:
@@ -209,6 +203,9 @@ class App:
             self.server.start()
         self.started = True
         log.info("started roles %s", ",".join(r for r in ROLES if r in self.roles))
+
+    def _publisher(self, producer: Producer, role: str, hooks: Hooks) -> DigestPublisher:
+        return DigestPublisher(self.settings, producer, self.metrics, hooks, self.clock, role)
 
     def check_kafka(self) -> None:
         """Stop the start on credentials, TLS or ACLs that Kafka refuses (a crash loop that

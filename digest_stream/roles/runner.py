@@ -103,6 +103,7 @@ class Runner:
         # Injectable: broker-free unit tests hand in a fake that records seeks and commits.
         self._consumer: Consumer = consumer or Consumer(config)
         self._paused = False
+        self._paused_for = "Redis reachable again"  # what the resume says ended the pause
         self._stopping: Callable[[], bool] = lambda: False
         self._closing = False
 
@@ -215,22 +216,25 @@ class Runner:
 
     # ------------------------------------------------------------------ outages
 
-    def wait_serving_group(self, seconds: float) -> None:
-        """Sleep while keeping group membership: pause fetching and poll the consumer."""
+    def wait_serving_group(self, seconds: float, over: str = "Redis reachable again") -> None:
+        """Sleep while keeping group membership: pause fetching and poll the consumer.
+        ``over``: what the resume will say ended the pause (its cause: Redis by default)."""
         if not self._paused:
             self._consumer.pause(self._consumer.assignment())
             self._paused = True
+            self._paused_for = over
         message = self._consumer.poll(seconds)
         if message is not None and message.error() is None:
             # Fetched before the pause took hold: rewind so it is read again afterwards.
             self.seek(message.partition() or 0, message.offset() or 0)
 
-    def resume(self, why: str = "Redis reachable again") -> None:
-        """End an outage pause (no-op when not paused)."""
+    def resume(self, why: str | None = None) -> None:
+        """End an outage pause (no-op when not paused); ``why``: what ended it (by default,
+        what the pause was for being over)."""
         if self._paused:
             self._consumer.resume(self._consumer.assignment())
             self._paused = False
-            log.info("%s: %s; partitions resumed", self.role, why)
+            log.info("%s: %s; partitions resumed", self.role, why or self._paused_for)
 
     def while_redis_down(
         self,

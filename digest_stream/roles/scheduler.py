@@ -182,16 +182,6 @@ class Scheduler:
         """
         recovered: set[str] = set()
         taken_over = partition in self._taken_over
-        if taken_over:
-            # The leading edge's digests the old owner never settled become open digests
-            # of READY timelines (same ids): the announcements below cover them.
-            with self._metrics.store_latency.labels(operation="reclaim").time():
-                reclaimed = self._store.reclaim(partition, now)
-            if reclaimed:
-                log.info(
-                    "partition %d: %d leading digests not settled; delivery publishes them",
-                    partition, len(reclaimed),
-                )  # fmt: skip
         if maintain or taken_over:
             # Taken over: every READY timeline (the old owner's announcements may be lost);
             # otherwise those READY longer than maintenance_timeout (a delivery lost them).

@@ -206,10 +206,10 @@ class DigestStore(Protocol):
         ``open_nonce`` (OPEN_NONCE_PATTERN) asks for the leading edge: every timeline the
         call makes READY from nothing stored gets its digest in the same call, with id
         ``open_nonce`` + its number in the call (8 hex digits, from 1), returned in
-        ``opened`` instead of ``ready``; the timeline is left as that digest's close would
-        leave it (cooling down since ``now``), and the digest is kept until ``settle`` or
-        ``reclaim``. A batch holding controls, or a timeline its capacity would trim,
-        is announced instead.
+        ``opened`` instead of ``ready``: the timeline is READY and that digest open, exactly
+        as ``open`` leaves them, so the caller publishes it and ``close``s it once the broker
+        acknowledged it (or leaves it for an announcement to reopen). A batch holding
+        controls, or a timeline its capacity would trim, is announced instead.
         """
         ...
 
@@ -244,20 +244,6 @@ class DigestStore(Protocol):
 
     def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
         """close() for each target, in order (each atomic on its own)."""
-        ...
-
-    def settle(self, partition: int, digest_ids: Sequence[str]) -> list[bool]:
-        """Forget leading digests the broker acknowledged; per id, whether it was kept
-        (False: settled or reclaimed before)."""
-        ...
-
-    def reclaim(
-        self, partition: int, now: float, digest_ids: Sequence[str] | None = None
-    ) -> list[str]:
-        """Hand leading digests (None: every one kept) back to delivery: each becomes its
-        timeline's open digest under the same id, the timeline READY (or, when another
-        digest of it is open, its records pending behind that one). Returns the timelines
-        to announce."""
         ...
 
     def delete(self, partition: int, timeline: str) -> bool:

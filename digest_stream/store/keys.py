@@ -18,7 +18,6 @@ _FENCE = "o"  # string: last applied Kafka offset of the partition
 _TIMELINE = "t"  # record container (inline string or hash: lua/containers.lua): records + meta
 _DIGEST = "d"  # record container of the open digest, same encodings
 _SCRATCH = "s"  # zset that exists only inside one call: Redis sorts large digests in it
-_LEADING = "l"  # hash: the leading edge's digests in flight, by digest id (lua/leading.lua)
 
 
 def partition_tag(namespace: str, partition: int) -> str:
@@ -54,16 +53,6 @@ def digest_key(tag: str, timeline: str) -> str:
 def scratch_key(tag: str) -> str:
     """Zset a call may use to sort records and deletes before it returns."""
     return f"{tag}:{_SCRATCH}"
-
-
-def leading_key(tag: str) -> str:
-    """Hash of the leading edge's digests in flight: digest id -> ttl, timeline, digest."""
-    return f"{tag}:{_LEADING}"
-
-
-def leading_keys(tag: str) -> list[str]:
-    """The keys of ds_settle and ds_reclaim."""
-    return [waiting_key(tag), ready_key(tag), leading_key(tag)]
 
 
 def partition_keys(tag: str) -> list[str]:

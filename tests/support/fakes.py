@@ -143,6 +143,7 @@ class FakeProducer:
     queue_full_next: int = 0  # how many of the next produce calls raise BufferError
     queue_full_raised: int = 0
     hold: bool = False  # acknowledge nothing (as a broker that never answers)
+    refused: list[tuple[str, bytes | None, bytes | None]] = field(default_factory=list)
 
     def as_producer(self) -> Producer:
         """This fake, typed as the real thing for the role constructors."""
@@ -172,6 +173,7 @@ class FakeProducer:
             if self.refuse_next:
                 self.refuse_next -= 1
                 error = KafkaError(KafkaError._MSG_TIMED_OUT)
+                self.refused.append((msg.topic() or "", msg.key(), msg.value()))
             else:
                 self.produced.append((msg.topic() or "", msg.key(), msg.value()))
             if callback is not None:

@@ -8,9 +8,11 @@ from typing import Any
 
 import redis
 
-from digest_stream.clock import SystemClock
+from digest_stream.clock import Clock, SystemClock
+from digest_stream.ops.hooks import NO_HOOKS
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest import ingest_role
+from digest_stream.roles.publish import DigestPublisher
 from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore
 from digest_stream.store.base import AddResult
@@ -39,7 +41,9 @@ class FlakyStore(MemoryStore):
 class IngestRig:
     """One started ingest role; `send` queues events, `step_until` steps it."""
 
-    def __init__(self, store: MemoryStore | None = None, **settings: Any) -> None:
+    def __init__(
+        self, store: MemoryStore | None = None, clock: Clock | None = None, **settings: Any
+    ) -> None:
         self.settings = Settings(
             events_topic=EVENTS,
             schedule_topic=SCHEDULE,
@@ -55,14 +59,23 @@ class IngestRig:
         self.producer = FakeProducer()
         self.metrics = Metrics()
         self.topics = FakeTopics()
+        self.clock = clock or SystemClock()
+        producer = self.producer.as_producer()
+        # As App wires it: the leading edge publishes through the one publisher.
+        publisher = None
+        if self.settings.direct_leading_edge:
+            publisher = DigestPublisher(
+                self.settings, producer, self.metrics, NO_HOOKS, self.clock, "ingest"
+            )
         runner, self.ingest = ingest_role(
             self.settings,
             self.store,
-            SystemClock(),
+            self.clock,
             self.metrics,
-            self.producer.as_producer(),
+            producer,
             consumer=self.consumer.as_consumer(),
             topics=self.topics,
+            publisher=publisher,
         )
         runner.start(self.ingest, lambda: False)
         self.offsets = 0
@@ -78,12 +91,17 @@ class IngestRig:
         self.offsets += 1
 
     def step_until(self, condition: Callable[[], bool], steps: int = 20) -> None:
-        """Step the role until `condition` holds, at most `steps` times."""
-        for _ in range(steps):
-            if condition():
-                return
+        """Step the role until `condition` holds: `steps` times, then (work on the role's
+        helper threads, such as the leading edge's closes, may still be running) for up to
+        5 seconds more."""
+        deadline = time.monotonic() + 5.0
+        taken = 0
+        while not condition():
+            if taken >= steps:
+                assert time.monotonic() < deadline, f"not reached in {taken} steps"
+                time.sleep(0.005)
             self.ingest.step()
-        assert condition()
+            taken += 1
 
     def entries(self) -> list[tuple[str, ScheduleReason]]:
         """The schedule entries produced: (timeline, reason)."""

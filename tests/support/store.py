@@ -8,8 +8,8 @@ from collections.abc import Callable
 import redis
 from redis.cluster import RedisCluster
 
-from digest_stream.store import DigestStore, library
-from digest_stream.store.keys import partition_tag
+from digest_stream.store import DigestStore, MemoryStore, library
+from digest_stream.store.keys import digest_key, partition_tag, timeline_key
 
 StoreFactory = Callable[..., DigestStore]
 """The `make_store` fixture: `make(policy=None, resolver=None) -> DigestStore`."""
@@ -46,3 +46,22 @@ def raw(
         reply = client.execute_command(command, function, len(call_keys), *call_keys, *args)
     assert isinstance(reply, list)
     return reply
+
+
+def expire(
+    store: DigestStore,
+    client: RedisClient | None,
+    namespace: str,
+    timeline: str,
+    *,
+    digest_only: bool = False,
+) -> None:
+    """What a TTL running out (or eviction) does: the timeline's data keys vanish."""
+    if isinstance(store, MemoryStore):
+        store.expire(0, timeline, digest_only=digest_only)
+        return
+    assert client is not None
+    tag = partition_tag(namespace, 0)
+    if not digest_only:
+        client.delete(timeline_key(tag, timeline))
+    client.delete(digest_key(tag, timeline))

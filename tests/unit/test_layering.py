@@ -121,3 +121,28 @@ def test_a_cycle_is_found() -> None:
     # The check above is only as good as its search: a hidden cycle must not slip by.
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+#: The roles are peers: each imports the shared pieces (roles.publish, roles.runner, ...), never
+#: another role's internals (issue 26: the ingest's leading edge once imported delivery's build,
+#: publish and report, a second delivery with weaker rules).
+PEER_ROLES = ("ingest", "delivery")
+
+
+def test_no_role_imports_another_roles_internals() -> None:
+    def role(module: str) -> str | None:
+        parts = module.split(".")
+        return (
+            parts[2] if len(parts) > 2 and parts[1] == "roles" and parts[2] in PEER_ROLES else None
+        )
+
+    crossing = [
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        for target in sorted(targets)
+        if role(module) is not None and role(target) not in (None, role(module))
+    ]
+    assert crossing == []
+    # the rule is live: the leading edge and delivery both publish through roles.publish
+    assert "digest_stream.roles.publish" in GRAPH["digest_stream.roles.ingest.leading"]
+    assert "digest_stream.roles.publish" in GRAPH["digest_stream.roles.delivery.retries"]

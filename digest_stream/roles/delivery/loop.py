@@ -11,6 +11,7 @@ batch in hand, a batch is closed and committed before step() returns.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -20,12 +21,11 @@ from confluent_kafka import Message, Producer, TopicPartition
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.delivery.build import build
 from digest_stream.roles.delivery.overlap import Batch, Opened, Overlap, Picked
 from digest_stream.roles.delivery.partitions import Partitions
-from digest_stream.roles.delivery.publish import Pending, Publisher
-from digest_stream.roles.delivery.report import Report
+from digest_stream.roles.delivery.retries import Retries
 from digest_stream.roles.dlq import DeadLetters
+from digest_stream.roles.publish import DigestPublisher, Pending
 from digest_stream.roles.runner import Runner, highest_offsets
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, OpenDigest
@@ -51,22 +51,32 @@ class Delivery:
         runner: Runner,
         *,
         hooks: Hooks = NO_HOOKS,
+        publisher: DigestPublisher | None = None,
     ) -> None:
         self._settings = settings
         self._clock = clock
         self._producer = producer
-        self._hooks = hooks
         self._kafka = runner
-        self._policy = settings.resolver()  # collapse_by and the next delivery time
         self._dlq = DeadLetters(producer, settings.dlq_topic, metrics, hooks=hooks)
         self._partitions = Partitions()
-        self._report = Report(metrics, hooks, clock)
+        # The one publisher (roles.publish); App hands it in, wired to this producer.
+        self._publisher = publisher or DigestPublisher(
+            settings, producer, metrics, hooks, clock, "delivery"
+        )
+        self._report = self._publisher.report
         self._overlap = Overlap(
             store, metrics, runner, hooks, lambda positions: self._commit(positions, sync=False)
         )
         self._ahead: Batch | None = None  # the next batch, taken early, its opens under way
-        self._publisher = Publisher(
-            settings, producer, self._dlq, metrics, runner.wait_serving_group, runner.stopping
+        self._retries = Retries(
+            settings,
+            self._publisher,
+            producer,
+            self._dlq,
+            metrics,
+            # a pause for publish retries ends when the broker takes them: not Redis's doing
+            functools.partial(runner.wait_serving_group, over="the output topic took them"),
+            runner.stopping,
         )
 
     @property
@@ -97,9 +107,9 @@ class Delivery:
             # close will set (one taken after the publish may be past a fire they named).
             closing_at = self._clock.now()
             pending, empty = self._prepare(picked, opened, closing_at)
-            published, cut_short = self._publisher.publish(pending)
+            published, cut_short = self._retries.publish(pending)
             self._kafka.resume()
-            self._report.published(published)
+            self._publisher.published(published)
             overlap.settle()  # the previous batch's closes, then its commit
             # One round trip closes the batch: what was published and the empty digests.
             digests = empty + [(item.entry, item.digest) for item in published]
@@ -162,25 +172,17 @@ class Delivery:
         ``now`` is the time they will be closed at."""
         pending: list[Pending] = []
         empty: list[tuple[ScheduleFields, OpenDigest]] = []
-        max_bytes = self._settings.max_message_bytes
-        hooks = bool(self._hooks)
         for (message, entry), digest in zip(picked, opened, strict=True):
             if isinstance(digest, InvalidState):
                 self._report.stale()  # already delivered and closed: nothing to do
                 continue
             if digest.expired:
                 self._report.expired(entry.timeline)
-            policy = self._policy(entry.timeline)
-            built = build(entry, digest, policy, now=now, max_bytes=max_bytes, whole=hooks)
-            if built.unreadable:
-                self._report.unreadable(digest.timeline, built.unreadable)
-            if not built.values:
-                self._report.empty(entry, digest)
+            item = self._publisher.prepare(entry, digest, now, message)
+            if item.parts:
+                pending.append(item)
+            else:
                 empty.append((entry, digest))
-                continue
-            pending.append(
-                Pending(message, entry, digest, built.values, built.whole, headers=built.headers)
-            )
         return pending, empty
 
     def _commit(self, positions: dict[int, int], *, sync: bool) -> None:

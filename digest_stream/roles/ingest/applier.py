@@ -9,6 +9,7 @@ as ``on_state_loss`` says), books what was applied and counts it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import redis
@@ -39,8 +40,12 @@ class Applier:
         outputs: Outputs,
         topics: TopicProbe,
         restored: Callable[[int], None] = lambda _partition: None,
+        now: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
+        # Read at each call, retries included: what the add starts (a READY time, an opened
+        # digest) starts when Redis runs it, not when the batch was read before an outage.
+        self._now = now
         # Told when Redis turned out to have lost or rolled back a partition's state: READY
         # timelines restored with it may have had their announcements consumed already.
         self._restored = restored
@@ -53,6 +58,7 @@ class Applier:
 
     def timed_add(self, batch: Batch) -> AddResult:
         """The batch's one store call, fenced by the fence it carries (the worker runs this)."""
+        batch.now = self._now()
         with self._metrics.store_latency.labels(operation="add").time():
             return self._store.add(
                 batch.partition,

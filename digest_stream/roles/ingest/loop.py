@@ -32,6 +32,7 @@ from digest_stream.roles.ingest.schemas import SchemaFetcher
 from digest_stream.roles.ingest.starts import Starts
 from digest_stream.roles.ingest.topic import BrokerTopic, TopicProbe
 from digest_stream.roles.ingest.worker import Batch, StoreWorker
+from digest_stream.roles.publish import DigestPublisher
 from digest_stream.roles.runner import Runner, partitions_of
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
@@ -57,7 +58,7 @@ class Ingest:
         *,
         hooks: Hooks = NO_HOOKS,
         topics: TopicProbe | None = None,
-        output_frame: Callable[[bytes], bytes] | None = None,
+        publisher: DigestPublisher | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -94,6 +95,7 @@ class Ingest:
             self._topics,
             # After a rollback or loss of Redis state: re-announce the partition's READY ones.
             lambda partition: scheduler.take_over([partition]),
+            clock.now,
         )
         self._schemas = None if schemas is None else SchemaFetcher(
             schemas, self._kafka, metrics.schema_registry_errors, self._applier.seek
@@ -110,11 +112,10 @@ class Ingest:
         )
         self._worker = StoreWorker(self._applier.timed_add)
         self._leading: LeadingEdge | None = None
-        if settings.direct_leading_edge:
+        if publisher is not None:  # the leading edge: App hands in the one publisher
             self._leading = LeadingEdge(
-                settings, store, producer, scheduler.emitter, metrics, hooks, clock,
-                runner, self._ledger.owns, output_frame or bytes,
-                recovered=lambda: scheduler.take_over(self._ledger.owned),
+                store, publisher, producer, scheduler.emitter, metrics, hooks, clock,
+                self._ledger.owns,
             )  # fmt: skip
             self._outputs.opened = self._leading.queue
         self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)
@@ -128,7 +129,7 @@ class Ingest:
 
     @property
     def leading_in_flight(self) -> int:
-        """Leading-edge digests produced and not settled yet (0 when that path is off)."""
+        """Leading-edge digests produced and not closed yet (0 when that path is off)."""
         return 0 if self._leading is None else self._leading.in_flight
 
     def step(self) -> int:
@@ -147,18 +148,19 @@ class Ingest:
         applied = self._finish()
         if self._scheduler.due():
             if self._leading is not None and self._scheduler.taking_over:
-                # The take-over reclaims every leading digest kept, this process's own too:
-                # publish and settle those first (the worker is idle), or delivery would
-                # publish them again (after an outage, a fence decision, an assignment).
-                self._leading.settle(wait=FLUSH_TIMEOUT)
+                # The take-over announces every READY timeline, those of this process's
+                # open leading digests too: publish and close those first (the worker is
+                # idle), or delivery would publish them again (after an outage, a fence
+                # decision, an assignment).
+                self._leading.finish(wait=FLUSH_TIMEOUT)
             self._scheduler.tick(self._ledger.owned)
         for batch in batches:  # the worker is idle here: its store calls and these don't mix
             self._moved.check(batch.partition, batch.records)
         self._submit(batches)
         if self._leading is not None:
-            # While Redis runs that add: build and produce what the last one led, and settle
-            # what the broker acknowledged (other keys than any add touches).
-            self._leading.settle()
+            # While Redis runs that add: build and produce what the last one opened, and
+            # close what the broker acknowledged.
+            self._leading.finish()
         return applied
 
     def close(self) -> None:
@@ -167,7 +169,7 @@ class Ingest:
         self._worker.shutdown()
         self._outputs.flush()
         if self._leading is not None:
-            self._leading.settle(wait=FLUSH_TIMEOUT)
+            self._leading.finish(wait=FLUSH_TIMEOUT)
             self._leading.close()
 
     # ------------------------------------------------------------------ batches
@@ -292,7 +294,7 @@ class Ingest:
         if self._leading is not None:
             # What was acknowledged is closed by id (safe whoever owns it next); no retries
             # in a handler, and the rest is closed, or handed over, when its report comes.
-            self._leading.settle(retry=False)
+            self._leading.finish(retry=False)
         self._commit(revoked, sync=True, in_handler=True)
         self._release(revoked)
         log.info("revoked %s", ", ".join(str(p) for p in sorted(revoked)))
@@ -329,10 +331,11 @@ def ingest_role(
     frame: Callable[[bytes], bytes] | None = None,
     consumer: Consumer | None = None,
     topics: TopicProbe | None = None,
-    output_frame: Callable[[bytes], bytes] | None = None,
+    publisher: DigestPublisher | None = None,
     kafka_errors: ClientErrors | None = None,
 ) -> tuple[Runner, Ingest]:
-    """The ingest role with its scheduler (announcing through ``frame``), and its runner."""
+    """The ingest role with its scheduler (announcing through ``frame``), and its runner;
+    ``publisher``: the leading edge is on and publishes through it."""
     emitter = ScheduleEmitter(producer, settings.schedule_topic, metrics, hooks=hooks, frame=frame)
     scheduler = Scheduler(settings, store, emitter, clock, metrics)
     runner = Runner(
@@ -340,6 +343,6 @@ def ingest_role(
     )
     ingest = Ingest(
         settings, store, clock, metrics, producer, scheduler, runner, hooks=hooks, topics=topics,
-        output_frame=output_frame,
+        publisher=publisher,
     )  # fmt: skip
     return runner, ingest

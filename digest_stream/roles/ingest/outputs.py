@@ -43,8 +43,8 @@ class Outputs:
         self._hooks = hooks
         self._dlq = DeadLetters(producer, dlq_topic, metrics, hooks=hooks)
         self._dead_letters_unflushed = False
-        #: Takes the digests an add led, to publish (the leading edge: leading.py), when on.
-        self.opened: Callable[[int, list[OpenDigest], float], None] | None = None
+        #: Takes the digests an add opened, to publish (the leading edge: leading.py), when on.
+        self.opened: Callable[[int, list[OpenDigest]], None] | None = None
 
     def reject(self, message: Message, rejected: Rejected) -> None:
         """Dead-letter a message the check refused."""
@@ -69,7 +69,7 @@ class Outputs:
         if self._hooks:
             self._hooks.on_add(partition, records, result)
         if result.opened and self.opened is not None:
-            self.opened(partition, result.opened, now)
+            self.opened(partition, result.opened)
         if result.ready:
             self._emitter.emit(
                 partition, ((t, now) for t in result.ready), ScheduleReason.IMMEDIATE

@@ -356,21 +356,19 @@ local function write_back(tag, touched, call)
     local leading = call.leading
     for _, timeline in ipairs(touched) do
         -- the leading edge (leading.lua): a timeline with no container before this call
-        -- gets its digest now, and is written as its close would leave it
+        -- gets its digest opened now (READY, nothing pending)
         local led = leading ~= nil and timeline.became_ready and timeline.head.kind == 'none'
-            and lead(call, timeline, due_changed)
+            and lead(call, timeline)
         if not led then
             local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
                 timeline.policy.capacity, call.inline_records, timeline.policy.ttl_ms_text)
             dropped = dropped + lost
             apply_flush_at(timeline, call.now, written)
         end
-        if timeline.mark ~= nil then
+        if timeline.mark ~= nil and not led then
             mark_cause(timeline.key, timeline.mark)
         end
-        if led then
-            -- listed in due_changed by lead
-        elseif timeline.became_ready then
+        if timeline.became_ready then
             became_ready[#became_ready + 1] = now
             became_ready[#became_ready + 1] = timeline.timeline
         elseif timeline.due_changed then
@@ -495,8 +493,8 @@ end
 -- is applied and the caller decides (on_state_loss). "" = not known: no check.
 -- open_nonce: the leading edge (leading.lua): every timeline this call finds with no
 -- container and makes READY gets its digest in this call (id: the nonce and its number, 8
--- hex), kept until ds_settle or ds_reclaim, and is left cooling down; "" = announce. A
--- batch holding controls announces.
+-- hex) opened, as ds_open would leave it, instead of being listed as ready; "" =
+-- announce. A batch holding controls announces.
 -- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil,
 -- topic id of the fence found|nil, cancelled, {timeline, digest id, ...} led}: a led
 -- timeline's digest holds its records of this call (the caller has them).

@@ -1,7 +1,7 @@
 -- commands.lua: the command table: every function the library registers, and its flags.
 -- Holds: version, READ_ONLY and the redis.register_function lines (nothing after them).
--- Needs: LIBRARY_VERSION (written from Python); the commands of add, schedule, digests,
---   leading and admin.
+-- Needs: LIBRARY_VERSION (written from Python); the commands of add, schedule, digests
+--   and admin.
 
 local function version(_, _)
     return LIBRARY_VERSION
@@ -17,8 +17,6 @@ redis.register_function{function_name = 'ds_open', callback = open}
 redis.register_function{function_name = 'ds_close', callback = close}
 redis.register_function{function_name = 'ds_open_many', callback = open_many}
 redis.register_function{function_name = 'ds_close_many', callback = close_many}
-redis.register_function{function_name = 'ds_settle', callback = settle}
-redis.register_function{function_name = 'ds_reclaim', callback = reclaim}
 redis.register_function{function_name = 'ds_delete', callback = delete}
 redis.register_function{function_name = 'ds_inspect', callback = inspect, flags = READ_ONLY}
 redis.register_function{function_name = 'ds_stats', callback = stats, flags = READ_ONLY}

@@ -1,6 +1,8 @@
 -- digests.lua: opening and closing digests: ds_open, ds_close and their many-target forms.
 -- Holds: timeline_keys (also used by admin), digest_reply, open_target, open, OPEN_WIDTH,
---   CLOSE_WIDTH, many_targets, open_many, close_target, parse_next_fire, close, close_many.
+--   CLOSE_WIDTH, many_targets, open_many, new_moves, moves_float, digest_id_and_records,
+--   apply_moves, close_target,
+--   parse_next_fire, close, close_many.
 -- Needs: CAUSES, FLUSH_AT_FLOOR, MAX_OFFSET (written from Python); guards, keys, encoding,
 --   containers; call_chunked, refresh_partition_ttl, sort_records (helpers).
 
@@ -130,23 +132,76 @@ local function open_many(keys, args)
     return replies
 end
 
--- Closes one digest. Returns 1 when that digest was closed, 0 for an unknown or already closed
--- id, and whether the partition keys' TTL needs a refresh (the timeline waits again).
-local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire, flush_at)
+-- The schedule changes of a close call's targets, written once after all of them (one
+-- ZREM and one ZADD per set instead of one each per target: nothing a close reads is in
+-- these sets).
+local function new_moves()
+    return {unready = {}, unwait = {}, wait = {}, texts = {}}
+end
+
+-- `number` formatted once per call (close times and due times repeat across its targets).
+local function moves_float(moves, number)
+    local text = moves.texts[number]
+    if text == nil then
+        text = format_float(number)
+        moves.texts[number] = text
+    end
+    return text
+end
+
+-- The id and record count of a digest's meta, or nil: what a close checks, read without
+-- splitting the whole meta (most of a close's Lua time went to that).
+local function digest_id_and_records(digest)
+    local raw = read_meta(digest)
+    if raw == nil then
+        return nil
+    end
+    local id, records = string.match(raw, '^([^|]*)|[^|]*|[^|]*|(%d*)')
+    return id, tonumber(records) or 0
+end
+
+local function apply_moves(tag, moves)
+    call_chunked('ZREM', ready_key(tag), moves.unready)
+    call_chunked('ZREM', waiting_key(tag), moves.unwait)
+    call_chunked('ZADD', waiting_key(tag), moves.wait)
+end
+
+-- Closes one digest, its schedule change listed in `moves`. Returns 1 when that digest was
+-- closed, 0 for an unknown or already closed id, and whether the partition keys' TTL needs
+-- a refresh (the timeline waits again).
+local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire, flush_at,
+        moves)
     local digest = digest_key(tag, timeline)
-    local meta = parse_digest_meta(read_meta(digest))
-    if meta == nil or meta.id ~= digest_id then
+    local id, records = digest_id_and_records(digest)
+    if id ~= digest_id then
         return 0, false
     end
     redis.call('DEL', digest)
     local source = timeline_key(tag, timeline)
     local head = read_head(source)
-    if meta.records == 0 and holds_no_records(source, head) then
+    if records == 0 and holds_no_records(source, head) then
         -- An empty digest ends the cool-down: retire, the next event is immediate.
-        redis.call('DEL', source)
-        redis.call('ZREM', ready_key(tag), timeline)
-        redis.call('ZREM', waiting_key(tag), timeline)
+        if head.kind ~= 'none' then
+            redis.call('DEL', source)
+        end
+        moves.unready[#moves.unready + 1] = timeline
+        moves.unwait[#moves.unwait + 1] = timeline
         return 1, false
+    end
+    if head.kind == 'none' and next_fire == nil then
+        -- Nothing came while it was open (every leading digest's usual close): the timeline
+        -- is written as the meta every such close of this call writes, made once.
+        local closed = moves.closed
+        if closed == nil then
+            closed = encode_inline(format_timeline_meta({written = 0, dropped = 0,
+                last_delivery = now, cause = CAUSES.cooldown}), {})
+            moves.closed = closed
+        end
+        redis.call('SET', source, closed, 'PX', ttl_ms(ttl))
+        moves.unready[#moves.unready + 1] = timeline
+        moves.wait[#moves.wait + 1] = moves_float(moves, now + minimum)
+        moves.wait[#moves.wait + 1] = timeline
+        return 1, true
     end
     local timeline_meta = parse_timeline_meta(head.meta)
     timeline_meta.last_delivery = now
@@ -167,10 +222,17 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
     else
         timeline_meta.cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
     end
-    write_meta(source, head, format_timeline_meta(timeline_meta))
-    redis.call('PEXPIRE', source, ttl_ms(ttl))
-    redis.call('ZREM', ready_key(tag), timeline)
-    redis.call('ZADD', waiting_key(tag), format_float(due), timeline)
+    if head.kind == 'none' then
+        -- nothing came while it was open (every leading digest's usual close): one write
+        redis.call('SET', source, encode_inline(format_timeline_meta(timeline_meta), {}),
+            'PX', ttl_ms(ttl))
+    else
+        write_meta(source, head, format_timeline_meta(timeline_meta))
+        redis.call('PEXPIRE', source, ttl_ms(ttl))
+    end
+    moves.unready[#moves.unready + 1] = timeline
+    moves.wait[#moves.wait + 1] = moves_float(moves, due)
+    moves.wait[#moves.wait + 1] = timeline
     return 1, true
 end
 
@@ -194,8 +256,10 @@ local function close(keys, args)
     local ttl = parse_ttl(args[5])
     local partition_ttl = parse_ttl(args[6])
     local next_fire = parse_next_fire(args[7])
+    local moves = new_moves()
     local closed, waits = close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire,
-        parse_integer(args[8], 'flush_at', 0, MAX_OFFSET))
+        parse_integer(args[8], 'flush_at', 0, MAX_OFFSET), moves)
+    apply_moves(tag, moves)
     if waits then
         refresh_partition_ttl(tag, math.max(ttl, partition_ttl))
     end
@@ -210,23 +274,39 @@ local function close_many(keys, args)
     local now = parse_time(args[1], 'now')
     local partition_ttl = parse_ttl(args[2])
     local targets = {}
+    -- The policy fields repeat across targets (most timelines share a policy): each distinct
+    -- text is parsed (and checked) once.
+    local minimums, ttls, fires, flush_ats = {}, {}, {}, {}
     for base = 3, #args, CLOSE_WIDTH do
+        local minimum, ttl, fire, flush_at = args[base + 2], args[base + 3], args[base + 4],
+            args[base + 5]
+        if minimums[minimum] == nil then
+            minimums[minimum] = parse_time(minimum, 'minimum_delay')
+        end
+        if ttls[ttl] == nil then
+            ttls[ttl] = parse_ttl(ttl)
+        end
+        if fires[fire] == nil then
+            fires[fire] = parse_next_fire(fire) or false
+        end
+        if flush_ats[flush_at] == nil then
+            flush_ats[flush_at] = parse_integer(flush_at, 'flush_at', 0, MAX_OFFSET)
+        end
         targets[#targets + 1] = {
             parse_name(args[base], 'timeline'), parse_digest_id(args[base + 1]),
-            parse_time(args[base + 2], 'minimum_delay'), parse_ttl(args[base + 3]),
-            parse_next_fire(args[base + 4]),
-            parse_integer(args[base + 5], 'flush_at', 0, MAX_OFFSET),
+            minimums[minimum], ttls[ttl], fires[fire] or nil, flush_ats[flush_at],
         }
     end
-    local replies, refresh = {}, nil
+    local replies, refresh, moves = {}, nil, new_moves()
     for i, target in ipairs(targets) do
         local closed, waits = close_target(tag, target[1], target[2], now, target[3], target[4],
-            target[5], target[6])
+            target[5], target[6], moves)
         replies[i] = closed
         if waits then
             refresh = math.max(refresh or partition_ttl, target[4])
         end
     end
+    apply_moves(tag, moves)
     if refresh ~= nil then
         refresh_partition_ttl(tag, refresh)
     end

@@ -64,7 +64,7 @@ local function parse_topic_id(value)
 end
 
 local function parse_digest_id(value)
-    if type(value) ~= 'string' or #value ~= 32 or string.find(value, '[^0-9a-f]') then
+    if type(value) ~= 'string' or #value ~= 32 or not string.find(value, '^[0-9a-f]+$') then
         invalid_argument('digest id must be 32 lowercase hex characters, got ' .. tostring(value))
     end
     return value

@@ -14,11 +14,9 @@
 --   T:t:<tl>   record container: the timeline's pending records and its meta
 --   T:d:<tl>   record container: the open digest's records and its meta
 --   T:s        zset    scratch: exists only inside one call (sort_records)
---   T:l        hash    the leading edge's digests in flight: digest id -> its ttl,
---                      timeline and inline digest container (leading.lua)
 --
 -- Holds: tag_of, waiting_key, scratch_key, ready_key, fence_key, timeline_key, digest_key,
---   leading_key, expect_key, partition_tag_of.
+--   expect_key, partition_tag_of.
 -- Needs: invalid_argument (guards).
 
 local function tag_of(key)
@@ -40,7 +38,6 @@ local function ready_key(tag) return tag .. ':r' end
 local function fence_key(tag) return tag .. ':o' end
 local function timeline_key(tag, timeline) return tag .. ':t:' .. timeline end
 local function digest_key(tag, timeline) return tag .. ':d:' .. timeline end
-local function leading_key(tag) return tag .. ':l' end
 
 local function expect_key(keys, index, expected)
     if keys[index] ~= expected then
@@ -48,12 +45,12 @@ local function expect_key(keys, index, expected)
     end
 end
 
--- The tag of a partition-level call, whose KEYS are waiting, ready and a third built by
--- `third` (fence_key when not given; ds_add has its own order).
-local function partition_tag_of(keys, third)
+-- The tag of a partition-level call, whose KEYS are waiting, ready and fence (ds_add has
+-- its own order).
+local function partition_tag_of(keys)
     local tag = tag_of(keys[1])
     expect_key(keys, 1, waiting_key(tag))
     expect_key(keys, 2, ready_key(tag))
-    expect_key(keys, 3, (third or fence_key)(tag))
+    expect_key(keys, 3, fence_key(tag))
     return tag
 end

@@ -49,8 +49,6 @@ class PartitionState:
     ready: dict[str, float] = field(default_factory=dict)
     timelines: dict[str, TimelineState] = field(default_factory=dict)
     digests: dict[str, DigestState] = field(default_factory=dict)
-    #: The leading edge's digests in flight, by id: (timeline, digest) until settled.
-    leading: dict[str, tuple[str, DigestState]] = field(default_factory=dict)
 
 
 class MemoryState:

@@ -27,8 +27,8 @@ from digest_stream.store.base import (
 )
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import FLUSH_AT_FLOOR
+from digest_stream.store.memory.admin import MemoryAdmin
 from digest_stream.store.memory.controls import apply_control
-from digest_stream.store.memory.leading import MemoryLeading
 from digest_stream.store.memory.state import (
     DigestState,
     PartitionState,
@@ -38,12 +38,11 @@ from digest_stream.store.memory.state import (
 from digest_stream.store.policy import TimelinePolicy
 
 
-class MemoryStore(MemoryLeading):
+class MemoryStore(MemoryAdmin):
     """In-memory ``DigestStore`` with the exact semantics of ``RedisStore``.
 
     Its state and lookups: ``MemoryState``; inspect, admin, the fence and ``expire``:
-    ``MemoryAdmin``; the leading edge's settle and reclaim: ``MemoryLeading``; adding, the
-    schedule and digests here.
+    ``MemoryAdmin``; adding (with the leading edge's opens), the schedule and digests here.
     """
 
     def add(
@@ -149,8 +148,8 @@ class MemoryStore(MemoryLeading):
         if nonce is not None:
             for name in [n for n in ready if n in leading and not state.timelines[n].dropped]:
                 digest_id = leading_id(nonce, len(opened) + 1)
+                # opened as ds_open would: the timeline stays READY until the close
                 opened.append(self.open(partition, name, digest_id, now))
-                self._lead(state, name, digest_id, now)
                 ready.remove(name)
         return AddResult(
             ready,

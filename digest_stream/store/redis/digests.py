@@ -12,7 +12,7 @@ from digest_stream.store.errors import InvalidState
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.store.redis import replies, routing
 from digest_stream.store.redis.calls import RedisCalls
-from digest_stream.store.redis.replies import Reply, arg, array, integer, map_error, text
+from digest_stream.store.redis.replies import Reply, arg, array, integer, map_error
 from digest_stream.store.redis.routing import Call
 
 #: Targets per ds_open_many / ds_close_many call: one partition's share of a delivery batch
@@ -104,35 +104,6 @@ class RedisDigests(RedisCalls):
             )
         found = self._many("ds_close_many", targets, [arg(now), arg(self.policy.ttl)], fields)
         return [integer(reply) == 1 for reply in found]
-
-    def settle(self, partition: int, digest_ids: Sequence[str]) -> list[bool]:
-        """Forget leading digests the broker acknowledged (ds_settle); per id, whether it
-        was kept."""
-        tag = self._tag(partition)
-        ids = [validate.digest_id(digest_id) for digest_id in digest_ids]
-        call_keys = keys.leading_keys(tag)
-        kept: list[bool] = []
-        for first in range(0, len(ids), MANY_CHUNK):
-            reply = self._fcall("ds_settle", call_keys, ids[first : first + MANY_CHUNK])
-            kept += [integer(value) == 1 for value in array(reply)]
-        return kept
-
-    def reclaim(
-        self, partition: int, now: float, digest_ids: Sequence[str] | None = None
-    ) -> list[str]:
-        """Hand leading digests back to delivery (ds_reclaim); the timelines to announce."""
-        tag = self._tag(partition)
-        now = validate.time_value(now, "now")
-        head: list[str | bytes] = [arg(now), arg(self.policy.ttl), str(self.inline_records)]
-        call_keys = keys.leading_keys(tag)
-        if digest_ids is None:
-            return [text(name) for name in array(self._fcall("ds_reclaim", call_keys, head))]
-        ids = [validate.digest_id(digest_id) for digest_id in digest_ids]
-        announce: dict[str, None] = {}  # in order, each once
-        for first in range(0, len(ids), MANY_CHUNK):
-            reply = self._fcall("ds_reclaim", call_keys, [*head, *ids[first : first + MANY_CHUNK]])
-            announce |= dict.fromkeys(text(name) for name in array(reply))
-        return list(announce)
 
     def _target(self, target: DigestTarget) -> tuple[str, str, TimelinePolicy]:
         _, timeline, digest_id = target

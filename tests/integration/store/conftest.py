@@ -90,3 +90,13 @@ def redis_store(make_redis_store: Callable[..., RedisStore]) -> RedisStore:
 def keys_of(client: RedisClient, namespace: str) -> Callable[[int], set[bytes]]:
     """SCAN helper bound to the test's client and namespace."""
     return lambda partition: tag_keys(client, namespace, partition)
+
+
+@pytest.fixture
+def raw_client(backend: str, request: pytest.FixtureRequest) -> RedisClient | None:
+    """The raw client behind ``store`` (None for the model)."""
+    if backend == "memory":
+        return None
+    name = "redis_client" if backend == "redis" else "redis_cluster"
+    client: RedisClient = request.getfixturevalue(name)
+    return client

@@ -8,44 +8,16 @@ from collections.abc import Callable
 
 import pytest
 
-from digest_stream.store import DigestStore, MemoryStore, NewRecord, RedisStore, TimelinePolicy
-from digest_stream.store.keys import digest_key, partition_tag, timeline_key
+from digest_stream.store import DigestStore, NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store.keys import digest_key, partition_tag
 from tests.support import new_id
-from tests.support.store import RedisClient
+from tests.support.store import RedisClient, expire
 
 T0 = 1_000_000.0
 # ttl a few seconds above maximum_delay + maintenance_timeout + maintenance_interval (4 s)
 SHORT = TimelinePolicy(minimum_delay=1.0, increment_delay=0.0, maximum_delay=1.0, ttl=6.0)
 MAINTENANCE_TIMEOUT = 2.0
 MAINTENANCE_INTERVAL = 1.0
-
-
-def expire(
-    store: DigestStore,
-    client: RedisClient | None,
-    namespace: str,
-    timeline: str,
-    *,
-    digest_only: bool = False,
-) -> None:
-    """What a TTL running out (or eviction) does: the timeline's data keys vanish."""
-    if isinstance(store, MemoryStore):
-        store.expire(0, timeline, digest_only=digest_only)
-        return
-    assert client is not None
-    tag = partition_tag(namespace, 0)
-    if not digest_only:
-        client.delete(timeline_key(tag, timeline))
-    client.delete(digest_key(tag, timeline))
-
-
-@pytest.fixture
-def raw_client(backend: str, request: pytest.FixtureRequest) -> RedisClient | None:
-    if backend == "memory":
-        return None
-    name = "redis_client" if backend == "redis" else "redis_cluster"
-    client: RedisClient = request.getfixturevalue(name)
-    return client
 
 
 def test_expired_timeline_is_reported_by_open(

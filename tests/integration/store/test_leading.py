@@ -1,6 +1,7 @@
-"""The leading edge (``open_nonce``): the add that finds a timeline with nothing stored gives it
-its digest and leaves it cooling down; ``settle`` forgets it, ``reclaim`` hands it to
-delivery under the same id. The same on the reference model, a single Redis and the cluster."""
+"""The leading edge (``open_nonce``): the add that finds a timeline with nothing stored opens
+its digest in the same call, exactly as ``open`` would, so everything that comes for the
+timeline next waits behind that open digest until its close (issue 26: one digest path, one
+contract). The same on the reference model, a single Redis and the cluster."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from digest_stream.store import DigestStore, TimelinePolicy
 from digest_stream.store.base import CANCEL_ALL, FLUSH, NewRecord, leading_id
 from digest_stream.store.errors import InvalidArgument
-from tests.support.store import StoreFactory
+from tests.support.store import RedisClient, StoreFactory, expire
 
 T0 = 1_700_000_000.0
 NONCE = "0123456789abcdef01234567"
@@ -20,11 +21,11 @@ def rec(timeline: str, record_id: str, offset: int, control: str | None = None) 
     return NewRecord(timeline, record_id, T0 + offset, b"p-" + record_id.encode(), offset, control)
 
 
-def test_new_timelines_get_their_digest_in_the_add_and_cool_down(store: DigestStore) -> None:
+def test_new_timelines_get_their_digest_opened_in_the_add(store: DigestStore) -> None:
     result = store.add(
         0, [rec("a", "a1", 0), rec("b", "b1", 1), rec("a", "a2", 2)], T0, open_nonce=NONCE
     )
-    assert result.ready == []
+    assert result.ready == []  # not announced: the caller publishes them
     assert [(d.timeline, d.id) for d in result.opened] == [
         ("a", leading_id(NONCE, 1)),
         ("b", leading_id(NONCE, 2)),
@@ -32,72 +33,80 @@ def test_new_timelines_get_their_digest_in_the_add_and_cool_down(store: DigestSt
     a = result.opened[0]
     assert [(r.id, r.payload) for r in a.records] == [("a2", b"p-a2"), ("a1", b"p-a1")]
     assert (a.opened_at, a.reason, a.dropped, a.expired) == (T0, "IMMEDIATE", 0, False)
-    # Left as the digest's close leaves it: cooling down since the add, nothing pending.
+    # Left exactly as delivery's open leaves a timeline: READY, the digest open.
+    info = store.inspect(0, "a")
+    assert (info.state, info.open_digest, info.open_records, info.pending) == (
+        "ready", a.id, 2, 0,
+    )  # fmt: skip
+    assert store.stats(0).ready == 2
+    # Delivery's open (an announcement of it) returns that very digest.
+    again = store.open(0, "a", OTHER, T0 + 1)
+    assert (again.id, again.records, again.reason) == (a.id, a.records, "IMMEDIATE")
+
+
+def test_the_close_starts_the_cool_down_at_its_time(store: DigestStore) -> None:
+    led = store.add(0, [rec("a", "a1", 0)], T0, open_nonce=NONCE).opened[0]
+    assert store.close_many([(0, "a", led.id)], T0 + 7) == [True]
     info = store.inspect(0, "a")
     assert (info.state, info.due, info.last_delivery, info.pending, info.open_digest) == (
-        "waiting", T0 + 300, T0, 0, None,
+        "waiting", T0 + 7 + 300, T0 + 7, 0, None,
     )  # fmt: skip
     assert info.reason == "COOLDOWN"
-    assert store.stats(0).ready == 0
+    assert store.close_many([(0, "a", led.id)], T0 + 8) == [False]  # idempotent
+    # The empty digest at the end of the cool-down retires it: the next event leads again.
+    assert [t.timeline for t in store.schedule(0, T0 + 307)] == ["a"]
+    empty = store.open(0, "a", OTHER, T0 + 307)
+    assert empty.records == []
+    assert store.close(0, "a", OTHER, T0 + 307)
+    assert store.inspect(0, "a").state == "absent"
+    assert len(store.add(0, [rec("a", "a2", 1)], T0 + 400, open_nonce="1" * 24).opened) == 1
 
 
-def test_later_records_wait_for_the_cool_down(store: DigestStore) -> None:
-    store.add(0, [rec("a", "a1", 0)], T0, open_nonce=NONCE)
-    later = store.add(0, [rec("a", "a2", 1)], T0 + 1, open_nonce="1" * 24)
-    assert (later.ready, later.opened) == ([], [])
-    info = store.inspect(0, "a")
-    assert (info.state, info.pending) == ("waiting", 1)
-    assert info.due is not None
-    assert T0 + 300 <= info.due <= T0 + 1800
-
-
-def test_settle_forgets_once_and_nothing_is_reclaimed_after(store: DigestStore) -> None:
-    ids = [d.id for d in store.add(0, [rec("a", "a1", 0), rec("b", "b1", 1)], T0,
-                                   open_nonce=NONCE).opened]  # fmt: skip
-    assert store.settle(0, [ids[0]]) == [True]
-    assert store.settle(0, [ids[0], ids[1], OTHER]) == [False, True, False]
-    assert store.reclaim(0, T0 + 5) == []
-    assert store.inspect(0, "a").state == "waiting"
-
-
-def test_reclaim_makes_the_same_digest_delivery_opens(store: DigestStore) -> None:
-    led = store.add(0, [rec("a", "a1", 0), rec("b", "b1", 1)], T0, open_nonce=NONCE).opened
-    assert store.reclaim(0, T0 + 2, [led[0].id]) == ["a"]
-    info = store.inspect(0, "a")
-    assert (info.state, info.open_digest, info.open_records) == ("ready", led[0].id, 1)
-    assert store.inspect(0, "b").state == "waiting"  # not asked: still kept
-    # Delivery's open returns that very digest (a reopen), its close starts a cool-down.
-    again = store.open(0, "a", OTHER, T0 + 3)
-    assert (again.id, again.records, again.reason) == (led[0].id, led[0].records, "IMMEDIATE")
-    assert store.close(0, "a", led[0].id, T0 + 4)
-    assert store.inspect(0, "a").due == T0 + 4 + 300
-    assert store.settle(0, [led[0].id]) == [False]  # the publisher's late settle: a no-op
-    # Every one kept (the take-over): only b is left.
-    assert store.reclaim(0, T0 + 5) == ["b"]
-    assert store.reclaim(0, T0 + 6) == []
-
-
-def test_reclaim_keeps_later_records_pending(store: DigestStore) -> None:
+def test_records_flushes_and_schedules_wait_behind_the_open_leading_digest(
+    store: DigestStore,
+) -> None:
+    """The reading of issue 26, item 1: while the leading digest D1 is not acknowledged, no
+    second digest can be opened, whatever asks for one; its records go out after D1."""
     led = store.add(0, [rec("a", "a1", 0)], T0, open_nonce=NONCE).opened[0]
-    store.add(0, [rec("a", "a2", 1)], T0 + 1)
-    assert store.reclaim(0, T0 + 2) == ["a"]
+    later = store.add(0, [rec("a", "a2", 1), rec("a", "-", 2, FLUSH)], T0 + 1)
+    assert (later.ready, later.opened) == ([], [])  # nothing announced: a2 waits behind D1
+    assert store.schedule(0, T0 + 5000) == []  # no cool-down is running to end
     info = store.inspect(0, "a")
     assert (info.state, info.open_digest, info.pending) == ("ready", led.id, 1)
+    # Any announcement (a take-over, maintenance, the publisher's hand-over) reopens D1.
+    assert store.open(0, "a", OTHER, T0 + 2).id == led.id
+    # The flush is honoured by D1's close: the next digest right after the floor, FLUSHED.
     assert store.close(0, "a", led.id, T0 + 3)
-    assert store.inspect(0, "a").state == "waiting"
-
-
-def test_reclaim_behind_another_open_digest_keeps_the_records(store: DigestStore) -> None:
-    led = store.add(0, [rec("a", "a1", 0)], T0, open_nonce=NONCE).opened[0]
-    store.add(0, [rec("a", "a2", 1)], T0 + 1)
-    store.schedule(0, T0 + 2000)
-    store.open(0, "a", OTHER, T0 + 2000)  # the next digest, while the leading one is kept
-    assert store.reclaim(0, T0 + 2001, [led.id]) == ["a"]
     info = store.inspect(0, "a")
-    assert (info.open_digest, info.pending) == (OTHER, 1)  # a1 waits behind it: not lost
-    store.close(0, "a", OTHER, T0 + 2002)
-    store.schedule(0, T0 + 5000)
-    assert [r.id for r in store.open(0, "a", "e" * 32, T0 + 5000).records] == ["a1"]
+    assert (info.state, info.due, info.reason) == ("waiting", T0 + 4, "FLUSHED")
+    store.schedule(0, T0 + 4)
+    second = store.open(0, "a", OTHER, T0 + 4)
+    assert (second.id, [r.id for r in second.records], second.reason) == (
+        OTHER, ["a2"], "FLUSHED",
+    )  # fmt: skip
+
+
+def test_flush_at_reached_behind_the_leading_digest_is_checked_by_its_close(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(policy=TimelinePolicy(flush_at=2))
+    led = store.add(0, [rec("a", "a1", 0)], T0, open_nonce=NONCE).opened[0]
+    store.add(0, [rec("a", "a2", 1), rec("a", "a3", 2)], T0 + 1)
+    assert store.inspect(0, "a").state == "ready"
+    assert store.close(0, "a", led.id, T0 + 2)
+    info = store.inspect(0, "a")
+    assert (info.due, info.reason) == (T0 + 3, "FLUSH_AT")
+
+
+def test_a_lost_leading_digest_is_reported_expired_by_the_open(
+    store: DigestStore, raw_client: RedisClient | None, namespace: str
+) -> None:
+    """Issue 26, item 5: a leading digest the store no longer holds (evicted, expired) is
+    reported by the open its announcement makes, like any other open digest's loss."""
+    store.add(0, [rec("a", "a1", 0)], T0, open_nonce=NONCE)
+    expire(store, raw_client, namespace, "a", digest_only=True)
+    reopened = store.open(0, "a", OTHER, T0 + 1)
+    assert (reopened.id, reopened.records, reopened.expired) == (OTHER, [], True)
 
 
 def test_only_timelines_with_nothing_stored_lead(make_store: StoreFactory) -> None:
@@ -124,7 +133,7 @@ def test_a_batch_holding_controls_announces(store: DigestStore) -> None:
     ]
     result = store.add(0, batch, T0, open_nonce=NONCE)
     assert (result.opened, sorted(result.ready), result.cancelled) == ([], ["a", "b"], 1)
-    assert store.reclaim(0, T0) == []
+    assert store.inspect(0, "b").open_digest is None
 
 
 def test_a_timeline_its_capacity_trims_is_announced(make_store: StoreFactory) -> None:
@@ -140,6 +149,7 @@ def test_a_repeated_record_id_is_one_record(store: DigestStore) -> None:
     batch = [rec("a", "x", 0), NewRecord("a", "x", T0 + 1, b"second", 1)]
     led = store.add(0, batch, T0, open_nonce=NONCE).opened[0]
     assert [(r.id, r.payload) for r in led.records] == [("x", b"second")]
+    assert store.open(0, "a", OTHER, T0).records == led.records
 
 
 def test_a_replayed_add_leads_nothing(store: DigestStore) -> None:
@@ -152,7 +162,3 @@ def test_bad_arguments_are_refused(store: DigestStore) -> None:
     with pytest.raises(InvalidArgument):
         store.add(0, [rec("a", "a1", 0)], T0, open_nonce="xyz")
     assert store.inspect(0, "a").state == "absent"
-    with pytest.raises(InvalidArgument):
-        store.settle(0, ["nope"])
-    with pytest.raises(InvalidArgument):
-        store.reclaim(0, T0, ["nope"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
@@ -135,7 +134,6 @@ class StoreComparison(RuleBasedStateMachine):
         )
         self.next_offset = dict.fromkeys(PARTITIONS, 0)
         self.opened: list[tuple[int, str, str]] = []
-        self.led: list[tuple[int, str, str]] = []  # the leading edge's digests, as given
 
     def both(self, operation: Callable[[DigestStore], T]) -> T | type[StoreError]:
         """Run on both stores; results (or error types) must match."""
@@ -194,28 +192,8 @@ class StoreComparison(RuleBasedStateMachine):
             )
         )
         if isinstance(result, AddResult):
-            self.led += [(partition, digest.timeline, digest.id) for digest in result.opened]
-
-    @rule(picks=st.lists(st.integers(0, 8), min_size=1, max_size=5))
-    def settle(self, picks: list[int]) -> None:
-        # the broker acknowledged these leading digests (an unknown id: settled before)
-        for partition in PARTITIONS:
-            ids = [
-                self.led[-1 - pick][2] if pick < len(self.led) else new_id()
-                for pick in picks
-                if pick >= len(self.led) or self.led[-1 - pick][0] == partition
-            ]
-            self.both(operator.methodcaller("settle", partition, ids))
-
-    @rule(partition=partitions, picks=st.none() | st.lists(st.integers(0, 8), max_size=4))
-    def reclaim(self, partition: int, picks: list[int] | None) -> None:
-        # a refused publish (picks) or a take-over (None: every one kept)
-        now = self.clock.now()
-        mine = [entry for entry in self.led if entry[0] == partition]
-        ids = None if picks is None else [mine[-1 - p][2] for p in picks if p < len(mine)]
-        back = self.both(lambda store: sorted(store.reclaim(partition, now, ids)))
-        if isinstance(back, list):  # reopened under these ids, closable as delivery would
-            self.opened += [entry for entry in mine if entry[1] in back]
+            # open digests like any other: closed (acknowledged) or reopened by the rules below
+            self.opened += [(partition, digest.timeline, digest.id) for digest in result.opened]
 
     def _feed(self, partition: int, items: list[tuple[str, str, str | None]]) -> None:
         """Add (timeline, id, control) items at the partition's next offsets, on both stores."""

@@ -218,3 +218,20 @@ def test_next_delivery_at_is_the_due_time_the_close_sets_when_a_publish_crosses_
     assert codec.decode_digest(value or b"").next_delivery_at == int(info.due * 1000)
     # The fire at 60 s is not skipped: records that came while it was encoded go out then.
     assert info.due == minute + 60
+
+
+def test_a_pause_for_publish_retries_ends_naming_the_broker_not_redis(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 26: after its publish retries delivery logged "Redis reachable again" though Redis
+    was never down; the resume now names what the pause was for."""
+    store = MemoryStore()
+    delivery, consumer, producer, metrics = rig(store)
+    producer.refuse_next = 1
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)
+    with caplog.at_level("INFO", logger="digest_stream.roles.runner"):
+        assert delivery.step() == 1
+    assert metrics.value("digest_publish_retries_total") == 1
+    resumed = [r.getMessage() for r in caplog.records if "partitions resumed" in r.getMessage()]
+    assert resumed == ["delivery: the output topic took them; partitions resumed"]

@@ -1,5 +1,5 @@
 """The leading edge published by the ingest (direct_leading_edge), with a fake broker and the
-reference store: one add gives the digest, one produce publishes it, the ack settles it."""
+reference store: the add opens the digest, one produce publishes it, the ack closes it."""
 
 from __future__ import annotations
 
@@ -9,28 +9,40 @@ from typing import Any
 
 import redis
 
-from digest_stream.store import MemoryStore
-from digest_stream.store.base import NewRecord
+from digest_stream.clock import ManualClock
+from digest_stream.store import MemoryStore, TimelinePolicy
+from digest_stream.store.base import DigestTarget
 from digest_stream.wire import codec
 from digest_stream.wire.models import DigestReason, Event, ScheduleReason
 from tests.support.fakes import message
 from tests.support.ingest import EVENTS, OUTPUT, FlakyStore, IngestRig
 
 
-class ReclaimFails(MemoryStore):
-    """The reference store, unreachable for the first ``failures`` reclaims."""
+class CloseFails(MemoryStore):
+    """The reference store, unreachable for the first ``failures`` closes."""
 
     def __init__(self, failures: int) -> None:
         super().__init__()
         self.failures = failures
 
-    def reclaim(
-        self, partition: int, now: float, digest_ids: Sequence[str] | None = None
-    ) -> list[str]:
+    def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
         if self.failures:
             self.failures -= 1
             raise redis.ConnectionError("unreachable (test)")
-        return super().reclaim(partition, now, digest_ids)
+        return super().close_many(targets, now)
+
+
+class SlowStore(FlakyStore):
+    """Unreachable for the first ``failures`` adds, each failure ``seconds`` of the clock."""
+
+    def __init__(self, failures: int, clock: ManualClock, seconds: float, **kwargs: Any) -> None:
+        super().__init__(failures, **kwargs)
+        self.clock, self.seconds = clock, seconds
+
+    def add(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures:
+            self.clock.advance(self.seconds)
+        return super().add(*args, **kwargs)
 
 
 class Rig(IngestRig):
@@ -43,7 +55,7 @@ class Rig(IngestRig):
         super().send(timeline.encode(), record_id, partition, age)
 
 
-def test_new_timelines_are_published_by_the_ingest_and_settled_once_acknowledged() -> None:
+def test_new_timelines_are_published_by_the_ingest_and_closed_once_acknowledged() -> None:
     rig = Rig()
     rig.consumer.assign([0])
     for n in range(5):
@@ -57,27 +69,49 @@ def test_new_timelines_are_published_by_the_ingest_and_settled_once_acknowledged
     assert rig.entries() == []  # no schedule entry: no delivery hop
     for n in range(5):
         info = rig.store.inspect(0, f"t{n}")
+        # closed: cooling down from the close, nothing open
         assert (info.state, info.open_digest, info.pending) == ("waiting", None, 0)
         assert info.last_delivery is not None
         assert info.due == info.last_delivery + rig.settings.minimum_delay  # the cool-down
     assert rig.metrics.value("digest_digests_published_total") == 5
     assert rig.consumer.committed_offsets[0] == 5
-    assert rig.store.reclaim(0, time.time()) == []  # every one settled: none kept
 
 
-def test_an_event_behind_a_leading_digest_in_flight_waits_for_the_cool_down() -> None:
+def test_an_event_behind_a_leading_digest_in_flight_waits_behind_it() -> None:
     rig = Rig()
     rig.consumer.assign([0])
     rig.producer.hold = True
     rig.send("t", "first")
     rig.step_until(lambda: rig.ingest.leading_in_flight == 1)  # produced, not acknowledged
-    assert rig.store.inspect(0, "t").state == "waiting"  # cooling down since the add
+    info = rig.store.inspect(0, "t")
+    (first_id,) = [info.open_digest]
+    assert (info.state, info.open_records) == ("ready", 1)  # its open digest until the ack
     rig.send("t", "second")
-    rig.producer.hold = False
     rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 2)
+    info = rig.store.inspect(0, "t")
+    assert (info.state, info.open_digest, info.pending) == ("ready", first_id, 1)
+    rig.producer.hold = False
+    rig.step_until(lambda: rig.ingest.leading_in_flight == 0)
     assert [ids for _, _, _, ids in rig.digests()] == [["first"]]
     info = rig.store.inspect(0, "t")
     assert (info.state, info.pending, info.reason) == ("waiting", 1, "COOLDOWN")
+
+
+def test_the_cool_down_starts_when_the_digest_is_built_not_when_the_batch_was_read() -> None:
+    """Issue 26, item 3: an add that waited out an outage as long as minimum_delay opens the
+    digest at the call's time, and the digest names a next delivery after it is published."""
+    clock = ManualClock(time.time())
+    policy = TimelinePolicy(minimum_delay=60.0)
+    rig = Rig(SlowStore(3, clock, 20.0, policy=policy), clock=clock, minimum_delay=60.0)
+    rig.consumer.assign([0])
+    read_at = clock.now()
+    rig.send("t", "r0")
+    rig.step_until(lambda: rig.ingest.leading_in_flight == 0 and rig.digests() != [])
+    (digest,) = [codec.decode_digest(v or b"") for _, v in rig.producer.on(OUTPUT)]
+    assert clock.now() == read_at + 60.0  # three failed adds of 20 s each
+    assert digest.next_delivery_at == int((read_at + 60.0 + 60.0) * 1000)
+    info = rig.store.inspect(0, "t")
+    assert (info.last_delivery, info.due) == (read_at + 60.0, read_at + 120.0)
 
 
 def test_a_refused_publish_is_handed_to_delivery_under_the_same_id() -> None:
@@ -88,11 +122,13 @@ def test_a_refused_publish_is_handed_to_delivery_under_the_same_id() -> None:
     rig.step_until(lambda: rig.entries() != [])
     assert rig.entries() == [("t", ScheduleReason.IMMEDIATE)]
     info = rig.store.inspect(0, "t")
-    # Reclaimed: open under the id the refused publish carried, so delivery reopens it.
+    # Still open under the id the refused publish carried, so delivery reopens it.
     assert (info.state, info.open_records) == ("ready", 1)
-    assert info.open_digest is not None
+    (refused,) = [codec.decode_digest(v or b"") for _, _, v in rig.producer.refused]
+    assert info.open_digest == refused.id
     assert rig.digests() == []
     assert rig.metrics.value("digest_publish_retries_total") == 1
+    assert rig.ingest.leading_in_flight == 0
 
 
 def test_a_redis_outage_on_the_add_publishes_the_leading_digest_once_it_is_back() -> None:
@@ -109,37 +145,33 @@ def test_a_redis_outage_on_the_add_publishes_the_leading_digest_once_it_is_back(
     ]
     assert rig.entries() == []
     assert rig.metrics.value("digest_redis_errors_total") == 3
-    assert rig.store.reclaim(0, time.time()) == []  # settled
+    assert rig.store.inspect(0, "t").state == "waiting"  # closed
 
 
-def test_an_outage_waited_out_by_a_reclaim_announces_ready_timelines_again() -> None:
-    # Redis may come back from an older snapshot, with READY timelines whose announcements
-    # were consumed long ago: the reclaim's wait must re-announce them, as the add's does.
-    rig = Rig(ReclaimFails(failures=3))
-    rig.consumer.assign([0, 1])
-    rig.ingest.step()  # the assignment's take-over tick: nothing READY yet
-    record = NewRecord(timeline="old", id="r", timestamp=time.time(), payload=b"p", offset=0)
-    rig.store.add(1, [record], time.time())  # READY, its announcement long gone
-    rig.producer.refuse_next = 1  # the leading digest is handed back to delivery
+def test_a_close_that_finds_redis_down_is_tried_again_at_the_next_step() -> None:
+    rig = Rig(CloseFails(failures=2))
+    rig.consumer.assign([0])
     rig.send("t", "r0")
-    rig.step_until(lambda: ("old", ScheduleReason.RECOVERED) in rig.entries())
-    assert ("t", ScheduleReason.IMMEDIATE) in rig.entries()  # reclaimed once Redis answered
-    assert rig.metrics.value("digest_redis_errors_total") == 3
-    assert rig.digests() == []
+    rig.step_until(lambda: rig.store.inspect(0, "t").state == "waiting")
+    assert rig.metrics.value("digest_redis_errors_total") == 2
+    assert [ids for _, _, _, ids in rig.digests()] == [["r0"]]  # published once
+    assert rig.entries() == []
+    assert rig.ingest.leading_in_flight == 0
 
 
-def test_an_acknowledged_digest_of_a_revoked_partition_is_still_settled() -> None:
+def test_an_acknowledged_digest_of_a_revoked_partition_is_still_closed() -> None:
     rig = Rig()
     rig.consumer.assign([0])
     rig.send("t", "r")
     rig.ingest.step()
     rig.consumer.revoke([0])
     assert rig.ingest.leading_in_flight == 0
-    assert rig.store.reclaim(0, time.time()) == []  # settled: the next owner reclaims none
+    info = rig.store.inspect(0, "t")
+    assert (info.state, info.open_digest) == ("waiting", None)  # the next owner finds it closed
     assert [t for t, _, _, _ in rig.digests()] == ["t"]
 
 
-def test_the_take_over_hands_unsettled_digests_to_delivery() -> None:
+def test_the_take_over_announces_digests_never_acknowledged() -> None:
     rig = Rig()
     rig.consumer.assign([0])
     rig.producer.hold = True  # produced, never acknowledged: as if the process died here

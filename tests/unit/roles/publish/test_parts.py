@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from digest_stream.roles.delivery.parts import MAX_CARRIED_HEADER_BYTES, headers_size, sized_parts
+from digest_stream.roles.publish.parts import MAX_CARRIED_HEADER_BYTES, headers_size, sized_parts
 from digest_stream.wire import codec, envelope
 from digest_stream.wire.models import Digest, Record
 

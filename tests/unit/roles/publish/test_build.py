@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from digest_stream.roles.delivery.build import build
+from digest_stream.roles.publish.build import build
 from digest_stream.store.base import OpenDigest, StoredRecord
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire import codec, envelope

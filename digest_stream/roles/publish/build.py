@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from digest_stream.roles.delivery.compose import Entry, compose, next_delivery_at, reason
-from digest_stream.roles.delivery.parts import encoded_parts, part_budget
+from digest_stream.roles.publish.compose import Entry, compose, next_delivery_at, reason
+from digest_stream.roles.publish.parts import encoded_parts, part_budget
 from digest_stream.store.base import OpenDigest
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire import codec, envelope

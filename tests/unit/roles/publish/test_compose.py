@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from digest_stream.roles.delivery.compose import collapse, compose, next_delivery_at
+from digest_stream.roles.publish.compose import collapse, compose, next_delivery_at
 from digest_stream.store.base import OpenDigest, StoredRecord
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire.models import DigestReason, Record, ScheduleEntry, ScheduleReason

@@ -7,7 +7,7 @@ import logging
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.delivery.publish import Pending
+from digest_stream.roles.publish.produce import Pending
 from digest_stream.store.base import OpenDigest
 from digest_stream.wire.schedule_fields import ScheduleFields
 

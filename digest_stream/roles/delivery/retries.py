@@ -1,0 +1,98 @@
+"""Delivery's publishing of a batch: every digest acknowledged, or retried, or dead-lettered.
+
+The digests are published by the one publisher both paths share (roles.publish). What is
+delivery's own is what happens when the broker does not take one: it is produced again with
+capped backoff, and after ``max_attempts`` its schedule entry goes to the DLQ with the reason
+while the digest stays open for maintenance to try again (its records are never dropped here).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from confluent_kafka import Producer
+
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.dlq import DeadLetters
+from digest_stream.roles.publish import DigestPublisher, Pending
+from digest_stream.roles.retry import backoff_delay
+from digest_stream.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# How long one publish attempt may wait for broker acknowledgements.
+PUBLISH_TIMEOUT = 30.0
+
+
+class Retries:
+    """Publishes a batch of digests and waits for acknowledgements, retrying with backoff."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        publisher: DigestPublisher,
+        producer: Producer,
+        dlq: DeadLetters,
+        metrics: Metrics,
+        wait: Callable[[float], None],
+        stopping: Callable[[], bool],
+    ) -> None:
+        self._settings = settings
+        self._publisher = publisher
+        self._producer = producer
+        self._dlq = dlq
+        self._metrics = metrics
+        self._wait = wait  # the role's wait that keeps serving its group
+        self._stopping = stopping
+
+    def publish(self, pending: list[Pending]) -> tuple[list[Pending], bool]:
+        """Publish every part and wait for acks, retrying failures with capped backoff.
+
+        Returns what the broker acknowledged, and whether a stop request cut retries short
+        (then the batch must not be committed: its entries are redelivered after restart).
+        """
+        settings = self._settings
+        published: list[Pending] = []
+        todo = pending
+        attempt = 0
+        while todo:
+            attempt += 1
+            for item in todo:
+                self._publisher.produce(item)
+            unacked = self._producer.flush(PUBLISH_TIMEOUT)
+            if unacked:
+                log.warning("%d messages unacknowledged after %.0fs", unacked, PUBLISH_TIMEOUT)
+            # Each part's report says whether it was taken; one unanswered is tried again
+            # (a repeat carries the same digest id).
+            published += [item for item in todo if item.acknowledged]
+            todo = [item for item in todo if not item.acknowledged]
+            if not todo:
+                break
+            if self._stopping():
+                return published, True
+            if attempt >= settings.max_attempts:
+                for item in todo:
+                    self._give_up(item)
+                break
+            self._metrics.publish_retries.inc(len(todo))
+            delay = backoff_delay(
+                attempt, settings.retry_backoff_initial, settings.retry_backoff_max
+            )
+            log.warning(
+                "publishing %d digests failed (%s); attempt %d of %d in %.2fs",
+                len(todo), (todo[0].errors or ["no ack"])[0], attempt + 1,
+                settings.max_attempts, delay,
+            )  # fmt: skip
+            self._wait(delay)
+        return published, False
+
+    def _give_up(self, item: Pending) -> None:
+        # The digest stays open and its timeline READY: maintenance reschedules it later.
+        assert item.message is not None, "delivery publishes what its entries opened"
+        self._dlq.send(
+            item.message,
+            "publish-failed",
+            f"digest {item.digest.id} of {item.entry.timeline}: "
+            f"{self._settings.max_attempts} attempts failed: {'; '.join(item.errors[:3])}",
+        )

@@ -1,0 +1,74 @@
+"""A digest on its way out, and producing its parts (keyed by its timeline)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import cast
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from digest_stream.kafka import produce_waiting_for_room
+from digest_stream.store.base import OpenDigest
+from digest_stream.wire.models import Digest
+from digest_stream.wire.schedule_fields import ScheduleFields
+
+log = logging.getLogger(__name__)
+
+_KafkaHeaders = list[tuple[str, str | bytes | None]]
+
+
+@dataclass
+class Pending:
+    """One digest on its way out."""
+
+    message: Message | None  # its schedule entry (None: opened by the ingest's add)
+    entry: ScheduleFields
+    digest: OpenDigest
+    parts: list[bytes]  # each part's encoded message value, in part order
+    whole: Digest | None  # the digest before splitting, when built (what hooks see)
+    closing_at: float  # when it is closed: the time its next_delivery_at was computed from
+    errors: list[str] = field(default_factory=list)  # this attempt's failed parts
+    headers: list[tuple[str, bytes]] = field(default_factory=list)  # carried event headers
+    waiting: int = 0  # this attempt's parts not acknowledged yet
+    attempt: int = 0  # attempts made (produce)
+
+    @property
+    def acknowledged(self) -> bool:
+        """Every part of this attempt acknowledged, none failed."""
+        return self.waiting == 0 and not self.errors
+
+
+def produce_parts(
+    producer: Producer,
+    topic: str,
+    item: Pending,
+    frame: Callable[[bytes], bytes],
+    on_delivery: Callable[[KafkaError | None, Message], None],
+) -> bool:
+    """Produce a digest's parts (keyed by its timeline, each with the carried headers);
+    whether it waited for room. A part refused at once (too large, say) fails the attempt:
+    its error goes to ``item.errors`` and the parts after it are not produced."""
+    key = item.digest.timeline.encode()
+    waited = False
+    for number, part in enumerate(item.parts, 1):
+        try:
+            waited = (
+                bool(
+                    produce_waiting_for_room(
+                        producer,
+                        topic,
+                        key,
+                        frame(part),
+                        headers=cast(_KafkaHeaders, item.headers) or None,
+                        on_delivery=on_delivery,
+                    )
+                )
+                or waited
+            )
+        except KafkaException as exc:
+            item.errors.append(f"part {number}/{len(item.parts)}: {exc}")
+            log.error("digest %s of %s: %s", item.digest.id, item.digest.timeline, item.errors[-1])
+            break
+    return waited

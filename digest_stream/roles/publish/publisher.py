@@ -1,0 +1,127 @@
+"""The one component that publishes a digest, whichever role opened it.
+
+A digest is published the same way on both paths, delivery's (opened for a schedule entry)
+and the ingest's leading edge (opened by the add itself): built under its timeline's policy
+(``build``), produced part by part to the output topic under its stable id, its delivery
+reports counted per part, reported once acknowledged (``report``), and closed by the store
+at the time its ``next_delivery_at`` was computed from. What a role does with a digest that
+failed differs only in who tries again: delivery retries it and dead-letters its entry, the
+ingest hands it to delivery with an announcement (the digest stays open, same id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from digest_stream.clock import Clock
+from digest_stream.ops.hooks import Hooks
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.publish.build import build
+from digest_stream.roles.publish.produce import Pending, produce_parts
+from digest_stream.roles.publish.report import Report
+from digest_stream.settings import Settings
+from digest_stream.store.base import DigestTarget, OpenDigest
+from digest_stream.wire import codec, registry
+from digest_stream.wire.models import ScheduleReason
+from digest_stream.wire.schedule_fields import ScheduleFields
+
+
+class DigestPublisher:
+    """Builds, produces and reports digests on one producer (one role's thread)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        producer: Producer,
+        metrics: Metrics,
+        hooks: Hooks,
+        clock: Clock,
+        role: str,
+    ) -> None:
+        self._settings = settings
+        self._producer = producer
+        self._metrics = metrics
+        self._hooks = hooks
+        self._queue_full = metrics.producer_queue_full.labels(role=role)
+        self._policy = settings.resolver()  # collapse_by and the next delivery time
+        self.report = Report(metrics, hooks, clock)
+        # Schema registry mode: the Digest schema is registered here, at start (a refusal
+        # stops the start); each part then gets its 5-byte prefix. Plain mode: unchanged.
+        self._frame = registry.output_frame(
+            settings.schema_registry_url,
+            settings.schema_registry_config,
+            settings.output_topic,
+            codec.DIGEST_SCHEMA,
+        )
+
+    def prepare(
+        self,
+        entry: ScheduleFields,
+        digest: OpenDigest,
+        closing_at: float,
+        message: Message | None = None,
+        *,
+        checked: bool = False,
+    ) -> Pending:
+        """The digest built for publishing, its close at ``closing_at`` (the time its
+        ``next_delivery_at`` is computed from); without parts when it has nothing to publish
+        (an empty digest, reported here: closing it retires the timeline). ``checked``: its
+        records are the ingest's own bytes, not read back from the store."""
+        built = build(
+            entry,
+            digest,
+            self._policy(entry.timeline),
+            now=closing_at,
+            max_bytes=self._settings.max_message_bytes,
+            whole=bool(self._hooks),
+            checked=checked,
+        )
+        if built.unreadable:
+            self.report.unreadable(digest.timeline, built.unreadable)
+        if not built.values:
+            self.report.empty(entry, digest)
+        return Pending(
+            message, entry, digest, built.values, built.whole, closing_at, headers=built.headers
+        )
+
+    def prepare_leading(self, partition: int, digest: OpenDigest, closing_at: float) -> Pending:
+        """``prepare`` for a digest the ingest's add opened: the entry an announcement of it
+        would carry (``IMMEDIATE``, scheduled when opened), its records the ingest's own."""
+        entry = ScheduleFields(
+            digest.timeline, partition, int(digest.opened_at * 1000), ScheduleReason.IMMEDIATE
+        )
+        return self.prepare(entry, digest, closing_at, checked=True)
+
+    def produce(self, item: Pending) -> None:
+        """Produce every part of ``item`` (a new attempt: its errors and acks start over).
+
+        Each part's delivery report lands in ``item``: an error in ``item.errors``, an
+        acknowledgement in ``item.waiting``. A part refused at once (too large, say) fails
+        the attempt the same way, and the parts after it are not produced."""
+        item.errors.clear()
+        item.waiting = len(item.parts)
+        item.attempt += 1
+        attempt = item.attempt
+
+        def on_delivery(error: KafkaError | None, _message: Message) -> None:
+            if item.attempt != attempt:
+                return  # an earlier attempt's late report: this attempt's parts decide
+            if error is not None:
+                item.errors.append(str(error))
+            else:
+                item.waiting -= 1
+
+        topic = self._settings.output_topic
+        if produce_parts(self._producer, topic, item, self._frame, on_delivery):
+            self._queue_full.inc()
+
+    def published(self, items: Sequence[Pending]) -> None:
+        """Count acknowledged digests and tell the hooks."""
+        self.report.published([item for item in items if item.parts])
+
+
+def close_targets(items: Sequence[Pending]) -> list[DigestTarget]:
+    """The store's close targets of these digests (partition, timeline, id)."""
+    return [(item.entry.partition, item.entry.timeline, item.digest.id) for item in items]
