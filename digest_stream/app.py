@@ -13,7 +13,9 @@ from confluent_kafka import Producer
 from redis.cluster import RedisCluster
 
 from digest_stream.clock import Clock, SystemClock
-from digest_stream.kafka import producer_config
+from digest_stream.kafka import ClientErrors, producer_config
+from digest_stream.ops import preflight
+from digest_stream.ops.failures import FailureError
 from digest_stream.ops.health import Health, Heartbeats, PartitionGauges
 from digest_stream.ops.hooks import Hook, Hooks, load_hooks
 from digest_stream.ops.metrics import Metrics
@@ -64,13 +66,27 @@ def parse_roles(text: str | Iterable[str]) -> frozenset[str]:
 
 def redis_client(settings: Settings) -> redis.Redis | RedisCluster:
     """A Redis (or Redis Cluster) client for the settings."""
-    options = {
-        "socket_timeout": REDIS_SOCKET_TIMEOUT,
-        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
-    }
+    options = redis_options(settings)
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
     return redis.Redis.from_url(settings.redis_url, health_check_interval=30, **options)
+
+
+def redis_options(settings: Settings) -> dict[str, object]:
+    """The client options besides the URL: timeouts, and the TLS files for rediss://."""
+    options: dict[str, object] = {
+        "socket_timeout": REDIS_SOCKET_TIMEOUT,
+        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
+    }
+    # rediss:// only (the settings refuse them otherwise): redis-py's plain connection class
+    # takes no ssl_* arguments.
+    tls = {
+        "ssl_ca_certs": settings.redis_ssl_ca_certs,
+        "ssl_certfile": settings.redis_ssl_certfile,
+        "ssl_keyfile": settings.redis_ssl_keyfile,
+    }
+    options.update({name: value for name, value in tls.items() if value})
+    return options
 
 
 def schedule_frame(settings: Settings) -> Callable[[bytes], bytes]:
@@ -138,6 +154,8 @@ class App:
         self.heartbeats = Heartbeats()
         self.health = Health(self)
         self.server: OpsServer | None = None
+        #: librdkafka's error callback of every client of this process: readiness names it.
+        self.kafka_errors = ClientErrors()
         self._hooks: Hooks | None = None  # until start(), and again once on_stop was called
         self.started = False
 
@@ -147,10 +165,11 @@ class App:
         self.store = store
         if isinstance(store, RedisStore):
             check_clock(store, self.clock, self.metrics)
+        self.check_kafka()
         hooks = Hooks([*self.hooks, *load_hooks(self.settings.hooks, self.settings)])
         self._hooks = hooks
         if "ingest" in self.roles:  # with the scheduler (parse_roles)
-            producer = Producer(producer_config(self.settings))
+            producer = Producer(producer_config(self.settings, self.kafka_errors))
             # The leading edge publishes with the one publisher delivery uses too, on the
             # ingest's producer.
             leading = self._publisher(producer, "ingest", hooks)
@@ -158,11 +177,15 @@ class App:
                 self.settings, store, self.clock, self.metrics, producer, hooks=hooks,
                 frame=schedule_frame(self.settings),
                 publisher=leading if self.settings.direct_leading_edge else None,
+                kafka_errors=self.kafka_errors,
             )  # fmt: skip
             self._spawn(runner, self.ingest)
         if "delivery" in self.roles:
-            producer = Producer(producer_config(self.settings))
-            runner = Runner(self.settings, "delivery", rebalances=self.metrics.rebalances)
+            producer = Producer(producer_config(self.settings, self.kafka_errors))
+            runner = Runner(
+                self.settings, "delivery", rebalances=self.metrics.rebalances,
+                errors=self.kafka_errors,
+            )  # fmt: skip
             self.delivery = Delivery(
                 self.settings, store, self.clock, self.metrics, producer, runner, hooks=hooks,
                 publisher=self._publisher(producer, "delivery", hooks),
@@ -183,6 +206,25 @@ class App:
 
     def _publisher(self, producer: Producer, role: str, hooks: Hooks) -> DigestPublisher:
         return DigestPublisher(self.settings, producer, self.metrics, hooks, self.clock, role)
+
+    def check_kafka(self) -> None:
+        """Stop the start on credentials, TLS or ACLs that Kafka refuses (a crash loop that
+        names the cause, not a process that logs refusals forever); an unreachable Kafka is
+        waited out like an outage later on."""
+        settings = self.settings
+        topics = [settings.schedule_topic, settings.dlq_topic]
+        if "ingest" in self.roles:
+            topics.insert(0, settings.events_topic)
+        if "delivery" in self.roles or settings.direct_leading_edge:
+            topics.append(settings.output_topic)
+        failure = preflight.check_kafka(
+            settings, topics=topics, groups=preflight.service_groups(settings, self.roles)
+        )
+        if failure is None:
+            return
+        if failure.fatal:
+            raise FailureError(failure)
+        log.warning("%s; starting anyway, the roles wait for Kafka", failure.line)
 
     def loop_roles(self) -> list[str]:
         """The role threads this process runs (the scheduler runs inside ingest)."""

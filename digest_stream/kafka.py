@@ -4,6 +4,8 @@ the few calls whose semantics need care (taking a batch, producing into a full q
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -31,11 +33,60 @@ FETCH_MAX_WAIT_MS = 50
 LIBRDKAFKA_LOGGER = logging.getLogger("digest_stream.kafka.librdkafka")
 
 
-def _base(settings: Settings) -> dict[str, Any]:
+#: A consumer group and the setting (or flag) that names it.
+GroupOf = tuple[str, str]
+
+
+class ClientErrors:
+    """What librdkafka reported through ``error_cb``: the latest error and when.
+
+    librdkafka retries authentication, TLS and connection failures by itself and tells only
+    through this callback (and its log), never through a call's result: readiness reads the
+    latest error here, and the start's preflight stops on one that waiting does not cure.
+    Called on whichever thread polls the client, so guarded by a lock.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latest: tuple[KafkaError, float, GroupOf | None] | None = None
+
+    def __call__(self, error: KafkaError, group: GroupOf | None = None) -> None:
+        """Record one error (the ``error_cb`` of every client sharing this object); a consumer
+        reporting its own errors names its group (and the setting that names it)."""
+        with self._lock:
+            if error.code() == KafkaError._ALL_BROKERS_DOWN and self._latest is not None:
+                # A summary ("1/1 brokers are down") that follows the cause: keep the cause.
+                cause, _, group_of = self._latest
+                self._latest = (cause, self._clock(), group_of)
+                return
+            self._latest = (error, self._clock(), group)
+
+    def latest(self, within: float | None = None) -> KafkaError | None:
+        """The latest error (reported within the last ``within`` seconds, when given)."""
+        found = self.latest_with_group(within)
+        return None if found is None else found[0]
+
+    def latest_with_group(
+        self, within: float | None = None
+    ) -> tuple[KafkaError, GroupOf | None] | None:
+        """The latest error and the consumer group it concerns (when its consumer said)."""
+        with self._lock:
+            if self._latest is None:
+                return None
+            error, at, group = self._latest
+        if within is not None and self._clock() - at > within:
+            return None
+        return error, group
+
+
+def _base(settings: Settings, errors: ClientErrors | None = None) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": settings.kafka_bootstrap_servers,
         "logger": LIBRDKAFKA_LOGGER,
     }
+    if errors is not None:
+        config["error_cb"] = errors
     # User-supplied librdkafka properties (SASL, SSL, tuning) win over our defaults.
     return config | dict(settings.kafka_config)
 
@@ -61,7 +112,9 @@ def incremental(config: dict[str, Any]) -> bool:
     return "cooperative" in str(config.get("partition.assignment.strategy", ""))
 
 
-def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
+def consumer_config(
+    settings: Settings, group_id: str, errors: ClientErrors | None = None
+) -> dict[str, Any]:
     """A consumer that never auto-commits; eager (range) rebalancing, see EAGER_STRATEGY."""
     config = {
         "group.id": group_id,
@@ -78,10 +131,10 @@ def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
         "session.timeout.ms": 10_000,
         "heartbeat.interval.ms": 1_000,
     }
-    return {**config, **_base(settings)}
+    return {**config, **_base(settings, errors)}
 
 
-def producer_config(settings: Settings) -> dict[str, Any]:
+def producer_config(settings: Settings, errors: ClientErrors | None = None) -> dict[str, Any]:
     """An idempotent producer waiting for all in-sync replicas."""
     config = {
         "enable.idempotence": True,
@@ -93,12 +146,12 @@ def producer_config(settings: Settings) -> dict[str, Any]:
         # batches of parts refused that each fit.
         "batch.size": settings.max_message_bytes,
     }
-    return {**config, **_base(settings)}
+    return {**config, **_base(settings, errors)}
 
 
-def admin_config(settings: Settings) -> dict[str, Any]:
+def admin_config(settings: Settings, errors: ClientErrors | None = None) -> dict[str, Any]:
     """An admin client's configuration."""
-    return _base(settings)
+    return _base(settings, errors)
 
 
 #: auto.offset.reset's values (librdkafka's names and aliases) and the position each names.
@@ -138,8 +191,14 @@ def take_batch(consumer: Consumer, max_messages: int, timeout: float) -> list[Me
     return [first, *consumer.consume(max_messages - 1, timeout=0)]
 
 
-def usable(messages: Sequence[Message], role: str) -> Iterator[Message]:
-    """Messages that carry data; fatal errors raise, end-of-partition is skipped, others logged."""
+def usable(
+    messages: Sequence[Message],
+    role: str,
+    report: ClientErrors | None = None,
+    group: GroupOf | None = None,
+) -> Iterator[Message]:
+    """Messages that carry data; fatal errors raise, end-of-partition is skipped, others logged
+    (and reported: a group or topic the ACLs refuse comes this way, not through error_cb)."""
     for message in messages:
         error = message.error()
         if error is None:
@@ -149,6 +208,8 @@ def usable(messages: Sequence[Message], role: str) -> Iterator[Message]:
             raise KafkaException(error)
         if error.code() != KafkaError._PARTITION_EOF:
             log.warning("%s consumer error: %s", role, error)
+            if report is not None:
+                report(error, group)
 
 
 # How long one wait for room in a full producer queue serves delivery reports.

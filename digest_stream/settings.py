@@ -79,6 +79,19 @@ class Settings(BaseSettings):
     redis_cluster: bool = Field(
         False, description="Treat redis_url as a seed node of a Redis Cluster."
     )
+    redis_ssl_ca_certs: str | None = Field(
+        None,
+        description="CA bundle (PEM file) that verifies the Redis server's certificate "
+        "(rediss:// only); unset = the system's CAs.",
+    )
+    redis_ssl_certfile: str | None = Field(
+        None,
+        description="Client certificate (PEM file) for a Redis that requires mutual TLS "
+        "(rediss:// only); its key in the same file or in redis_ssl_keyfile.",
+    )
+    redis_ssl_keyfile: str | None = Field(
+        None, description="Private key (PEM file) of redis_ssl_certfile."
+    )
     schema_registry_url: str | None = Field(
         None,
         pattern=r"^https?://",
@@ -231,6 +244,11 @@ class Settings(BaseSettings):
         check_sizes(self)
         return self
 
+    @model_validator(mode="after")
+    def _redis_tls(self) -> Settings:
+        check_redis_tls(self)
+        return self
+
     @field_validator("kafka_config")
     @classmethod
     def _one_partitioner(cls, value: dict[str, KafkaValue]) -> dict[str, KafkaValue]:
@@ -302,6 +320,25 @@ def check_sizes(settings: Settings) -> None:
             f"{env_name('max_event_bytes')} ({settings.max_event_bytes}) must leave "
             f"{MESSAGE_OVERHEAD_BYTES} bytes of room under {env_name('max_message_bytes')} "
             f"({settings.max_message_bytes}): at most {room}"
+        )
+
+
+def check_redis_tls(settings: Settings) -> None:
+    """Refuse TLS files for a plaintext URL (they would be ignored) and a key without its cert."""
+    given = [
+        env_name(name)
+        for name in ("redis_ssl_ca_certs", "redis_ssl_certfile", "redis_ssl_keyfile")
+        if getattr(settings, name)
+    ]
+    if given and not settings.redis_url.startswith("rediss://"):
+        raise ValueError(
+            f"{', '.join(given)} set, but {env_name('redis_url')} is not rediss://: "
+            "use rediss:// to connect with TLS"
+        )
+    if settings.redis_ssl_keyfile and not settings.redis_ssl_certfile:
+        raise ValueError(
+            f"{env_name('redis_ssl_keyfile')} needs {env_name('redis_ssl_certfile')} "
+            "(the client certificate it belongs to)"
         )
 
 

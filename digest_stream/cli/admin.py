@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from digest_stream.cli.common import event_partitions, load_settings, settings_options, when
+from digest_stream.cli.common import (
+    check_kafka,
+    event_partitions,
+    load_settings,
+    settings_options,
+    when,
+)
+from digest_stream.settings import env_name
 
 if TYPE_CHECKING:  # the store (and redis-py) loads only for the commands that use it
     from digest_stream.store.base import TimelineInfo
@@ -67,6 +74,11 @@ def replay(partition: int, from_offset: int, yes: bool, **flags: Any) -> None:
 
     settings = load_settings(flags)
     store = connect_store(settings)
+    check_kafka(
+        settings,
+        topics=(settings.events_topic,),
+        groups={settings.group_id: env_name("group_id")},
+    )
     try:
         plan = plan_replay(settings, partition, from_offset, store)
         click.echo(plan.describe())
@@ -112,11 +124,12 @@ def stats(**flags: Any) -> None:
 
     settings = load_settings(flags)
     store = connect_store(settings)
+    partitions = event_partitions(settings)
     now = time.time()
     click.echo(f"{'partition':>9} {'waiting':>8} {'ready':>6} {'oldest due':>26} "
                f"{'overdue':>9} {'fence':>10}")  # fmt: skip
     totals = [0, 0]
-    for p in event_partitions(settings):
+    for p in partitions:
         s = store.stats(p)
         totals[0] += s.waiting
         totals[1] += s.ready

@@ -25,6 +25,14 @@ from digest_stream.settings import (
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Keys of the click context's meta (one dict for the whole invocation): the settings the
+#: command loaded and its name, for the one line a failure prints; whether --debug was given.
+SETTINGS_KEY = "digest_stream.settings"
+COMMAND_KEY = "digest_stream.command"
+DEBUG_KEY = "digest_stream.debug"
+#: Set to 1 (or pass the global --debug) to see a failure's traceback instead of its line.
+DEBUG_ENV = "DIGEST_STREAM_DEBUG"
+
 
 def settings_options(command: F) -> F:
     """Add one --flag per setting (flags win over env), generated from the model."""
@@ -75,6 +83,15 @@ def stop_flag() -> threading.Event:
     return stop
 
 
+def command_name(context: click.Context) -> str:
+    """`digest-stream topics create`, whatever name the program was called by."""
+    names: list[str] = []
+    while context.parent is not None:
+        names.append(context.info_name or "")
+        context = context.parent
+    return " ".join(["digest-stream", *reversed(names)])
+
+
 def load_settings(flags: dict[str, Any]) -> Settings:
     """Settings from flags, env and the TOML file; invalid ones exit with one line each."""
     given = {
@@ -84,7 +101,12 @@ def load_settings(flags: dict[str, Any]) -> Settings:
     }
     token = config_file.set(flags.get("config"))
     try:
-        return Settings(**given)
+        settings = Settings(**given)
+        context = click.get_current_context(silent=True)
+        if context is not None:
+            context.meta[SETTINGS_KEY] = settings
+            context.meta[COMMAND_KEY] = command_name(context)
+        return settings
     except ConfigFileError as exc:
         click.echo(f"digest-stream: {exc}", err=True)
         sys.exit(2)
@@ -104,12 +126,25 @@ def setup_logging(settings: Settings) -> None:
     logs.setup(settings.log_level, settings.log_format, secret_values(settings))
 
 
+def check_kafka(
+    settings: Settings, *, topics: tuple[str, ...] = (), groups: dict[str, str] | None = None
+) -> None:
+    """Stop the command with one line when Kafka is unreachable, refuses the credentials or
+    the topics and groups (instead of librdkafka's silent retries)."""
+    from digest_stream.ops import failures, preflight
+
+    failure = preflight.check_kafka(settings, topics=topics, groups=groups)
+    if failure is not None:
+        raise failures.FailureError(failure)
+
+
 def event_partitions(settings: Settings) -> list[int]:
     """The events topic's partitions; exits with one line when the topic is missing."""
     from confluent_kafka.admin import AdminClient
 
     from digest_stream.kafka import admin_config
 
+    check_kafka(settings, topics=(settings.events_topic,))
     admin = AdminClient(admin_config(settings))
     topic = admin.list_topics(settings.events_topic, timeout=10).topics.get(settings.events_topic)
     if topic is None or topic.error is not None or not topic.partitions:

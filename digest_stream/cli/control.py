@@ -16,6 +16,7 @@ import click
 from redis.exceptions import RedisError
 
 from digest_stream.cli.common import event_partitions, load_settings, settings_options
+from digest_stream.ops.failures import one_line
 from digest_stream.settings import Settings, env_name
 from digest_stream.store.errors import LibraryVersionMismatch
 from digest_stream.wire.partitioner import partition_for
@@ -45,8 +46,8 @@ def _targets(command: str, timeline: str, settings: Settings, partition: int | N
         found = sorted(find_timeline(connect_store(settings), partitions, timeline))
     except (RedisError, LibraryVersionMismatch) as exc:
         click.echo(
-            f"digest-stream {command}: cannot look up timeline {timeline} in the store ({exc}); "
-            "nothing sent (--partition sends without looking)",
+            f"digest-stream {command}: cannot look up timeline {timeline} in the store "
+            f"({one_line(exc, settings)}); nothing sent (--partition sends without looking)",
             err=True,
         )
         sys.exit(1)

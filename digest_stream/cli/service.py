@@ -11,7 +11,13 @@ from typing import Any, NoReturn
 
 import click
 
-from digest_stream.cli.common import load_settings, on_stop_signals, settings_options, setup_logging
+from digest_stream.cli.common import (
+    DEBUG_KEY,
+    load_settings,
+    on_stop_signals,
+    settings_options,
+    setup_logging,
+)
 
 
 @click.command()
@@ -25,6 +31,7 @@ from digest_stream.cli.common import load_settings, on_stop_signals, settings_op
 def run(roles: str, **flags: Any) -> None:
     """Run the service until SIGTERM/SIGINT, then stop gracefully."""
     from digest_stream.app import STOP_TIMEOUT, App, parse_roles
+    from digest_stream.ops.failures import one_line
 
     settings = load_settings(flags)
     setup_logging(settings)
@@ -46,7 +53,9 @@ def run(roles: str, **flags: Any) -> None:
     try:
         app.start()
     except Exception as exc:
-        click.echo(f"digest-stream run: cannot start: {exc}", err=True)
+        if click.get_current_context().meta.get(DEBUG_KEY):
+            raise
+        click.echo(f"digest-stream run: cannot start: {one_line(exc, settings)}", err=True)
         sys.exit(1)
     # Poll, not app.wait(timeout): its False means both "no stop yet" and "roles still alive
     # after STOP_TIMEOUT", and only the second must end the process.
@@ -61,7 +70,8 @@ def run(roles: str, **flags: Any) -> None:
         )
         _exit_now(1)
     if app.failed is not None:
-        click.echo(f"digest-stream run: stopped after an error: {app.failed}", err=True)
+        line = one_line(app.failed, settings)
+        click.echo(f"digest-stream run: stopped after an error: {line}", err=True)
         sys.exit(1)
 
 

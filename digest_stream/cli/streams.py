@@ -15,7 +15,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from digest_stream.cli.common import load_settings, settings_options, stop_flag
+from digest_stream.cli.common import check_kafka, load_settings, settings_options, stop_flag
+from digest_stream.ops.acls import TAIL_GROUP_PREFIX
 
 
 @contextlib.contextmanager
@@ -44,6 +45,7 @@ def topics_create(partitions: int, replication_factor: int, **flags: Any) -> Non
     settings = load_settings(flags)
     from digest_stream.kafka import admin_config
 
+    check_kafka(settings)  # a wrong password is named now, not after 30 s of timeouts
     admin = AdminClient(admin_config(settings))
     names = [settings.events_topic, settings.schedule_topic, settings.output_topic,
              settings.dlq_topic]  # fmt: skip
@@ -78,6 +80,7 @@ def produce(
     from digest_stream.client import EventProducer
 
     settings = load_settings(flags)
+    check_kafka(settings, topics=(settings.events_topic,))
     stop = stop_flag()
     started = time.monotonic()
     sent = 0
@@ -107,8 +110,18 @@ def produce(
     click.echo(f"sent {sent} events to {settings.events_topic} over {timelines} timelines")
 
 
+#: tail's consumer group unless --group names one: fresh each run, so it reads from now (or
+#: from the beginning) without taking partitions from anyone. A prefixed group ACL must cover
+#: it, or pass --group.
+TAIL_GROUP = f"{TAIL_GROUP_PREFIX}<hex>"
+
+
 @click.command()
-@click.option("--group", default=None, help="Consumer group (default: a fresh one).")
+@click.option(
+    "--group",
+    default=None,
+    help=f"Consumer group (default: a fresh {TAIL_GROUP}; with Kafka ACLs, one they allow).",
+)
 @click.option("--from-beginning/--from-now", default=False, show_default=True)
 @click.option("--duration", default=0.0, help="Stop after this many seconds (0 = until ^C).")
 @click.option(
@@ -119,9 +132,15 @@ def tail(
     group: str | None, from_beginning: bool, duration: float, max_digests: int, **flags: Any
 ) -> None:
     """Print digests as they arrive: timeline, records, total, dropped, reason, latency."""
+    group_given = group is not None
     from digest_stream.client import DigestReader, RegistryUnavailable
+    from digest_stream.ops.failures import FailureError, KafkaScope, explain
 
     settings = load_settings(flags)
+    group = group or TAIL_GROUP.replace("<hex>", uuid.uuid4().hex[:8])
+    setting = "--group" if group_given else f"--group (tail's default is {TAIL_GROUP})"
+    scope = KafkaScope(topic=settings.output_topic, group=group, group_setting=setting)
+    check_kafka(settings, topics=(settings.output_topic,), groups={group: setting})
     stop = stop_flag()
     overrides: dict[str, Any] = {
         **settings.kafka_config,
@@ -134,7 +153,7 @@ def tail(
                f"{'part':>5}  {'reason':9} {'latency':>9}  digest id")  # fmt: skip
     with DigestReader(
         settings.kafka_bootstrap_servers,
-        group or f"digest-stream-tail-{uuid.uuid4().hex[:8]}",
+        group,
         topic=settings.output_topic,
         schema_registry_url=settings.schema_registry_url,
         schema_registry_config=settings.schema_registry_config,
@@ -147,6 +166,12 @@ def tail(
                 click.echo(f"digest-stream tail: {exc}; retrying", err=True)
                 stop.wait(1.0)
                 continue
+            except KafkaException as exc:
+                # The reader raises what waiting does not cure (authorization, fatal errors).
+                failure = explain(exc, settings, scope)
+                if failure is None:
+                    raise
+                raise FailureError(failure) from exc
             if digest is None:
                 continue
             # Latency: from the newest record's event time to now (what a user waits).

@@ -18,6 +18,10 @@ from digest_stream.wire.registry import RegistryUnavailable, writer_schemas
 
 log = logging.getLogger("digest_stream.client")
 
+#: Consumer errors that waiting does not cure: the ACLs refuse the topic or the group.
+#: librdkafka would report them again at every metadata refresh and rejoin, forever.
+REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED})
+
 
 class UndecodableDigest(DecodeError):
     """A message on the digest topic that is not a valid Digest, with its coordinates.
@@ -107,7 +111,9 @@ class DigestReader:
         """The next digest not yielded before, or None if none arrives within timeout seconds.
 
         Marks the previously returned digest as processed. Raises UndecodableDigest for a
-        message that is not a valid Digest (polling again continues after it).
+        message that is not a valid Digest (polling again continues after it), and
+        KafkaException for a fatal error or one the ACLs cause (topic or group authorization
+        failed): those do not pass by waiting.
         """
         self._check_open()
         self._release_pending()
@@ -118,7 +124,7 @@ class DigestReader:
                 return None
             error = message.error()
             if error is not None:
-                if error.fatal():
+                if error.fatal() or error.code() in REFUSED:
                     raise KafkaException(error)
                 # Transient (a broker restarting, the topic not created yet): librdkafka
                 # recovers by itself; report and go on.

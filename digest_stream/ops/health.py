@@ -24,6 +24,8 @@ from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
 from digest_stream.clock import Clock
+from digest_stream.kafka import ClientErrors
+from digest_stream.ops.failures import KafkaScope, explain_kafka
 from digest_stream.ops.metrics import Metrics
 from digest_stream.settings import Settings
 from digest_stream.store import library
@@ -37,6 +39,9 @@ log = logging.getLogger(__name__)
 # A readiness probe may come every second from several probers; one Redis round trip per
 # second at most is plenty to notice an outage.
 READY_CACHE_SECONDS = 1.0
+# librdkafka reports a refused login or an unreachable broker at each reconnect (backoff up
+# to 10 s): an error this recent still stands.
+KAFKA_ERROR_WINDOW = 30.0
 
 # Per-partition gauges, declared once (see docs/operations.md).
 WAITING = "digest_partition_waiting_timelines"
@@ -118,6 +123,10 @@ class HealthView(Protocol):
     @property
     def owned_partitions(self) -> frozenset[int] | None:
         """Input partitions the ingest role owns; None without an ingest role."""
+
+    @property
+    def kafka_errors(self) -> ClientErrors:
+        """What librdkafka reported through its error callback."""
 
     @property
     def scheduler_runs(self) -> bool:
@@ -214,6 +223,7 @@ class Health:
             details["delivery_partitions"] = assigned
             if not assigned:
                 problems.append("no schedule partitions assigned")
+        self._kafka_cause(problems, details)
         store = app.store
         if isinstance(store, RedisStore):
             try:
@@ -236,7 +246,23 @@ class Health:
         details["problems"] = problems
         return not problems, details
 
-    def _log_once(self, message: str, exc: BaseException) -> None:
+    def _kafka_cause(self, problems: list[str], details: dict[str, Any]) -> None:
+        """A recent Kafka error that explains (or by itself is) not being ready."""
+        found = self._app.kafka_errors.latest_with_group(within=KAFKA_ERROR_WINDOW)
+        if found is None:
+            return
+        error, group = found
+        scope = None if group is None else KafkaScope(group=group[0], group_setting=group[1])
+        failure = explain_kafka(error, self._app.settings, scope)
+        if failure is None:
+            return
+        details["kafka_error"] = {"kind": failure.kind, "code": error.name()}
+        if failure.fatal or problems:
+            # The kind and librdkafka's code name, not the line: it names hosts and users.
+            problems.append(f"Kafka {failure.kind} failure ({error.name()}): see the log")
+        self._log_once("readiness: %s", failure.line)
+
+    def _log_once(self, message: str, exc: BaseException | str) -> None:
         # The probe's body names only the error class; the text goes to the log, once per
         # change rather than once per probe (probes come every second during an outage).
         text = message % exc

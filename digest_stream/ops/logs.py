@@ -10,7 +10,8 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Literal, TextIO
 
@@ -71,6 +72,51 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+#: Loggers whose lines repeat by the second while a cause lasts (librdkafka's retries of a
+#: refused login, an unreachable broker; the consumers' errors): RepeatFilter thins them.
+REPEATING_LOGGERS = (
+    "digest_stream.kafka.librdkafka",
+    "digest_stream.client.librdkafka",
+    "digest_stream.kafka",
+)
+#: A line that repeats is logged once per this many seconds, with the count it stood for.
+REPEAT_WINDOW = 30.0
+_NUMBERS = re.compile(r"\d+")
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a line through once per window; the next one says how many were held back.
+
+    Lines alike but for their numbers (client ids, ports, milliseconds) count as one: a wrong
+    password makes every client of the process log the same refusal several times a second.
+    """
+
+    def __init__(
+        self, window: float = REPEAT_WINDOW, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__()
+        self._window = window
+        self._clock = clock
+        self._seen: dict[tuple[str, int, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.levelno, _NUMBERS.sub("#", record.getMessage()))
+        now = self._clock()
+        shown = self._seen.get(key)
+        if shown is not None and now - shown[0] < self._window:
+            self._seen[key] = (shown[0], shown[1] + 1)
+            return False
+        if len(self._seen) > 1000:  # bounded: forget lines not seen for a window
+            self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self._window}
+        self._seen[key] = (now, 0)
+        if shown is not None and shown[1]:
+            record.msg = (
+                f"{record.getMessage()} (and {shown[1]} more like it in {now - shown[0]:.0f}s)"
+            )
+            record.args = None
+        return True
+
+
 def setup(
     level: str = "INFO",
     fmt: Literal["human", "json"] = "human",
@@ -86,4 +132,9 @@ def setup(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    for name in REPEATING_LOGGERS:
+        logger = logging.getLogger(name)
+        for old_filter in [f for f in logger.filters if isinstance(f, RepeatFilter)]:
+            logger.removeFilter(old_filter)
+        logger.addFilter(RepeatFilter())
     return handler

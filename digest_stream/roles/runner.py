@@ -26,9 +26,16 @@ from confluent_kafka import (
 from prometheus_client import Counter
 from tenacity import RetryCallState
 
-from digest_stream.kafka import consumer_config, incremental, reset_start, take_batch, usable
+from digest_stream.kafka import (
+    ClientErrors,
+    consumer_config,
+    incremental,
+    reset_start,
+    take_batch,
+    usable,
+)
 from digest_stream.roles.retry import until_redis_answers
-from digest_stream.settings import Settings
+from digest_stream.settings import Settings, env_name
 
 log = logging.getLogger(__name__)
 
@@ -76,15 +83,19 @@ class Runner:
         *,
         consumer: Consumer | None = None,
         rebalances: Counter | None = None,
+        errors: ClientErrors | None = None,
     ) -> None:
         self.settings = settings
         self.role = role
         if role == "ingest":
             group_id, self.topic = settings.group_id, settings.events_topic
+            self._group = (group_id, env_name("group_id"))
         else:
             group_id, self.topic = settings.delivery_group_id, settings.schedule_topic
+            self._group = (group_id, env_name("delivery_group_id"))
         self._rebalances = rebalances
-        config = consumer_config(settings, group_id)
+        self._errors = errors
+        config = consumer_config(settings, group_id, errors)
         # A user may choose cooperative-sticky (kafka_config); the handlers then assign
         # incrementally, as librdkafka requires.
         self._incremental = incremental(config)
@@ -156,7 +167,7 @@ class Runner:
     def take(self, timeout: float) -> list[Message]:
         """A batch of up to batch_size data messages (kafka.take_batch); errors are logged."""
         batch = take_batch(self._consumer, self.settings.batch_size, timeout)
-        return list(usable(batch, self.role))
+        return list(usable(batch, self.role, self._errors, self._group))
 
     def committed(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """The group's committed offsets of these partitions (bounded: COMMITTED_TIMEOUT)."""

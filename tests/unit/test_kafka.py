@@ -19,3 +19,21 @@ def test_added_partitions_are_noticed_within_seconds_and_read_from_their_start()
 def test_the_user_kafka_config_still_wins() -> None:
     settings = Settings(kafka_config={"topic.metadata.refresh.interval.ms": "60000"})
     assert consumer_config(settings, "group")["topic.metadata.refresh.interval.ms"] == "60000"
+
+
+def test_client_errors_keep_the_cause_behind_all_brokers_down() -> None:
+    from confluent_kafka import KafkaError
+
+    from digest_stream.kafka import ClientErrors, producer_config
+
+    now = [0.0]
+    errors = ClientErrors(clock=lambda: now[0])
+    assert errors.latest() is None
+    errors(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error"))
+    errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    latest = errors.latest(within=30)
+    assert latest is not None
+    assert latest.code() == KafkaError._AUTHENTICATION
+    now[0] = 31.0
+    assert errors.latest(within=30) is None  # no longer reported: no longer standing
+    assert producer_config(Settings(), errors)["error_cb"] is errors

@@ -84,3 +84,30 @@ def test_an_event_size_that_could_never_be_published_is_refused_at_start() -> No
     with pytest.raises(ValidationError, match="DIGEST_STREAM_MAX_EVENT_BYTES"):
         Settings(max_message_bytes=100_000, max_event_bytes=90_000)
     assert Settings(max_message_bytes=100_000, max_event_bytes=80_000).max_event_bytes == 80_000
+
+
+def test_redis_tls_files_reach_both_clients_and_need_rediss() -> None:
+    # Issue 28, item 5: the CA of a rediss:// server, and a client certificate for mTLS.
+    from digest_stream.app import redis_options
+    from digest_stream.ops.config import masked_settings
+
+    for cluster in (False, True):
+        settings = Settings(
+            redis_url="rediss://h:6380/0", redis_cluster=cluster, redis_ssl_ca_certs="/ca.pem",
+            redis_ssl_certfile="/c.pem", redis_ssl_keyfile="/c.key",
+        )  # fmt: skip
+        options = redis_options(settings)
+        assert options["ssl_ca_certs"] == "/ca.pem"
+        assert options["ssl_certfile"] == "/c.pem"
+        assert options["ssl_keyfile"] == "/c.key"
+    assert "ssl_ca_certs" not in redis_options(Settings(redis_url="rediss://h:6380/0"))
+    shown = masked_settings(settings)  # config show: paths, not secrets
+    assert (shown["redis_ssl_ca_certs"], shown["redis_ssl_keyfile"]) == ("/ca.pem", "/c.key")
+    with pytest.raises(ValidationError) as refused:
+        Settings(redis_url="redis://h:6379/0", redis_ssl_ca_certs="/ca.pem")
+    assert describe_error(refused.value) == [
+        "invalid settings: DIGEST_STREAM_REDIS_SSL_CA_CERTS set, but DIGEST_STREAM_REDIS_URL "
+        "is not rediss://: use rediss:// to connect with TLS"
+    ]
+    with pytest.raises(ValidationError, match="DIGEST_STREAM_REDIS_SSL_KEYFILE needs"):
+        Settings(redis_url="rediss://h:6380/0", redis_ssl_keyfile="/c.key")

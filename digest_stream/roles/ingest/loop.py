@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from digest_stream.clock import Clock
-from digest_stream.kafka import admin_config
+from digest_stream.kafka import ClientErrors, admin_config
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest.applier import Applier
@@ -332,12 +332,15 @@ def ingest_role(
     consumer: Consumer | None = None,
     topics: TopicProbe | None = None,
     publisher: DigestPublisher | None = None,
+    kafka_errors: ClientErrors | None = None,
 ) -> tuple[Runner, Ingest]:
     """The ingest role with its scheduler (announcing through ``frame``), and its runner;
     ``publisher``: the leading edge is on and publishes through it."""
     emitter = ScheduleEmitter(producer, settings.schedule_topic, metrics, hooks=hooks, frame=frame)
     scheduler = Scheduler(settings, store, emitter, clock, metrics)
-    runner = Runner(settings, "ingest", consumer=consumer, rebalances=metrics.rebalances)
+    runner = Runner(
+        settings, "ingest", consumer=consumer, rebalances=metrics.rebalances, errors=kafka_errors
+    )
     ingest = Ingest(
         settings, store, clock, metrics, producer, scheduler, runner, hooks=hooks, topics=topics,
         publisher=publisher,

@@ -146,11 +146,8 @@ def _without(acl_list: list[Acl], name: str, operation: str) -> list[Acl]:
     return [a for a in fewer if a.operations]
 
 
-#: Naming the resource is issue 28's item 3 (branch i28-errors: one mapping from Kafka errors to
-#: a line that names its cause). Until it is merged the service logs TOPIC_/GROUP_AUTHORIZATION_
-#: FAILED without the name (and dead-letters the digests it cannot publish). strict: once it is
-#: merged this passes, and the marker must go.
-@pytest.mark.xfail(strict=True, reason="the authorization error names no resource yet (i28-errors)")
+#: Issue 28, item 3: the start's preflight (ops/preflight.py) finds the refused topic or group
+#: and `run` exits naming it (ops/failures.py); a refusal later on is named by readiness.
 @pytest.mark.parametrize(
     ("missing", "operation"),
     [("output_topic", "Write"), ("delivery_group_id", "Read")],

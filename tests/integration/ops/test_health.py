@@ -16,6 +16,7 @@ from confluent_kafka import KafkaException
 
 from digest_stream import app as app_module
 from digest_stream.clock import Clock, ManualClock
+from digest_stream.kafka import ClientErrors
 from digest_stream.ops import health as health_module
 from digest_stream.ops.health import Health, HealthView, Heartbeats
 from digest_stream.ops.metrics import Metrics
@@ -40,6 +41,7 @@ class FakeView:
     metrics: Metrics = field(default_factory=Metrics)
     heartbeats: Heartbeats = field(default_factory=Heartbeats)
     store: DigestStore | None = None
+    kafka_errors: ClientErrors = field(default_factory=ClientErrors)
 
     @property
     def scheduler_runs(self) -> bool:
@@ -145,3 +147,28 @@ def test_readyz_names_a_redis_error_by_its_class(
     assert port not in json.dumps(details)
     assert any("readiness: Redis unreachable" in r.getMessage() for r in caplog.records)
     client.close()
+
+
+def test_readiness_names_a_standing_kafka_refusal(caplog: pytest.LogCaptureFixture) -> None:
+    # Issue 28, failure 3: /readyz said only "no input partitions assigned" while librdkafka
+    # was refused the login; now it names the cause (not the text: that names hosts, users).
+    from confluent_kafka import KafkaError
+
+    sasl = {"security.protocol": "SASL_SSL", "sasl.username": "svc", "sasl.password": "pw"}
+    view = FakeView(owned_partitions=frozenset(), settings=Settings(kafka_config=sasl))
+    view.kafka_errors(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: bad"))
+    with caplog.at_level(logging.WARNING):
+        ok, details = health(view).ready()
+    assert not ok
+    assert details["problems"] == [
+        "no input partitions assigned",
+        "Kafka authentication failure (_AUTHENTICATION): see the log",
+    ]
+    assert details["kafka_error"] == {"kind": "authentication", "code": "_AUTHENTICATION"}
+    assert "Kafka SASL authentication failed" in caplog.text  # the whole line, in the log
+    # An unreachable broker alone does not make a ready process unready (it reconnects).
+    busy = FakeView()
+    busy.kafka_errors(KafkaError(KafkaError._TRANSPORT, "Connection refused"))
+    ok, details = health(busy).ready()
+    assert ok, details
+    assert details["kafka_error"]["kind"] == "unreachable"

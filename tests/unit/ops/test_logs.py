@@ -111,3 +111,38 @@ def test_librdkafka_lines_come_out_in_the_service_format(capfd: pytest.CaptureFi
     failures = [line for line in _json_lines(out) if "failed" in line["message"]]
     assert {line["level"] for line in failures} == {"ERROR"}
     assert "%3|" not in capfd.readouterr().err, "raw librdkafka lines on stderr"
+
+
+def test_repeated_lines_are_logged_once_per_window_with_the_count_they_stood_for() -> None:
+    # Issue 28, failure 3: a wrong SASL password made every client log its refusal several
+    # times a second (540 ERROR lines a minute). Lines alike but for numbers count as one.
+    now = [0.0]
+    repeats = logs.RepeatFilter(window=30.0, clock=lambda: now[0])
+    logger = logging.getLogger("test.repeats")
+    logger.propagate = False
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger.addHandler(handler)
+    logger.addFilter(repeats)
+    try:
+        for second in range(60):  # 9 lines a second for a minute, from two clients
+            now[0] = float(second)
+            for n in range(9):
+                logger.error("FAIL [rdkafka#consumer-%d]: SASL authentication failed", n % 2 + 2)
+        logger.error("another line")
+    finally:
+        logger.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert lines == [
+        "FAIL [rdkafka#consumer-2]: SASL authentication failed",
+        "FAIL [rdkafka#consumer-2]: SASL authentication failed (and 269 more like it in 30s)",
+        "another line",
+    ]
+
+
+def test_setup_thins_the_librdkafka_loggers(restore_logging: None) -> None:
+    logs.setup("INFO", "human", stream=io.StringIO())
+    logs.setup("INFO", "human", stream=io.StringIO())  # again: still one filter each
+    for name in logs.REPEATING_LOGGERS:
+        filters = logging.getLogger(name).filters
+        assert sum(isinstance(f, logs.RepeatFilter) for f in filters) == 1
