@@ -23,9 +23,10 @@ capacity): ms of Redis time for the open and for a reopen.
 Then the catch-up's shape, interleaved traffic: 1,000 timelines get one record each per call,
 for 5, 20 and 100 calls (records per timeline; the first call with the leading edge, as the
 service runs, so every timeline then cools down and its due time moves with each record). Prints
-µs of Redis time per event over all the calls (median of 3 runs [min..max]) and, call by call,
-µs per event of the median run: a cost that grows with the call number is a cost that grows
-with what the timeline holds.
+µs per event over all the calls (median of 3 runs [min..max]) of Redis time in FCALL and of
+Redis's main-thread CPU (the steadier figure on a busy host: time spent waiting for a core is
+not in it), and, call by call, FCALL µs per event of the median run: a cost that grows with
+the call number is a cost that grows with what the timeline holds.
 Uses its own namespace on the stack's Redis and removes it.
 """
 
@@ -185,14 +186,21 @@ def open_cost(client: redis.Redis, records: int = 20_000) -> tuple[float | None,
         delete_namespace(client, namespace)
 
 
-def interleaved(client: redis.Redis, per_timeline: int) -> list[float | None]:
-    """µs of Redis time per event of each of `per_timeline` calls that add one record to each of
-    RECORDS timelines (None: another client's FCALL overlapped that call). The first call leads
-    (open nonce) and its digests are settled, outside the figures."""
+def redis_cpu(client: redis.Redis) -> float:
+    """Seconds of CPU Redis's main thread has used (user + system)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
+
+
+def interleaved(client: redis.Redis, per_timeline: int) -> list[tuple[float, float] | None]:
+    """Per call of `per_timeline` calls that add one record to each of RECORDS timelines: µs
+    per event of Redis time in FCALL and of Redis's main-thread CPU (None: another client's
+    FCALL overlapped that call). The first call leads (open nonce) and its digests are
+    settled, outside the figures."""
     namespace = unique("lua-interleaved")
     store = RedisStore(client, namespace=namespace)
     payload = os.urandom(200)
-    costs: list[float | None] = []
+    costs: list[tuple[float, float] | None] = []
     try:
         for call in range(per_timeline):
             batch = [
@@ -200,10 +208,12 @@ def interleaved(client: redis.Redis, per_timeline: int) -> list[float | None]:
                 for i in range(RECORDS)
             ]
             nonce = uuid.uuid4().hex[:24] if call == 0 else None
+            cpu = redis_cpu(client)
             ms, result = measured_call(
                 client, functools.partial(store.add, 0, batch, T0 + call, open_nonce=nonce)
             )
-            costs.append(None if ms is None else ms * 1000 / RECORDS)
+            cpu_us = (redis_cpu(client) - cpu) * 1e6 / RECORDS
+            costs.append(None if ms is None else (ms * 1000 / RECORDS, cpu_us))
             if result.opened:
                 store.settle(0, [digest.id for digest in result.opened])
     finally:
@@ -211,26 +221,32 @@ def interleaved(client: redis.Redis, per_timeline: int) -> list[float | None]:
     return costs
 
 
-def per_event(costs: list[float | None]) -> float | None:
-    """Mean µs per event over the calls, None when any call overlapped another client's."""
-    known = [cost for cost in costs if cost is not None]
+def per_event(costs: list[tuple[float, float] | None], which: int) -> float | None:
+    """Mean µs per event over the calls (`which`: 0 FCALL time, 1 CPU), None when any call
+    overlapped another client's FCALL."""
+    known = [cost[which] for cost in costs if cost is not None]
     return statistics.fmean(known) if len(known) == len(costs) else None
 
 
 def print_interleaved(client: redis.Redis, shapes: list[int], repeats: int = 3) -> None:
-    """Prints `interleaved` per shape: µs per event over all calls, and call by call."""
+    """Prints `interleaved` per shape: µs per event over all calls (FCALL time and Redis CPU,
+    median of `repeats` runs), and call by call (FCALL time, of the run with the median)."""
     for per_timeline in shapes:
         runs = [interleaved(client, per_timeline) for _ in range(repeats)]
-        measured_runs = sorted((mean, run) for run in runs if (mean := per_event(run)) is not None)
+        measured_runs = sorted(
+            (mean, run) for run in runs if (mean := per_event(run, 0)) is not None
+        )
         if not measured_runs:
             print(f"interleaved x {per_timeline}: every run overlapped other clients' FCALLs")
             continue
         means = [mean for mean, _ in measured_runs]
+        cpus = [cpu for _, run in measured_runs if (cpu := per_event(run, 1)) is not None]
         median_run = measured_runs[len(measured_runs) // 2][1]
         print(
             f"interleaved, {RECORDS:,} timelines x {per_timeline} calls of one record each: "
-            f"{spread(means)} us per event ({len(means)} of {repeats} runs); per call: "
-            + " ".join(f"{cost:.1f}" for cost in median_run if cost is not None)
+            f"{spread(means)} us per event in FCALL, {spread(cpus)} us of Redis CPU "
+            f"({len(means)} of {repeats} runs); FCALL us per event, call by call: "
+            + " ".join(f"{cost[0]:.1f}" for cost in median_run if cost is not None)
         )
 
 

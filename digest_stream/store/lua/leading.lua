@@ -3,8 +3,8 @@
 -- Holds: LEADING_HEAD, leading_records, lead, begin_leading, end_leading, settle,
 --   reclaim_one, reclaim.
 -- Needs: CAUSES, INLINE_MAX_RECORDS (written from Python); guards, keys, encoding,
---   containers (encode_inline, decode_inline, read_head, store_batch); call_chunked,
---   extend_ttl, refresh_partition_ttl (helpers).
+--   containers (encode_inline, decode_inline, read_head, distinct_records, store_batch);
+--   call_chunked, extend_ttl, refresh_partition_ttl (helpers).
 --
 -- A timeline an add finds absent gets its first digest in that same add, already in the
 -- state its close would leave: no records, cooling down since the add (WAITING until
@@ -24,21 +24,7 @@ local LEADING_HEAD = '>dH'
 -- its first place and its last value, as store_batch does), or nil when the policy's
 -- capacity would trim them: that rare timeline takes the path of an open instead.
 local function leading_records(timeline)
-    local batch = timeline.batch
-    local records = batch
-    if #batch > 1 then
-        local position = {}
-        records = {}
-        for _, record in ipairs(batch) do
-            local index = position[record.id]
-            if index == nil then
-                records[#records + 1] = record
-                position[record.id] = #records
-            else
-                records[index] = record
-            end
-        end
-    end
+    local records = distinct_records(timeline.batch)
     local capacity = timeline.policy.capacity
     if capacity > 0 and #records > capacity then
         return nil
