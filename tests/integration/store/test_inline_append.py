@@ -44,6 +44,13 @@ def at(offset: int) -> float:
     return T0 + offset + 0.1
 
 
+def stored(client: RedisClient, key: str) -> bytes:
+    """The value of a string key (b"" when missing); the client never decodes."""
+    value = client.get(key)
+    assert not isinstance(value, str)
+    return value or b""
+
+
 def key_of(namespace: str, timeline: str = "t") -> str:
     return timeline_key(partition_tag(namespace, 0), timeline)
 
@@ -60,10 +67,10 @@ def test_an_append_adds_its_entry_and_rewrites_only_the_count(
 ) -> None:
     key = key_of(namespace)
     redis_store.add(0, [record("r0", 0)], T0)
-    before = bytes(client.get(key) or b"")
+    before = stored(client, key)
     assert before.startswith(msgpack_str(b"001|0|"))  # the count is three digits wide
     redis_store.add(0, [record("r1", 1)], T0)
-    after = bytes(client.get(key) or b"")
+    after = stored(client, key)
     # the stored bytes stay as they were but for the count; the new entry follows them
     assert after == before.replace(b"001|", b"002|", 1) + entry("r1", at(1), b"r1")
     # APPEND leaves room to grow; the value is written again at its exact size, TTL kept
@@ -90,7 +97,7 @@ def test_a_repeated_id_supersedes_its_earlier_entry(
 ) -> None:
     key = key_of(namespace)
     add_each([redis_store], [record("r1", 1, b"old"), record("r2", 2), record("r1", 3, b"new")], T0)
-    blob = bytes(client.get(key) or b"")
+    blob = stored(client, key)
     assert blob.startswith(msgpack_str(b"003|0|"))  # entries, the superseded one included
     assert entry("r1", at(1), b"old") in blob
     assert entry("r1", at(3), b"new") in blob
@@ -164,7 +171,7 @@ def test_a_large_timeline_appends_up_to_its_limits_then_becomes_a_hash(
     store = make_redis_store(TimelinePolicy(capacity=None), inline_records=128)
     add_each([store], [record(f"r{i:03d}", i, b"p") for i in range(128)], T0)
     assert client.type(key_of(namespace)) == b"string"
-    assert bytes(client.get(key_of(namespace)) or b"").startswith(msgpack_str(b"128|0|"))
+    assert stored(client, key_of(namespace)).startswith(msgpack_str(b"128|0|"))
     store.add(0, [record("r128", 128, b"p")], T0)
     assert client.type(key_of(namespace)) == b"hash"
     digest = store.open(0, "t", new_id(), T0)
@@ -189,10 +196,10 @@ def test_a_container_written_by_an_earlier_library_is_read_and_appended_to(
     old = msgpack_str(b"2|0|") + entry("r0", at(0), b"p0") + entry("r1", at(1), b"p1")
     client.set(key, old, px=3_600_000)
     redis_store.add(0, [record("r2", 2)], T0)
-    blob = bytes(client.get(key) or b"")
+    blob = stored(client, key)
     assert blob.startswith(msgpack_str(b"003|0|"))
     redis_store.add(0, [record("r3", 3)], T0)  # now an append
-    assert bytes(client.get(key) or b"").startswith(msgpack_str(b"004|0|") + blob[7:])
+    assert stored(client, key).startswith(msgpack_str(b"004|0|") + blob[7:])
     digest = redis_store.open(0, "t", uuid.uuid4().hex, T0)
     assert [r.id for r in digest.records] == ["r3", "r2", "r1", "r0"]
     assert digest.dropped == 0
