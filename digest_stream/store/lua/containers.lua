@@ -366,7 +366,8 @@ local function append_inline(key, head, batch, capacity, inline_records, ms)
     -- cmsgpack.pack(id, timestamp, payload) writes per record, joined once
     local parts = {''}
     for _, record in ipairs(records) do
-        parts[#parts + 1] = cmsgpack.pack(record.id)
+        parts[#parts + 1] = string_header(#record.id)
+        parts[#parts + 1] = record.id
         parts[#parts + 1] = cmsgpack.pack(record.timestamp)
         parts[#parts + 1] = string_header(#record.payload)
         parts[#parts + 1] = record.payload
