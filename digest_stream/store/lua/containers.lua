@@ -248,8 +248,8 @@ local function write_meta(key, head, meta)
         redis.call('HSET', key, META, meta)
     elseif head.start ~= nil then
         -- keep the records' bytes as they are; only the head changes
-        redis.call('SET', key, cmsgpack.pack(meta) .. string.sub(inline_blob(key, head), head.start),
-            'KEEPTTL')
+        local records = string.sub(inline_blob(key, head), head.start)
+        redis.call('SET', key, cmsgpack.pack(meta) .. records, 'KEEPTTL')
     else
         -- missing, or an unreadable head: no record behind it could be decoded either
         redis.call('SET', key, encode_inline(meta, {}), 'KEEPTTL')
@@ -386,6 +386,7 @@ local function append_inline(key, head, batch, capacity, inline_records, ms)
     if length > INLINE_MAX_BYTES then
         -- grown past the inline size: a hash of everything it holds now, the batch included
         local _, stored, _, superseded = decode_inline(redis.call('GET', key))
+        head.blob = nil -- what was read is stale
         meta.written = count - superseded
         write_hash(key, format_timeline_meta(meta), stored)
         redis.call('PEXPIRE', key, ms)
@@ -440,9 +441,10 @@ local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
         return dropped, meta.written
     end
 
-    -- the general path: decoded, merged, trimmed and written whole
-    local raw_meta, records, superseded = head.meta, {}, 0 -- a missing container may carry a
-    if head.kind == 'inline' then                           -- fresh meta
+    -- the general path: decoded, merged, trimmed and written whole (a missing container
+    -- may carry a fresh meta)
+    local raw_meta, records, superseded = head.meta, {}, 0
+    if head.kind == 'inline' then
         local _
         raw_meta, records, _, superseded = decode_inline(inline_blob(key, head))
     end

@@ -1,8 +1,8 @@
 -- encoding.lua: numbers as Redis reads them, record fields, and the timeline and digest
 -- metas (their text forms, parsed and formatted).
--- Holds: format_float, format_integer, format_count, WRITTEN_WIDTH, format_written, ttl_ms, encode_field, decode_field,
---   split_meta, optional_float, mark_suffix, optional_cause, parse_timeline_meta,
---   format_timeline_meta, parse_digest_meta, format_digest_meta.
+-- Holds: format_float, format_integer, format_count, WRITTEN_WIDTH, format_written, ttl_ms,
+--   encode_field, decode_field, split_meta, optional_float, mark_suffix, optional_cause,
+--   parse_timeline_meta, format_timeline_meta, parse_digest_meta, format_digest_meta.
 -- Needs: nothing of the earlier parts.
 
 local function format_float(number)
