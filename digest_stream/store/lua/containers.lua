@@ -362,9 +362,9 @@ local function append_inline(key, head, batch, capacity, inline_records, ms)
             or count >= 10 ^ WRITTEN_WIDTH then
         return false
     end
-    -- parts[1]: a new container's head (below); then byte for byte what
-    -- cmsgpack.pack(id, timestamp, payload) writes per record, joined once
-    local parts = {''}
+    -- parts[1] and [2]: for a value written whole (below), its head and the records stored;
+    -- then byte for byte what cmsgpack.pack(id, timestamp, payload) writes per record
+    local parts = {'', ''}
     for _, record in ipairs(records) do
         parts[#parts + 1] = string_header(#record.id)
         parts[#parts + 1] = record.id
@@ -373,13 +373,19 @@ local function append_inline(key, head, batch, capacity, inline_records, ms)
         parts[#parts + 1] = record.payload
     end
     meta.written = count
-    if head.kind ~= 'inline' then
+    if head.kind ~= 'inline' or head.blob ~= nil then
+        -- a new container, or one read whole with its head (shorter than HEAD_READ, often
+        -- just a meta: what the leading edge leaves): one SET instead of four commands
         parts[1] = cmsgpack.pack(format_timeline_meta(meta))
+        parts[2] = head.blob and string.sub(head.blob, head.start) or ''
         local blob = table.concat(parts)
         if #blob > INLINE_MAX_BYTES then
             return false
         end
         redis.call('SET', key, blob, 'PX', ms)
+        if head.kind == 'inline' then
+            head.blob, head.appended = nil, true -- as below: stale, and written is a bound
+        end
         return count
     end
     local length = redis.call('APPEND', key, table.concat(parts))

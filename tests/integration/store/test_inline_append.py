@@ -8,6 +8,8 @@ import struct
 import uuid
 from collections.abc import Callable, Sequence
 
+import pytest
+
 from digest_stream.store import DigestStore, MemoryStore, NewRecord, RedisStore, TimelinePolicy
 from digest_stream.store.keys import partition_tag, timeline_key
 from tests.support import new_id
@@ -62,17 +64,23 @@ def add_each(stores: Sequence[DigestStore], records: Sequence[NewRecord], now: f
             store.add(0, [item], now)
 
 
+#: Payload sizes: a value shorter than the 64 bytes an add reads of it (read whole, written
+#: with one SET) and a longer one (APPEND, SETRANGE, BITOP, PEXPIRE).
+SIZES = pytest.mark.parametrize("size", [2, 100])
+
+
+@SIZES
 def test_an_append_adds_its_entry_and_rewrites_only_the_count(
-    redis_store: RedisStore, client: RedisClient, namespace: str
+    redis_store: RedisStore, client: RedisClient, namespace: str, size: int
 ) -> None:
     key = key_of(namespace)
-    redis_store.add(0, [record("r0", 0)], T0)
+    redis_store.add(0, [record("r0", 0, b"0" * size)], T0)
     before = stored(client, key)
     assert before.startswith(msgpack_str(b"001|0|"))  # the count is three digits wide
-    redis_store.add(0, [record("r1", 1)], T0)
+    redis_store.add(0, [record("r1", 1, b"1" * size)], T0)
     after = stored(client, key)
     # the stored bytes stay as they were but for the count; the new entry follows them
-    assert after == before.replace(b"001|", b"002|", 1) + entry("r1", at(1), b"r1")
+    assert after == before.replace(b"001|", b"002|", 1) + entry("r1", at(1), b"1" * size)
     # APPEND leaves room to grow; the value is written again at its exact size, TTL kept
     assert client.pttl(key) > 0
     assert int(client.memory_usage(key) or 0) < len(after) + 128
@@ -92,20 +100,24 @@ def test_appended_values_take_no_more_memory_than_written_ones(
     assert appended <= whole
 
 
+@SIZES
 def test_a_repeated_id_supersedes_its_earlier_entry(
-    redis_store: RedisStore, client: RedisClient, namespace: str
+    redis_store: RedisStore, client: RedisClient, namespace: str, size: int
 ) -> None:
     key = key_of(namespace)
-    add_each([redis_store], [record("r1", 1, b"old"), record("r2", 2), record("r1", 3, b"new")], T0)
+    old, new, other = b"o" * size, b"n" * size, b"x" * size
+    add_each(
+        [redis_store], [record("r1", 1, old), record("r2", 2, other), record("r1", 3, new)], T0
+    )
     blob = stored(client, key)
     assert blob.startswith(msgpack_str(b"003|0|"))  # entries, the superseded one included
-    assert entry("r1", at(1), b"old") in blob
-    assert entry("r1", at(3), b"new") in blob
+    assert entry("r1", at(1), old) in blob
+    assert entry("r1", at(3), new) in blob
     assert redis_store.inspect(0, "t").pending == 2
     digest = redis_store.open(0, "t", new_id(), T0)
     assert [(r.id, r.timestamp, r.payload) for r in digest.records] == [
-        ("r1", at(3), b"new"),
-        ("r2", at(2), b"r2"),
+        ("r1", at(3), new),
+        ("r2", at(2), other),
     ]
     assert digest.dropped == 0  # a superseded entry is neither lost nor dropped
 
