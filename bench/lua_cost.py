@@ -1,6 +1,6 @@
 """Server-side cost of `ds_add` per record, by batch shape (Redis's own clock, no client time).
 
-    python -m bench.lua_cost [--rounds N]
+    python -m bench.lua_cost [--rounds N] [--interleaved 5,20,100] [--only-interleaved]
 
 Redis counts the calls of each command and the microseconds it spends in them
 (`INFO commandstats`); the difference of the FCALL counters around one `store.add` is the Lua's
@@ -21,6 +21,13 @@ the digests, and `ds_close_many` once acknowledged) and the delivery path (a pla
 `ds_open_many`, `ds_close_many`). Then `ds_open` of one bulk-imported timeline (20,000
 records, 1,000-byte ids sharing a prefix, equal timestamps, no
 capacity): ms of Redis time for the open and for a reopen.
+Then the catch-up's shape, interleaved traffic: 1,000 timelines get one record each per call,
+for 5, 20 and 100 calls (records per timeline; the first call with the leading edge, as the
+service runs, so every timeline then cools down and its due time moves with each record). Prints
+µs per event over all the calls (median of 3 runs [min..max]) of Redis time in FCALL and of
+Redis's main-thread CPU (the steadier figure on a busy host: time spent waiting for a core is
+not in it), and, call by call, FCALL µs per event of the median run: a cost that grows with
+the call number is a cost that grows with what the timeline holds.
 Uses its own namespace on the stack's Redis and removes it.
 """
 
@@ -181,12 +188,89 @@ def open_cost(client: redis.Redis, records: int = 20_000) -> tuple[float | None,
         delete_namespace(client, namespace)
 
 
+def redis_cpu(client: redis.Redis) -> float:
+    """Seconds of CPU Redis's main thread has used (user + system)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user_main_thread"]) + float(cpu["used_cpu_sys_main_thread"])
+
+
+def interleaved(client: redis.Redis, per_timeline: int) -> list[tuple[float, float] | None]:
+    """Per call of `per_timeline` calls that add one record to each of RECORDS timelines: µs
+    per event of Redis time in FCALL and of Redis's main-thread CPU (None: another client's
+    FCALL overlapped that call). The first call leads (open nonce) and its digests are
+    closed, outside the figures."""
+    namespace = unique("lua-interleaved")
+    store = RedisStore(client, namespace=namespace)
+    payload = os.urandom(200)
+    costs: list[tuple[float, float] | None] = []
+    try:
+        for call in range(per_timeline):
+            batch = [
+                NewRecord(f"tl-{i}", f"r-{call}-{i}", T0 + call, payload, call * RECORDS + i)
+                for i in range(RECORDS)
+            ]
+            nonce = uuid.uuid4().hex[:24] if call == 0 else None
+            cpu = redis_cpu(client)
+            ms, result = measured_call(
+                client, functools.partial(store.add, 0, batch, T0 + call, open_nonce=nonce)
+            )
+            cpu_us = (redis_cpu(client) - cpu) * 1e6 / RECORDS
+            costs.append(None if ms is None else (ms * 1000 / RECORDS, cpu_us))
+            if result.opened:  # acknowledged: closed, as the ingest does
+                led = [(0, digest.timeline, digest.id) for digest in result.opened]
+                store.close_many(led, T0 + call)
+    finally:
+        delete_namespace(client, namespace)
+    return costs
+
+
+def per_event(costs: list[tuple[float, float] | None], which: int) -> float | None:
+    """Mean µs per event over the calls (`which`: 0 FCALL time, 1 CPU), None when any call
+    overlapped another client's FCALL."""
+    known = [cost[which] for cost in costs if cost is not None]
+    return statistics.fmean(known) if len(known) == len(costs) else None
+
+
+def print_interleaved(client: redis.Redis, shapes: list[int], repeats: int = 3) -> None:
+    """Prints `interleaved` per shape: µs per event over all calls (FCALL time and Redis CPU,
+    median of `repeats` runs), and call by call (FCALL time, of the run with the median)."""
+    for per_timeline in shapes:
+        runs = [interleaved(client, per_timeline) for _ in range(repeats)]
+        measured_runs = sorted(
+            (mean, run) for run in runs if (mean := per_event(run, 0)) is not None
+        )
+        if not measured_runs:
+            print(f"interleaved x {per_timeline}: every run overlapped other clients' FCALLs")
+            continue
+        means = [mean for mean, _ in measured_runs]
+        cpus = [cpu for _, run in measured_runs if (cpu := per_event(run, 1)) is not None]
+        median_run = measured_runs[len(measured_runs) // 2][1]
+        print(
+            f"interleaved, {RECORDS:,} timelines x {per_timeline} calls of one record each: "
+            f"{spread(means)} us per event in FCALL, {spread(cpus)} us of Redis CPU "
+            f"({len(means)} of {repeats} runs); FCALL us per event, call by call: "
+            + " ".join(f"{cost[0]:.1f}" for cost in median_run if cost is not None)
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument(
+        "--interleaved",
+        default="5,20,100",
+        help="records per timeline of the interleaved shapes, comma-separated",
+    )
+    parser.add_argument(
+        "--only-interleaved", action="store_true", help="run the interleaved shapes only"
+    )
     args = parser.parse_args(argv)
     client = redis.Redis.from_url(stack().redis_url)
+    shapes = [int(value) for value in args.interleaved.split(",") if value]
     try:
+        if args.only_interleaved:
+            print_interleaved(client, shapes)
+            return 0
         for label, timelines in SHAPES:
             costs, client_costs, redone = shape(client, timelines, args.rounds)
             print(
@@ -221,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             + " / ".join("overlapped" if ms is None else f"{ms:.1f}" for ms in (first, again))
             + " ms (open / reopen)"
         )
+        print_interleaved(client, shapes)
     finally:
         client.close()
     return 0

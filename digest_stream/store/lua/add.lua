@@ -231,25 +231,12 @@ local function begin_timelines(tag, touched)
     for i, timeline in ipairs(waiting) do
         timeline.due = due[i] ~= false and tonumber(due[i]) or nil
     end
-    -- the one read of each container this batch (write_back writes from it): MGET answers
-    -- an inline container with its bytes and a missing key or a hash with nil; when EXISTS
-    -- finds any of the nil ones, each of those is read as read_head does
-    local blobs, unknown, unknown_keys = call_listed('MGET', nil, keys), {}, {}
-    for i, timeline in ipairs(touched) do
-        if blobs[i] ~= false then
-            local head = {kind = 'inline', blob = blobs[i]}
-            head.meta, head.start = inline_head(head.blob)
-            timeline.head = head
-        else
-            timeline.head = {kind = 'none'}
-            unknown[#unknown + 1] = timeline
-            unknown_keys[#unknown_keys + 1] = timeline.key
-        end
-    end
-    if #unknown_keys > 0 and call_chunked('EXISTS', nil, unknown_keys) > 0 then
-        for _, timeline in ipairs(unknown) do
-            timeline.head = read_head(timeline.key)
-        end
+    -- the one read of each container's head this batch (write_back writes from it): an
+    -- inline container's first bytes only, never its records (appending needs only its
+    -- meta: append_inline), and nothing at all when EXISTS finds none of them (new timelines)
+    local any = call_chunked('EXISTS', nil, keys) > 0
+    for _, timeline in ipairs(touched) do
+        timeline.head = any and read_head(timeline.key, true) or {kind = 'none'}
     end
     for _, timeline in ipairs(touched) do
         timeline.batch = {}
@@ -294,6 +281,11 @@ end
 local function apply_flush_at(timeline, now, written)
     if timeline.policy.flush_at == 0 or timeline.ready or timeline.due == nil
             or written < timeline.policy.flush_at then
+        return
+    end
+    -- appended to: `written` counts entries, superseded ones included (append_inline)
+    if timeline.head.appended
+            and held_count(timeline.key, {kind = 'inline'}, written) < timeline.policy.flush_at then
         return
     end
     local due = now

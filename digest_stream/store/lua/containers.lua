@@ -1,26 +1,33 @@
 -- containers.lua: record containers. A record container is ONE key per timeline, in one
 -- of two encodings:
 --   inline  a string cmsgpack(meta, id1, ts1, payload1, id2, ...) while the
---           timeline is small (few records, few bytes): one key, one allocation
---           for all of it, rewritten whole on each batch (cheap while small; new
---           records are appended to the stored bytes without decoding them);
+--           timeline is small (few records, at most INLINE_MAX_BYTES stored): one
+--           key, one allocation for all of it. New records are appended to the
+--           stored bytes and the count at the head rewritten in place, without
+--           reading the records (append_inline): an append costs what it adds. An
+--           id appended again supersedes its earlier entry (the last one wins);
+--           the next rewrite (general path, open) drops the earlier one;
 --   hash    field id -> struct.pack('>d', ts) .. payload, meta under field ""
 --           once it grows: one hash entry per record, updated in place.
 -- Ordering is computed only when a digest is opened or capacity trims, so no
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
--- Holds: META, INLINE_MAX_BYTES, reading (read_container, read_meta, read_head,
---   record_count, ...), writing (write_meta, write_hash, append_inline, store_batch) and
---   mark_cause.
--- Needs: invalid_state (guards); digest_key (keys); the encoding part; call_chunked,
---   sort_records (helpers).
+-- Holds: META, INLINE_MAX_BYTES, HEAD_READ, reading (read_container, read_meta, read_head,
+--   record_count, held_count, ...), writing (write_meta, write_hash, append_inline,
+--   store_batch) and mark_cause.
+-- Needs: invalid_state (guards); digest_key (keys); the encoding part (WRITTEN_WIDTH,
+--   format_written, ...); call_chunked, sort_records (helpers).
 
 -- The meta field name: record ids must be non-empty, so "" never collides.
 local META = ''
--- A container stays inline up to this many bytes of payload and ids; past it
--- (or past the caller's record limit) rewriting it whole per batch stops being
--- cheap, and it becomes a hash.
+-- A container stays inline while its value is at most this many bytes long; past it (or
+-- past the caller's record limit) it becomes a hash. Reading it whole (an open, a trim, a
+-- cancel) costs Lua a hash over every byte (Redis's Lua hashes whole strings), so it stays
+-- small.
 local INLINE_MAX_BYTES = 8192
+-- Bytes read from the front of an inline container to find its meta (read_head with
+-- prefix_only): a timeline meta fits (a longer head is read whole).
+local HEAD_READ = 64
 
 -- read_container(key[, kind]) -> {kind = 'none'|'inline'|'hash', meta = raw string|nil,
 --     records = {{id, timestamp, payload}...}, damaged = {ids of unreadable hash fields},
@@ -40,23 +47,46 @@ local function pack_values(...)
     return {n = select('#', ...), ...}
 end
 
+-- Returns the meta, the records, how many entries were unreadable and how many an entry
+-- of the same id later in the value superseded: the later one is the record (at the
+-- earlier one's place), as if it had overwritten it (append_inline appends it instead).
 local function decode_inline(blob)
     local ok, values = pcall(function() return pack_values(cmsgpack.unpack(blob)) end)
-    local records, damaged = {}, 0
+    local records, damaged, superseded = {}, 0, 0
     if not ok or type(values[1]) ~= 'string' then
         -- Unreadable as a whole: nothing can be recovered or counted.
-        return nil, records, damaged
+        return nil, records, damaged, superseded
     end
+    local position = {}
     for i = 2, values.n, 3 do
         local id, timestamp, payload = values[i], values[i + 1], values[i + 2]
         if type(id) == 'string' and #id > 0 and type(timestamp) == 'number'
                 and type(payload) == 'string' then
-            table.insert(records, {id = id, timestamp = timestamp, payload = payload})
+            local record = {id = id, timestamp = timestamp, payload = payload}
+            local index = position[id]
+            if index == nil then
+                records[#records + 1] = record
+                position[id] = #records
+            else
+                records[index] = record
+                superseded = superseded + 1
+            end
         else
             damaged = damaged + 1
         end
     end
-    return values[1], records, damaged
+    return values[1], records, damaged, superseded
+end
+
+-- A timeline meta whose written count leaves out `superseded` entries (decode_inline):
+-- what it says once the container is rewritten without them.
+local function without_superseded(raw, superseded)
+    if superseded == 0 then
+        return raw
+    end
+    local meta = parse_timeline_meta(raw)
+    meta.written = math.max(0, meta.written - superseded)
+    return format_timeline_meta(meta)
 end
 
 local function encode_inline(meta, records)
@@ -69,22 +99,16 @@ local function encode_inline(meta, records)
     return cmsgpack.pack(unpack(values))
 end
 
-local function inline_size(records)
-    local size = 0
-    for _, record in ipairs(records) do
-        size = size + #record.id + #record.payload
-    end
-    return size
-end
-
 local function read_container(key, known_kind)
     local kind = known_kind or container_kind(key)
     if kind == 'none' then
         return {kind = kind, records = {}, damaged = {}, damaged_count = 0}
     elseif kind == 'inline' then
-        local meta, records, damaged = decode_inline(redis.call('GET', key))
-        -- an inline record has no field to delete: it is only counted
-        return {kind = kind, meta = meta, records = records, damaged = {}, damaged_count = damaged}
+        local meta, records, damaged, superseded = decode_inline(redis.call('GET', key))
+        -- an inline record has no field to delete: it is only counted; the meta counts the
+        -- records as held, superseded entries left out (every caller rewrites without them)
+        return {kind = kind, meta = meta and without_superseded(meta, superseded),
+            records = records, damaged = {}, damaged_count = damaged}
     end
     local flat = redis.call('HGETALL', key)
     local container = {kind = kind, records = {}, damaged = {}}
@@ -147,16 +171,37 @@ end
 -- A container's kind and raw meta, plus an inline one's blob and the position its
 -- records start at (nil for an unreadable head), without decoding the records: read
 -- once by the function that then writes the container, so no later step reads again.
-local function read_head(key)
+-- prefix_only: an inline container's first HEAD_READ bytes only (blob: nil unless that
+-- was all of it), for append_inline, which writes without reading the records.
+local function read_head(key, prefix_only)
     local head = {kind = container_kind(key)}
     if head.kind == 'hash' then
         local raw = redis.call('HGET', key, META)
         head.meta = raw ~= false and raw or nil
     elseif head.kind == 'inline' then
-        head.blob = redis.call('GET', key)
-        head.meta, head.start = inline_head(head.blob)
+        if prefix_only then
+            local prefix = redis.call('GETRANGE', key, 0, HEAD_READ - 1)
+            head.meta, head.start = inline_head(prefix)
+            if #prefix < HEAD_READ then
+                head.blob = prefix -- that was all of it
+            elseif head.meta == nil then
+                prefix_only = false -- a longer head (or an unreadable one): read it whole
+            end
+        end
+        if not prefix_only then
+            head.blob = redis.call('GET', key)
+            head.meta, head.start = inline_head(head.blob)
+        end
     end
     return head
+end
+
+-- The whole value of the inline container `head` was read from.
+local function inline_blob(key, head)
+    if head.blob == nil then
+        head.blob = redis.call('GET', key)
+    end
+    return head.blob
 end
 
 local function record_count(key)
@@ -191,7 +236,7 @@ local function holds_no_records(key, head)
         return hash_record_count(key, head) == 0
     elseif head.kind == 'inline' then
         -- nothing after the meta; behind an unreadable head nothing is readable either
-        return head.start == nil or head.start > #head.blob
+        return head.start == nil or head.start > #inline_blob(key, head)
     end
     return true
 end
@@ -203,7 +248,8 @@ local function write_meta(key, head, meta)
         redis.call('HSET', key, META, meta)
     elseif head.start ~= nil then
         -- keep the records' bytes as they are; only the head changes
-        redis.call('SET', key, cmsgpack.pack(meta) .. string.sub(head.blob, head.start), 'KEEPTTL')
+        local records = string.sub(inline_blob(key, head), head.start)
+        redis.call('SET', key, cmsgpack.pack(meta) .. records, 'KEEPTTL')
     else
         -- missing, or an unreadable head: no record behind it could be decoded either
         redis.call('SET', key, encode_inline(meta, {}), 'KEEPTTL')
@@ -272,63 +318,111 @@ local function string_header(length)
     return struct.pack('>BI4', 0xdb, length)
 end
 
--- The common case of an inline (or missing) container, without decoding it: the
--- batch's ids are new to it and it stays inline and under capacity, so the records
--- are appended to the blob's bytes. `written` bounds the records it holds, and the
--- blob's length bounds their ids and payloads, so these checks never pass where the
--- general path would choose otherwise. Returns false to send the caller there.
--- Making a Lua string costs a hash over every byte of it (Redis's Lua hashes whole
--- strings), so the new value is made once: the search runs on the blob as read, and
--- the meta, the stored records and the new ones are joined in one table.concat.
-local function append_inline(key, head, batch, capacity, inline_records, ms)
-    local start = 1
-    if head.kind == 'inline' then
-        if head.start == nil then
-            return false
+-- A timeline meta whose written count is WRITTEN_WIDTH (3) digits wide (format_written):
+-- the count append_inline rewrites in place. (A literal: the library's load cannot call
+-- string functions.)
+local PADDED_WRITTEN = '^%d%d%d|'
+
+-- The records of a batch, one per id: a repeated id keeps its first place and its last
+-- value (as if it had overwritten the earlier one).
+local function distinct_records(batch)
+    if #batch < 2 then
+        return batch
+    end
+    local records, position = {}, {}
+    for _, record in ipairs(batch) do
+        local index = position[record.id]
+        if index == nil then
+            records[#records + 1] = record
+            position[record.id] = #records
+        else
+            records[index] = record
         end
-        start = head.start
+    end
+    return records
+end
+
+-- The common case of an inline (or missing) container, in O(batch): the records are
+-- appended to the stored value (APPEND) and the count at its head rewritten in place
+-- (SETRANGE, the same width: WRITTEN_WIDTH), without reading the records stored: the head
+-- (read_head with prefix_only) is all it needs. A record whose id is stored already is
+-- appended too, and supersedes the earlier entry (decode_inline); `written` counts entries,
+-- so it bounds the records held from above, and every limit checked on it (inline_records,
+-- capacity) holds for the exact count too. Past a limit the general path decodes and
+-- counts exactly. Returns the count written, or false to send the caller there.
+local function append_inline(key, head, batch, capacity, inline_records, ms)
+    if head.kind == 'inline' and (head.start == nil
+            or not string.find(head.meta, PADDED_WRITTEN)) then
+        return false -- an unreadable head, or a count written before it was padded
     end
     local meta = head.parsed or parse_timeline_meta(head.meta)
-    local count = meta.written + #batch
-    if count > inline_records or (capacity > 0 and count > capacity) then
+    local records = distinct_records(batch)
+    local count = meta.written + #records
+    if count > inline_records or (capacity > 0 and count > capacity)
+            or count >= 10 ^ WRITTEN_WIDTH then
         return false
     end
-    local blob = head.blob or ''
-    -- parts[1] and [2]: the new meta and the records stored (below)
-    -- ids: the batch's own ids so far, to find one repeated within it (none in one record)
-    local size, parts, ids = #blob - start + 1, {'', ''}, #batch > 1 and {} or nil
-    for _, record in ipairs(batch) do
-        local packed_id = cmsgpack.pack(record.id)
-        -- a payload may contain these bytes too: a false alarm only costs the general path
-        if (ids ~= nil and ids[record.id]) or string.find(blob, packed_id, start, true) then
-            return false
-        end
-        if ids ~= nil then
-            ids[record.id] = true
-        end
-        size = size + #record.id + #record.payload
-        -- byte for byte what cmsgpack.pack(id, timestamp, payload) writes, joined once below
-        parts[#parts + 1] = packed_id
+    -- parts[1] and [2]: for a value written whole (below), its head and the records stored;
+    -- then byte for byte what cmsgpack.pack(id, timestamp, payload) writes per record
+    local parts = {'', ''}
+    for _, record in ipairs(records) do
+        parts[#parts + 1] = string_header(#record.id)
+        parts[#parts + 1] = record.id
         parts[#parts + 1] = cmsgpack.pack(record.timestamp)
         parts[#parts + 1] = string_header(#record.payload)
         parts[#parts + 1] = record.payload
     end
-    if size > INLINE_MAX_BYTES then
-        return false
-    end
     meta.written = count
-    -- SET, not SETRANGE + APPEND: APPEND leaves the string room to grow (twice its length),
-    -- which doubled the memory of a timeline that gets one record per batch
-    parts[1] = cmsgpack.pack(format_timeline_meta(meta))
-    parts[2] = string.sub(blob, start)
-    redis.call('SET', key, table.concat(parts), 'PX', ms)
+    if head.kind ~= 'inline' or head.blob ~= nil then
+        -- a new container, or one read whole with its head (shorter than HEAD_READ, often
+        -- just a meta: what the leading edge leaves): one SET instead of four commands
+        parts[1] = cmsgpack.pack(format_timeline_meta(meta))
+        parts[2] = head.blob and string.sub(head.blob, head.start) or ''
+        local blob = table.concat(parts)
+        if #blob > INLINE_MAX_BYTES then
+            return false
+        end
+        redis.call('SET', key, blob, 'PX', ms)
+        if head.kind == 'inline' then
+            head.blob, head.appended = nil, true -- as below: stale, and written is a bound
+        end
+        return count
+    end
+    local length = redis.call('APPEND', key, table.concat(parts))
+    if length > INLINE_MAX_BYTES then
+        -- grown past the inline size: a hash of everything it holds now, the batch included
+        local _, stored, _, superseded = decode_inline(redis.call('GET', key))
+        head.blob = nil -- what was read is stale
+        meta.written = count - superseded
+        write_hash(key, format_timeline_meta(meta), stored)
+        redis.call('PEXPIRE', key, ms)
+        return meta.written
+    end
+    head.blob, head.appended = nil, true -- what was read is stale; written is a bound
+    redis.call('SETRANGE', key, head.start - #head.meta - 1, format_written(count))
+    -- APPEND leaves the string room to grow (as much again as its length: a timeline that
+    -- gets one record per batch would hold twice its bytes); BITOP writes the same bytes to
+    -- a value of exactly their size (dropping the TTL, which is set again below).
+    redis.call('BITOP', 'OR', key, key)
+    redis.call('PEXPIRE', key, ms)
     return count
+end
+
+-- The records a container holds by its meta's count `written`: for an inline one, less
+-- the entries superseded (so it is decoded: only for a choice that needs the exact count).
+local function held_count(key, head, written)
+    if head.kind ~= 'inline' then
+        return written
+    end
+    local _, _, _, superseded = decode_inline(inline_blob(key, head))
+    return written - superseded
 end
 
 -- Applies one batch's records (in order) to a timeline container, trims it to
 -- capacity, stores it in the fitting encoding and sets its TTL (ms). `head` is the
--- container as begin_timelines found it (nothing has written it since).
--- Returns how many it dropped, and how many records it holds now.
+-- container as begin_timelines found it (nothing has written it since; an inline one
+-- possibly read as its prefix only). Returns how many it dropped, and how many records it
+-- holds now (for an inline container appended to: entries, an upper bound).
 local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
     if head.kind ~= 'hash' then
         local written = append_inline(key, head, batch, capacity, inline_records, ms)
@@ -353,11 +447,15 @@ local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
         return dropped, meta.written
     end
 
-    local raw_meta, records = head.meta, {} -- a missing container may carry a fresh meta
+    -- the general path: decoded, merged, trimmed and written whole (a missing container
+    -- may carry a fresh meta)
+    local raw_meta, records, superseded = head.meta, {}, 0
     if head.kind == 'inline' then
-        raw_meta, records = decode_inline(head.blob)
+        local _
+        raw_meta, records, _, superseded = decode_inline(inline_blob(key, head))
     end
     local meta = parse_timeline_meta(raw_meta)
+    meta.written = math.max(0, meta.written - superseded) -- the rewrite drops those entries
     local position = {}
     for index, record in ipairs(records) do
         position[record.id] = index
@@ -385,11 +483,12 @@ local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
         meta.written = meta.written - dropped
         meta.dropped = meta.dropped + dropped
     end
-    if #records > inline_records or inline_size(records) > INLINE_MAX_BYTES then
+    local blob = #records <= inline_records and encode_inline(format_timeline_meta(meta), records)
+    if blob and #blob <= INLINE_MAX_BYTES then
+        redis.call('SET', key, blob, 'PX', ms)
+    else
         write_hash(key, format_timeline_meta(meta), records)
         redis.call('PEXPIRE', key, ms)
-    else
-        redis.call('SET', key, encode_inline(format_timeline_meta(meta), records), 'PX', ms)
     end
     return dropped, meta.written
 end

@@ -214,7 +214,8 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
     -- did (add leaves a READY timeline alone): due right after the floor, not a cool-down later.
     if timeline_meta.cause == CAUSES.flushed then
         soon = CAUSES.flushed
-    elseif flush_at > 0 and timeline_meta.written >= flush_at then
+    elseif flush_at > 0 and timeline_meta.written >= flush_at
+            and held_count(source, head, timeline_meta.written) >= flush_at then
         soon = CAUSES.flush_at
     end
     if soon ~= nil and now + FLUSH_AT_FLOOR < due then

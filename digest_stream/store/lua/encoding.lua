@@ -1,8 +1,8 @@
 -- encoding.lua: numbers as Redis reads them, record fields, and the timeline and digest
 -- metas (their text forms, parsed and formatted).
--- Holds: format_float, format_integer, format_count, ttl_ms, encode_field, decode_field,
---   split_meta, optional_float, mark_suffix, optional_cause, parse_timeline_meta,
---   format_timeline_meta, parse_digest_meta, format_digest_meta.
+-- Holds: format_float, format_integer, format_count, WRITTEN_WIDTH, format_written, ttl_ms,
+--   encode_field, decode_field, split_meta, optional_float, mark_suffix, optional_cause,
+--   parse_timeline_meta, format_timeline_meta, parse_digest_meta, format_digest_meta.
 -- Needs: nothing of the earlier parts.
 
 local function format_float(number)
@@ -27,6 +27,26 @@ local function format_count(number)
         if number >= 0 and number <= COUNT_TEXT_MAX and number == math.floor(number)
                 and text ~= '-0' then
             COUNT_TEXT[number] = text
+        end
+    end
+    return text
+end
+
+-- A timeline meta's first field (written) is at least this many digits, zero-padded: an
+-- inline container's count then keeps its width as records are appended, so the append
+-- rewrites those bytes in place (SETRANGE) instead of the whole value (containers.lua).
+local WRITTEN_WIDTH = 3
+local WRITTEN_TEXT = {} -- by count, filled as they come (as COUNT_TEXT)
+
+local function format_written(number)
+    local text = WRITTEN_TEXT[number]
+    if text == nil then
+        if number >= 0 and number < 10 ^ WRITTEN_WIDTH and number == math.floor(number)
+                and not (number == 0 and 1 / number < 0) then
+            text = string.format('%0' .. WRITTEN_WIDTH .. 'd', number)
+            WRITTEN_TEXT[number] = text
+        else
+            text = format_count(number)
         end
     end
     return text
@@ -96,9 +116,12 @@ local function optional_cause(value)
 end
 
 -- Timeline meta: "written|dropped|last_delivery[|mark[|cause]]" (mark "1", "o" or empty:
--- mark_suffix; last_delivery may be empty).
+-- mark_suffix; last_delivery may be empty; written zero-padded to WRITTEN_WIDTH digits,
+-- earlier libraries wrote it unpadded, and it is read either way).
 -- written counts the records the container should hold, so records that
--- vanished (evicted, deleted by hand) are detected and reported as dropped.
+-- vanished (evicted, deleted by hand) are detected and reported as dropped; an inline
+-- container's written also counts the entries an overwrite superseded (containers.lua)
+-- until the next rewrite drops them.
 local function parse_timeline_meta(raw)
     -- the common metas, read without splitting them: none yet, and "written|dropped|"
     if raw == nil then
@@ -123,7 +146,7 @@ local function parse_timeline_meta(raw)
 end
 
 local function format_timeline_meta(meta)
-    return format_count(meta.written) .. '|' .. format_count(meta.dropped) .. '|'
+    return format_written(meta.written) .. '|' .. format_count(meta.dropped) .. '|'
         .. optional_float(meta.last_delivery) .. mark_suffix(meta)
 end
 

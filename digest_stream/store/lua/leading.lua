@@ -1,7 +1,8 @@
 -- leading.lua: the leading edge: an add with an open nonce opens a new timeline's first
 -- digest in the same call.
 -- Holds: leading_records, lead, begin_leading, end_leading.
--- Needs: CAUSES (written from Python); guards, keys, encoding, containers (encode_inline).
+-- Needs: CAUSES (written from Python); guards, keys, encoding, containers (encode_inline,
+--   distinct_records).
 --
 -- A timeline an add finds with nothing stored gets its first digest in that same add, in
 -- exactly the state ds_open leaves: the digest (id: the nonce and its number) holds the
@@ -16,21 +17,7 @@
 -- its first place and its last value, as store_batch does), or nil when the policy's
 -- capacity would trim them: that rare timeline takes the path of an open instead.
 local function leading_records(timeline)
-    local batch = timeline.batch
-    local records = batch
-    if #batch > 1 then
-        local position = {}
-        records = {}
-        for _, record in ipairs(batch) do
-            local index = position[record.id]
-            if index == nil then
-                records[#records + 1] = record
-                position[record.id] = #records
-            else
-                records[index] = record
-            end
-        end
-    end
+    local records = distinct_records(timeline.batch)
     local capacity = timeline.policy.capacity
     if capacity > 0 and #records > capacity then
         return nil

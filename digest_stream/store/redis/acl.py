@@ -5,9 +5,9 @@ from __future__ import annotations
 
 #: Commands the Functions library runs (checked against the caller's ACL inside FCALL).
 LIBRARY_COMMANDS = (
-    "del", "exists", "get", "hdel", "hexists", "hget", "hgetall", "hlen", "hset", "mget",
-    "pexpire", "pttl", "rename", "set", "type", "zadd", "zcard", "zcount", "zmscore", "zrange",
-    "zrangebyscore", "zrem", "zrevrange", "zscore",
+    "append", "bitop", "del", "exists", "get", "getrange", "hdel", "hexists", "hget", "hgetall",
+    "hlen", "hset", "pexpire", "pttl", "rename", "set", "setrange", "type", "zadd", "zcard",
+    "zcount", "zmscore", "zrange", "zrangebyscore", "zrem", "zrevrange", "zscore",
 )  # fmt: skip
 #: What the service itself sends: function calls, the library check (FUNCTION LIST), the
 #: library load (optional), PING and TIME (the clock-skew check at start).

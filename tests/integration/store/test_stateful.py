@@ -118,19 +118,23 @@ class StoreComparison(RuleBasedStateMachine):
     """Drives both stores with the same operations and the same manual clock."""
 
     client: ClassVar[redis.Redis]
+    #: Records an inline container holds before it becomes a hash (RedisStore.inline_records).
+    inline_records: ClassVar[int] = 3
 
     def __init__(self) -> None:
         super().__init__()
         self.namespace = unique("sm")
         self.clock = ManualClock(START)
         self.model = MemoryStore(resolver=resolve)
-        # A tiny inline limit so timelines cross from the inline to the hash form often.
+        # A tiny inline limit so timelines cross from the inline to the hash form often; a
+        # larger one so inline containers get many appends (repeated ids superseding earlier
+        # entries, counted as entries until a rewrite) before a limit sends them to a rewrite.
         self.real = RedisStore(
             self.client,
             namespace=self.namespace,
             resolver=resolve,
             load_library=False,
-            inline_records=3,
+            inline_records=self.inline_records,
         )
         self.next_offset = dict.fromkeys(PARTITIONS, 0)
         self.opened: list[tuple[int, str, str]] = []
@@ -352,9 +356,11 @@ class StoreComparison(RuleBasedStateMachine):
 
 # Shrinking a failure replays many Redis-backed runs; give it room to finish and report.
 @pytest.mark.timeout(900)
-def test_redis_store_matches_model(redis_client: redis.Redis) -> None:
+@pytest.mark.parametrize("inline_records", [3, 16])
+def test_redis_store_matches_model(redis_client: redis.Redis, inline_records: int) -> None:
     RedisStore(redis_client)  # load the library once; each machine then only checks it
     StoreComparison.client = redis_client
+    StoreComparison.inline_records = inline_records
     run_state_machine_as_test(
         StoreComparison,
         settings=settings(

@@ -118,3 +118,14 @@ def test_lua_literals_are_exact_or_refused() -> None:
     for bad in (True, math.inf, math.nan, "it's", {"not a name": 1}, [1], None):
         with pytest.raises(TypeError):
             library.lua_literal(bad)
+
+
+def test_the_padded_count_pattern_matches_its_width() -> None:
+    # The append rewrites an inline container's count in place: the pattern that recognises a
+    # padded count (a literal: the library's load cannot call string functions) must match
+    # exactly WRITTEN_WIDTH digits, the width format_written pads to.
+    width = re.search(r"^local WRITTEN_WIDTH = (\d+)$", library.SOURCE, re.MULTILINE)
+    pattern = re.search(r"^local PADDED_WRITTEN = '\^((?:%d)+)\|'$", library.SOURCE, re.MULTILINE)
+    assert width is not None
+    assert pattern is not None
+    assert pattern.group(1) == "%d" * int(width.group(1))

@@ -1,0 +1,217 @@
+"""The inline container's append (issue 27, item 3): a batch of new records is appended to the
+stored value, never read back or rewritten whole, and every semantic of the store holds as if
+the container had been decoded and rewritten (docs/store.md, "record container")."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from digest_stream.store import DigestStore, MemoryStore, NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store.keys import partition_tag, timeline_key
+from tests.support import new_id
+from tests.support.store import RedisClient
+
+T0 = 1_000_000.0
+
+
+def msgpack_str(value: bytes) -> bytes:
+    """A msgpack string (fixstr, str8 or str16), as cmsgpack writes it."""
+    if len(value) < 32:
+        return bytes([0xA0 + len(value)]) + value
+    if len(value) <= 0xFF:
+        return bytes([0xD9, len(value)]) + value
+    return struct.pack(">BH", 0xDA, len(value)) + value
+
+
+def entry(record_id: str, timestamp: float, payload: bytes) -> bytes:
+    """One record of an inline container: id, timestamp (a double), payload."""
+    return (
+        msgpack_str(record_id.encode()) + struct.pack(">Bd", 0xCB, timestamp) + msgpack_str(payload)
+    )
+
+
+def record(
+    record_id: str, offset: int, payload: bytes | None = None, timeline: str = "t"
+) -> NewRecord:
+    """A record at T0 + offset + 0.1 (cmsgpack writes it as a double), at offset
+    `offset`, its payload its id unless given."""
+    return NewRecord(timeline, record_id, at(offset), payload or record_id.encode(), offset)
+
+
+def at(offset: int) -> float:
+    return T0 + offset + 0.1
+
+
+def stored(client: RedisClient, key: str) -> bytes:
+    """The value of a string key (b"" when missing); the client never decodes."""
+    value = client.get(key)
+    assert not isinstance(value, str)
+    return value or b""
+
+
+def key_of(namespace: str, timeline: str = "t") -> str:
+    return timeline_key(partition_tag(namespace, 0), timeline)
+
+
+def add_each(stores: Sequence[DigestStore], records: Sequence[NewRecord], now: float) -> None:
+    """Adds the records one call each (interleaved traffic), to every store."""
+    for item in records:
+        for store in stores:
+            store.add(0, [item], now)
+
+
+#: Payload sizes: a value shorter than the 64 bytes an add reads of it (read whole, written
+#: with one SET) and a longer one (APPEND, SETRANGE, BITOP, PEXPIRE).
+SIZES = pytest.mark.parametrize("size", [2, 100])
+
+
+@SIZES
+def test_an_append_adds_its_entry_and_rewrites_only_the_count(
+    redis_store: RedisStore, client: RedisClient, namespace: str, size: int
+) -> None:
+    key = key_of(namespace)
+    redis_store.add(0, [record("r0", 0, b"0" * size)], T0)
+    before = stored(client, key)
+    assert before.startswith(msgpack_str(b"001|0|"))  # the count is three digits wide
+    redis_store.add(0, [record("r1", 1, b"1" * size)], T0)
+    after = stored(client, key)
+    # the stored bytes stay as they were but for the count; the new entry follows them
+    assert after == before.replace(b"001|", b"002|", 1) + entry("r1", at(1), b"1" * size)
+    # APPEND leaves room to grow; the value is written again at its exact size, TTL kept
+    assert client.pttl(key) > 0
+    assert int(client.memory_usage(key) or 0) < len(after) + 128
+
+
+def test_appended_values_take_no_more_memory_than_written_ones(
+    redis_store: RedisStore, client: RedisClient, namespace: str
+) -> None:
+    # One record per call (the catch-up's interleaved shape) against the same records in one
+    # call: the appended value is exactly as large as the one written whole.
+    payload = b"x" * 200
+    add_each([redis_store], [record(f"r{i:02d}", i, payload) for i in range(12)], T0)
+    redis_store.add(0, [record(f"r{i:02d}", 12 + i, payload, "whole") for i in range(12)], T0)
+    appended = int(client.memory_usage(key_of(namespace)) or 0)
+    whole = int(client.memory_usage(key_of(namespace, "whole")) or 0)
+    assert client.strlen(key_of(namespace)) == client.strlen(key_of(namespace, "whole"))
+    assert appended <= whole
+
+
+@SIZES
+def test_a_repeated_id_supersedes_its_earlier_entry(
+    redis_store: RedisStore, client: RedisClient, namespace: str, size: int
+) -> None:
+    key = key_of(namespace)
+    old, new, other = b"o" * size, b"n" * size, b"x" * size
+    add_each(
+        [redis_store], [record("r1", 1, old), record("r2", 2, other), record("r1", 3, new)], T0
+    )
+    blob = stored(client, key)
+    assert blob.startswith(msgpack_str(b"003|0|"))  # entries, the superseded one included
+    assert entry("r1", at(1), old) in blob
+    assert entry("r1", at(3), new) in blob
+    assert redis_store.inspect(0, "t").pending == 2
+    digest = redis_store.open(0, "t", new_id(), T0)
+    assert [(r.id, r.timestamp, r.payload) for r in digest.records] == [
+        ("r1", at(3), new),
+        ("r2", at(2), other),
+    ]
+    assert digest.dropped == 0  # a superseded entry is neither lost nor dropped
+
+
+def test_superseded_entries_do_not_count_against_capacity(
+    make_redis_store: Callable[..., RedisStore],
+) -> None:
+    # capacity 3: r1, r2, r1 again are 3 entries but 2 records, so r3 fits without a drop;
+    # r4 then trims the oldest (r2), and appends after that trim keep the same semantics.
+    policy = TimelinePolicy(capacity=3)
+    stores: list[DigestStore] = [make_redis_store(policy), MemoryStore(policy=policy)]
+    add_each(stores, [record("r1", 1), record("r2", 2), record("r1", 3), record("r3", 4)], T0)
+    assert [store.inspect(0, "t").pending for store in stores] == [3, 3]
+    results = [store.add(0, [record("r4", 5)], T0) for store in stores]
+    assert [result.dropped for result in results] == [1, 1]
+    add_each(stores, [record("r5", 6), record("r4", 7, b"again"), record("r6", 8)], T0)
+    digests = [store.open(0, "t", new_id(), T0) for store in stores]
+    assert digests[0].records == digests[1].records
+    assert [(r.id, r.payload) for r in digests[0].records] == [
+        ("r6", b"r6"),
+        ("r4", b"again"),
+        ("r5", b"r5"),
+    ]
+    assert digests[0].dropped == digests[1].dropped == 3  # r2, then r1 and r3
+
+
+def test_flush_at_counts_records_not_entries(
+    make_redis_store: Callable[..., RedisStore],
+) -> None:
+    # A cooling-down timeline with flush_at=3 is due early once it holds 3 records: one id
+    # sent three times is one record, on the add (WAITING) and on the close (records behind
+    # an open digest) alike.
+    policy = TimelinePolicy(minimum_delay=60, increment_delay=0, maximum_delay=600, flush_at=3)
+    stores: list[DigestStore] = [make_redis_store(policy), MemoryStore(policy=policy)]
+    for store in stores:
+        store.add(0, [record("first", 0)], T0)
+        store.close(0, "t", store.open(0, "t", "a" * 32, T0).id, T0)  # cooling down
+    add_each(stores, [record("r1", 1), record("r1", 2), record("r1", 3)], T0 + 10)
+    views = [store.inspect(0, "t") for store in stores]
+    assert views[0] == views[1]
+    assert views[0].due == T0 + 60  # not pulled forward: one record
+    add_each(stores, [record("r2", 4), record("r3", 5)], T0 + 20)
+    views = [store.inspect(0, "t") for store in stores]
+    assert views[0] == views[1]
+    assert views[0].due == T0 + 20  # three records: due now
+    for store in stores:
+        store.schedule(0, T0 + 20)
+        digest = store.open(0, "t", "b" * 32, T0 + 20)
+        assert len(digest.records) == 3
+        # behind the open digest: one id three times, then the close
+        add_each([store], [record("r9", 6), record("r9", 7), record("r9", 8)], T0 + 21)
+        assert store.close(0, "t", digest.id, T0 + 22)
+    views = [store.inspect(0, "t") for store in stores]
+    assert views[0] == views[1]
+    assert views[0].due == T0 + 22 + 60  # a cool-down: one record is not flush_at
+
+
+def test_a_large_timeline_appends_up_to_its_limits_then_becomes_a_hash(
+    make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
+) -> None:
+    # The largest inline limit (128 records) with small payloads: 128 appends, then the
+    # 129th record makes it a hash; with larger payloads the value's 8 KiB come first.
+    store = make_redis_store(TimelinePolicy(capacity=None), inline_records=128)
+    add_each([store], [record(f"r{i:03d}", i, b"p") for i in range(128)], T0)
+    assert client.type(key_of(namespace)) == b"string"
+    assert stored(client, key_of(namespace)).startswith(msgpack_str(b"128|0|"))
+    store.add(0, [record("r128", 128, b"p")], T0)
+    assert client.type(key_of(namespace)) == b"hash"
+    digest = store.open(0, "t", new_id(), T0)
+    assert [r.id for r in digest.records] == [f"r{i:03d}" for i in reversed(range(129))]
+    assert digest.dropped == 0
+
+    big = [record(f"b{i:02d}", 200 + i, b"x" * 300, "big") for i in range(40)]
+    add_each([store], big, T0)
+    assert client.type(key_of(namespace, "big")) == b"hash"  # past 8 KiB, long before 128
+    assert store.inspect(0, "big").pending == 40
+    digest = store.open(0, "big", new_id(), T0)
+    assert [r.id for r in digest.records] == [r.id for r in reversed(big)]
+    assert digest.dropped == 0
+
+
+def test_a_container_written_by_an_earlier_library_is_read_and_appended_to(
+    redis_store: RedisStore, client: RedisClient, namespace: str
+) -> None:
+    # Before the count was padded: "2|0|" and its two records. An append cannot rewrite that
+    # count in place, so the first add decodes and rewrites the container once.
+    key = key_of(namespace)
+    old = msgpack_str(b"2|0|") + entry("r0", at(0), b"p0") + entry("r1", at(1), b"p1")
+    client.set(key, old, px=3_600_000)
+    redis_store.add(0, [record("r2", 2)], T0)
+    blob = stored(client, key)
+    assert blob.startswith(msgpack_str(b"003|0|"))
+    redis_store.add(0, [record("r3", 3)], T0)  # now an append
+    assert stored(client, key).startswith(msgpack_str(b"004|0|") + blob[7:])
+    digest = redis_store.open(0, "t", uuid.uuid4().hex, T0)
+    assert [r.id for r in digest.records] == ["r3", "r2", "r1", "r0"]
+    assert digest.dropped == 0
