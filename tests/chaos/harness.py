@@ -4,7 +4,8 @@
   the broker's acknowledgement (partition, offset, wall time) of each.
 - `Output` and `DeadLetterLog` read the output and DLQ topics incrementally.
 - `Accounting` checks: every acknowledged event id is in >= 1 digest, or dead-lettered with a
-  reason, or counted as dropped; it reports ids in two digests with different digest ids.
+  reason, or counted as dropped; it reports ids in two digests with different digest ids, and
+  events of one timeline that came out in another order than the broker took them.
 - `Services` starts the real CLI processes (tests.support.pipeline.ServiceProcess) and stops every
   one by pid at the end, also on failure.
 """
@@ -397,6 +398,13 @@ class Output:
         self.messages = 0
         self.largest = 0  # bytes of the largest message: value + key + headers
         self.carried: dict[str, int] = {}  # carried header name -> messages that had it
+        # The order check: a timeline's digests share a key, so one output partition holds
+        # them in the order they were written. A digest's rank is its place among its
+        # timeline's distinct digest ids (a repeat of an id keeps the rank of its first
+        # copy); a record's first digest is the one it first came out in.
+        self.rank: dict[str, int] = {}  # digest id -> rank within its timeline
+        self.first_digest: dict[str, str] = {}  # record id -> id of its first digest
+        self._ranked: dict[str, int] = {}  # timeline -> distinct digest ids seen
 
     def poll(self, timeout: float = 0.2) -> None:
         """Read whatever arrived."""
@@ -421,10 +429,14 @@ class Output:
                 self.dropped[digest.id] = digest.dropped
             self.timeline[digest.id] = digest.timeline
             self.copies[digest.id] = self.copies.get(digest.id, 0) + 1
+            if digest.id not in self.rank:
+                self.rank[digest.id] = self._ranked.get(digest.timeline, 0)
+                self._ranked[digest.timeline] = self.rank[digest.id] + 1
             opened = digest.opened_at / 1000
             for record in digest.records:
                 self.digest_ids.setdefault(record.id, set()).add(digest.id)
                 self.first_seen.setdefault(record.id, seen)
+                self.first_digest.setdefault(record.id, digest.id)
                 if opened < self.first_opened.get(record.id, float("inf")):
                     self.first_opened[record.id] = opened
 
@@ -562,6 +574,9 @@ class Figures:
     all_out_after: float | None = None  # s from the fault's end to the last event out
     deadline: float | None = None  # the bound all_out_after must meet
     slowest: list[tuple[float, str, str]] = field(default_factory=list)  # for failures
+    order_violations: int = 0  # events out before an event their timeline took earlier
+    ordered_timelines: int = 0  # timelines whose events came out in two or more digests
+    out_of_order: list[str] = field(default_factory=list)  # a few violations, for failures
 
     def line(self) -> str:
         """The one-line summary."""
@@ -569,7 +584,8 @@ class Figures:
         text = (
             f"chaos {self.scenario}: sent={self.sent} delivered={self.delivered} "
             f"dead-lettered={self.dead_lettered} dropped={dropped} lost={self.lost} "
-            f"duplicated={self.duplicated}"
+            f"duplicated={self.duplicated} order-violations={self.order_violations} "
+            f"ordered-timelines={self.ordered_timelines}"
         )
         if self.forfeited:
             text += f" forfeited-by-contract={self.forfeited}"
@@ -578,6 +594,10 @@ class Figures:
             if self.deadline is not None:
                 text += f" (deadline {self.deadline:.0f}s)"
         return f"{text} ({self.note})" if self.note else text
+
+    def check_order(self) -> None:
+        """Every timeline's events came out in the order the broker took them."""
+        assert self.order_violations == 0, f"{self.line()}; out of order: {self.out_of_order}"
 
     def check_recovery(self) -> None:
         """The bounded-recovery property: every event out within the deadline of the fault."""
@@ -713,6 +733,43 @@ class Accounting:
                 return
         # Timed out: the figures line (lost > 0) tells what is missing.
 
+    def order(self, exclude: set[str] | None = None) -> tuple[list[str], int]:
+        """Events that came out before an event of their timeline the broker took earlier;
+        and how many timelines had their events in two or more digests (what was checked).
+
+        The broker's order is the events partition's offsets (a timeline is one key, so one
+        partition; grouped by partition too, for a timeline moved by a grown topic). An
+        event's place in the output is the rank of the first distinct digest it came out in
+        (records inside a digest are newest first; they share its rank, and a re-published
+        id keeps its rank). Events not delivered (dropped, dead-lettered, cancelled) have no
+        place and are skipped; `exclude`: ids sent twice on purpose.
+        """
+        skip = (exclude or set()) | self.expected_drops
+        first, rank = self.output.first_digest, self.output.rank
+        groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        for rid, sent in self.tracked().items():
+            if rid in first and rid not in skip:
+                key = (self.timeline_of(rid), sent.partition)
+                groups.setdefault(key, []).append((sent.offset, rid))
+        violations: list[str] = []
+        checked: set[str] = set()
+        for (timeline, _), events in groups.items():
+            events.sort()
+            ranks = {rank[first[rid]] for _, rid in events}
+            if len(ranks) > 1:
+                checked.add(timeline)
+            latest, latest_id = -1, ""
+            for _, rid in events:
+                place = rank[first[rid]]
+                if place < latest:
+                    violations.append(
+                        f"{timeline}: {rid} in digest #{place} {first[rid]}, after "
+                        f"{latest_id} (sent earlier) in #{latest} {first[latest_id]}"
+                    )
+                elif place > latest:
+                    latest, latest_id = place, rid
+        return violations, len(checked)
+
     def duplicated(self, exclude: set[str] | None = None) -> dict[str, set[str]]:
         """Record ids that appeared under two or more digest ids."""
         skip = exclude or set()
@@ -743,6 +800,7 @@ class Accounting:
         ours = {rid for rid in tracked if rid in self.output.digest_ids}
         if not dropped_reason and dropped:
             dropped_reason = "max_age" if self.expected_drops else "capacity"
+        out_of_order, ordered = self.order(duplicates_exclude)
         return Figures(
             scenario=scenario,
             sent=sum(len(load.acked) + len(load.hostile_acked) for load in self.loads()),
@@ -758,6 +816,9 @@ class Accounting:
             all_out_after=self.all_out_after(ours) if not missing else None,
             deadline=deadline,
             slowest=self.slowest(ours) if deadline is not None else [],
+            order_violations=len(out_of_order),
+            ordered_timelines=ordered,
+            out_of_order=out_of_order[:5],
         )
 
 
