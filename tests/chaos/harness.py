@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import shutil
@@ -41,11 +40,11 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from digest_stream.dev import kafka as devkafka
 from digest_stream.settings import Settings
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
 from tests.support import free_port, unique, wait_until
+from tests.support.kraft import KraftBroker
 from tests.support.metrics_dump import metrics_dump_env
 from tests.support.pipeline import FAST, ServiceProcess
 
@@ -56,6 +55,11 @@ CHAOS_ENV = "DIGEST_STREAM_CHAOS"
 #: Group session timeout of every service process (a SIGKILLed member's partitions move on
 #: after this long).
 SESSION_TIMEOUT = 6.0
+#: librdkafka settings of every service process: a fast group failover.
+CHAOS_KAFKA_CONFIG = {
+    "session.timeout.ms": str(int(SESSION_TIMEOUT * 1000)),
+    "heartbeat.interval.ms": "500",
+}
 #: Short delays and a fast group failover, so a 50k-event run takes about a minute. Maintenance
 #: keeps the production defaults (re-announce after 300 s, every 30 s): a stranded timeline
 #: must come back through the take-over path, within the recovery deadline, not through
@@ -68,10 +72,7 @@ CHAOS_SETTINGS: dict[str, Any] = {
     "maintenance_interval": 30.0,
     "maintenance_timeout": 300.0,
     "ttl": 3600.0,
-    "kafka_config": {
-        "session.timeout.ms": str(int(SESSION_TIMEOUT * 1000)),
-        "heartbeat.interval.ms": "500",
-    },
+    "kafka_config": CHAOS_KAFKA_CONFIG,
 }
 #: The issue's recovery property: every event is out within session timeout + maximum_delay +
 #: 15 s of the fault ending. Slack on top, for this 2-core box: a restarted process needs about
@@ -95,13 +96,20 @@ def chaos_enabled() -> bool:
 
 
 def create_topics(
-    bootstrap: str, names: dict[str, int], config: dict[str, dict[str, str]] | None = None
+    bootstrap: str,
+    names: dict[str, int],
+    config: dict[str, dict[str, str]] | None = None,
+    replicas: dict[str, list[int]] | None = None,
 ) -> None:
-    """Create topics (name -> partitions, optional config) and wait until each has leaders."""
+    """Create topics (name -> partitions, optional config, optional replicas: the brokers of
+    every partition, the first its leader) and wait until each has leaders."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    placed = replicas or {}
     futures = admin.create_topics(
         [
-            NewTopic(n, num_partitions=p, replication_factor=1, config=(config or {}).get(n, {}))
+            NewTopic(n, p, replica_assignment=[placed[n]] * p, config=(config or {}).get(n, {}))
+            if n in placed
+            else NewTopic(n, p, replication_factor=1, config=(config or {}).get(n, {}))
             for n, p in names.items()
         ]
     )
@@ -139,11 +147,13 @@ def chaos_settings(
     namespace: str,
     partitions: int = 8,
     topic_config: dict[str, dict[str, str]] | None = None,
+    placement: dict[str, list[int]] | None = None,
     **changes: Any,
 ) -> Settings:
     """Settings of one scenario on fresh topics (created here) and fresh groups.
 
-    `topic_config` maps a topic setting ("dlq_topic", ...) to that topic's broker config.
+    `topic_config` maps a topic setting ("dlq_topic", ...) to that topic's broker config,
+    `placement` to the brokers of each of its partitions (default: one broker, any).
     """
     base = unique("chaos")
     topics = {
@@ -156,6 +166,7 @@ def chaos_settings(
         bootstrap,
         {name: (1 if key == "dlq_topic" else partitions) for key, name in topics.items()},
         {topics[key]: config for key, config in (topic_config or {}).items()},
+        {topics[key]: brokers for key, brokers in (placement or {}).items()},
     )
     return Settings.model_validate(
         {
@@ -243,9 +254,10 @@ class Load:
         return self
 
     def stop(self) -> None:
-        """Stop sending early (the test failed)."""
+        """Stop sending early (the test failed); a load never started has nothing to stop."""
         self._stop.set()
-        self._thread.join(60)
+        if self._thread.ident is not None:
+            self._thread.join(60)
 
     def acked_copy(self) -> dict[str, Sent]:
         """The acknowledgements so far (a copy: the load thread keeps adding)."""
@@ -1030,77 +1042,8 @@ class OwnRedis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class OwnKafka:
-    """A single KRaft broker of our own whose data survives a stop, for broker restarts."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.controller_port = free_port()
-        self.home = Path(tempfile.mkdtemp(prefix="chaos-kafka-"))
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        self._java = shutil.which("java") or "java"
-        self._libs = devkafka.kafka_libs()
-        self._log4j = self.home / "log4j2.xml"
-        self._log4j.write_text(devkafka.LOG4J2_XML)
-        self._props = self.home / "server.properties"
-        self._props.write_text(self._properties())
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        formatted = subprocess.run(
-            [self._java, *self._opts(), "-cp", f"{self._libs}/*", "kafka.tools.StorageTool",
-             "format", "-t", cluster_id, "-c", str(self._props)],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        assert formatted.returncode == 0, formatted.stderr or formatted.stdout
-
-    def _opts(self) -> list[str]:
-        return [f"-Dlog4j2.configurationFile={self._log4j}", "-Djava.awt.headless=true"]
-
-    def _properties(self) -> str:
-        stock = devkafka.kafka_properties(self.home / "data")
-        return (
-            stock.replace(f":{devkafka.CONTROLLER_PORT}", f":{self.controller_port}")
-            .replace(f":{devkafka.KAFKA_PORT}", f":{self.port}")
-            .replace("num.partitions=4", "num.partitions=1")
-        )
-
-    def start(self) -> None:
-        """Start the broker (same data as before) and wait for a metadata answer."""
-        log = (self.home / "kafka.log").open("ab")
-        self.proc = subprocess.Popen(
-            [self._java, "-Xmx512m", "-Xms128m", "-XX:+UseG1GC", *self._opts(),
-             "-cp", f"{self._libs}/*", "kafka.Kafka", str(self._props)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        log.close()
-        wait_until(self._answers, 120, f"own kafka on {self.port}", 0.2)
-
-    def _answers(self) -> bool:
-        assert self.proc is not None
-        assert self.proc.poll() is None, "own kafka exited"
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-        try:
-            return bool(admin.list_topics(timeout=2).brokers)
-        except Exception:
-            return False
-
-    def stop(self, timeout: float = 60) -> None:
-        """SIGTERM (a controlled broker shutdown) and wait; SIGKILL past the timeout."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def destroy(self) -> None:
-        """Stop and remove its data."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        shutil.rmtree(self.home, ignore_errors=True)
+#: A single KRaft broker of our own whose data survives a stop, for broker restarts.
+OwnKafka = KraftBroker
 
 
 @contextlib.contextmanager

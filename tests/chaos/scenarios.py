@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -22,13 +23,16 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 
+from digest_stream.client.producer import EventProducer
 from digest_stream.settings import Settings
 from digest_stream.wire import codec, control
 from digest_stream.wire.models import Event
 from tests.chaos.harness import (
+    CHAOS_KAFKA_CONFIG,
     Accounting,
     CommitWatcher,
     DeadLetterLog,
@@ -39,6 +43,7 @@ from tests.chaos.harness import (
     OwnKafka,
     OwnRedis,
     ScheduleLog,
+    Sent,
     Services,
     Shape,
     delete_topics,
@@ -50,6 +55,7 @@ from tests.chaos.harness import (
 from tests.support import REPO_ROOT, unique, wait_until
 from tests.support.crash_hooks import pause_after_leading_add_env, pause_before_close_env
 from tests.support.kafka import committed_offsets
+from tests.support.kraft import BrokerPair
 from tests.support.pipeline import ServiceProcess, settings_env
 from tests.support.proxy import TcpProxy
 
@@ -1267,3 +1273,176 @@ def events_topic_grown(settings: Settings, size: Size, grow_to: int, at: float =
             load.stop()
         assert moved > 0, "no moved timeline counted"
         return figures
+
+
+# --------------------------------------------------------------------------- 17 output refused
+
+#: Issue 26: many timelines, each with an event every second (so several digests each, for
+#: the order check) and a flush after every 10th event, while the output refuses writes.
+REFUSED = Size(events=12_000, timelines=300, rate=300.0, drain=180.0)
+#: The make-test slice of it.
+REFUSED_SLICE = Size(events=400, timelines=20, rate=40.0, drain=60.0)
+#: The output topic on both brokers (broker 1 leads), refusing acks=all writes unless both are
+#: in sync; everything else on broker 1 alone, untouched by the fault.
+REFUSED_PLACEMENT = {
+    "events_topic": [1],
+    "schedule_topic": [1],
+    "dlq_topic": [1],
+    "output_topic": [1, 2],
+}
+REFUSED_TOPICS = {"output_topic": {"min.insync.replicas": "2"}}
+
+
+def refused_output_settings(message_timeout: float) -> dict[str, Any]:
+    """The services' settings of the scenario: librdkafka gives up on a message after
+    `message_timeout` s; short cool-downs, so cool-downs end while the output refuses writes;
+    enough publish attempts that delivery retries through the fault instead of dead-lettering
+    (attempts last `message_timeout` each)."""
+    kafka_config = dict(CHAOS_KAFKA_CONFIG)
+    kafka_config["message.timeout.ms"] = str(int(message_timeout * 1000))
+    return {
+        "direct_leading_edge": True,
+        "minimum_delay": 3.0,
+        "increment_delay": 0.5,
+        "maximum_delay": 5.0,
+        "max_attempts": 20,
+        "kafka_config": kafka_config,
+        "placement": REFUSED_PLACEMENT,
+        "topic_config": REFUSED_TOPICS,
+    }
+
+
+@contextmanager
+def output_refusing(
+    pair: BrokerPair, topic: str, output: Output, dlq: DeadLetterLog
+) -> Iterator[float]:
+    """The output topic refuses writes from the `with` until its end: its follower (broker 2)
+    stopped with SIGSTOP and out of the ISR, so broker 1 answers NOT_ENOUGH_REPLICAS; yields
+    the monotonic time writes began to be refused. At the end SIGCONT, until broker 2 is back
+    in the ISR (writes taken again)."""
+    pair.second.pause()
+    try:
+        wait_until(lambda: pair.in_sync(topic) == {1}, 60, "the output ISR down to broker 1")
+        yield time.monotonic()
+    finally:
+        pair.second.resume()
+    wait_until(lambda: pair.in_sync(topic) == {1, 2}, 60, "broker 2 back in the ISR")
+    output.poll(0)
+    dlq.poll(0)
+
+
+def output_refused(
+    settings: Settings,
+    size: Size,
+    pair: BrokerPair,
+    message_timeout: float,
+    every: int = 10,
+    *,
+    under_load: bool = True,
+) -> Figures:
+    """The output topic refuses writes (NOT_ENOUGH_REPLICAS, `output_refusing`) for about
+    twice librdkafka's message.timeout.ms, twice.
+
+    1. The issue's reproduction, the services otherwise idle (a delivery busy retrying other
+       digests would open nothing meanwhile): a new timeline X gets e1, whose leading digest
+       is refused, then e2 and a flush of X (EventProducer.flush). X's digests must come out
+       e1's first, then e2's, e1 under one id.
+    2. The same fault while a load over many timelines goes on, a flush after every `every`th
+       event, cool-downs ending meanwhile (`under_load`; the slice skips it and only runs the
+       load). Lost 0, order kept, one id per record, as in every scenario.
+    """
+    topic = settings.output_topic
+    with scenario(settings) as (services, output, dlq):
+        for proc in [services.start(ALL), services.start(ALL)]:
+            services.wait_started(proc)
+        load = Load(settings, size.events, size.timelines, size.rate)
+        load._hostile = controls_every(load, every)
+        acc = Accounting(load, output, dlq)
+        timeline = f"x:{load.prefix}"
+        # X's flush goes where its events go (send_one places them with the same partitioner).
+        sender = EventProducer(
+            settings.kafka_bootstrap_servers,
+            settings.events_topic,
+            partitioner=settings.partitioner,
+        )
+        e1, e2 = f"{load.prefix}-x1", f"{load.prefix}-x2"
+        refused: list[float] = []
+        try:
+            with output_refusing(pair, topic, output, dlq) as since:
+                acc.extra[e1] = send_one(load, timeline, e1)
+                pace(message_timeout * 0.3, output, dlq)  # e1's leading digest is in flight
+                acc.extra[e2] = send_one(load, timeline, e2)
+                sender.flush(timeline)
+                pace(since + 2 * message_timeout - time.monotonic(), output, dlq)
+                refused.append(time.monotonic() - since)
+            acc.fault_ended()
+            x_out = {e1, e2}
+
+            def x_is_out() -> bool:
+                output.poll()
+                return x_out <= set(output.first_digest)
+
+            wait_until(x_is_out, 60, f"{timeline}'s two events out")
+            # X: the leading digest {e1} was refused, then e2 and the flush waited behind it.
+            first, rank = output.first_digest, output.rank
+            ids = sorted({d for r in x_out for d in output.digest_ids[r]}, key=lambda d: rank[d])
+            where = (
+                f"{timeline}'s digests in output order {ids}, e1 in {first[e1]}, e2 in {first[e2]}"
+            )
+            assert rank[first[e1]] < rank[first[e2]], f"e2 out before e1: {where}"
+            assert len(output.digest_ids[e1]) == 1, f"e1 under two ids: {where}"
+            load.start()
+            if under_load:
+                load.wait_progress(0.3)
+                with output_refusing(pair, topic, output, dlq) as since:
+                    pace(since + 2 * message_timeout - time.monotonic(), output, dlq)
+                    refused.append(time.monotonic() - since)
+                acc.fault_ended()
+            figures = _finish(
+                "17 output refused past message.timeout.ms",
+                acc,
+                size,
+                note=f"output refused {' s, '.join(f'{r:.0f}' for r in refused)} s "
+                f"(NOT_ENOUGH_REPLICAS, follower stopped; message.timeout.ms "
+                f"{message_timeout * 1000:.0f}): a new timeline's e1, e2 and flush, then "
+                f"{'the same under ' if under_load else ''}a load with a flush every "
+                f"{every}th event",
+            )
+        finally:
+            sender.close()
+            load.stop()
+        assert len(output.digest_ids[e1]) == 1, f"e1 under two ids: {output.digest_ids[e1]}"
+        logs = services.logs()
+        assert f"of {timeline}: publish failed" in logs, "X's leading digest was not refused"
+        _all_alive(services)
+        return figures
+
+
+def send_one(load: Load, timeline: str, record_id: str) -> Sent:
+    """Send one event to the load's events topic on its own (placed by the service's
+    partitioner), wait for the broker's acknowledgement; the load's accounting then knows the
+    id's timeline."""
+    settings = load.settings
+    producer = Producer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap_servers,
+            "acks": "all",
+            "partitioner": settings.partitioner,
+        }
+    )
+    acked: list[Message] = []
+    value = codec.encode_event(
+        Event(id=record_id, timestamp=int(time.time() * 1000), payload=b"{}")
+    )
+
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
+        assert error is None, f"{record_id}: {error}"
+        acked.append(message)
+
+    producer.produce(
+        settings.events_topic, key=timeline.encode(), value=value, on_delivery=on_delivery
+    )
+    assert producer.flush(30) == 0, f"{record_id} not acknowledged"
+    load.timeline_of[record_id] = timeline
+    message = acked[0]
+    return Sent(message.partition() or 0, message.offset() or 0, time.time())
