@@ -1322,11 +1322,21 @@ def output_refusing(
     in the ISR (writes taken again)."""
     pair.second.pause()
     try:
-        wait_until(lambda: pair.in_sync(topic) == {1}, 60, "the output ISR down to broker 1")
+        # Every partition's: while one still counts broker 2 in sync, an acks=all write there
+        # waits (the whole produce request with it, other topics' partitions included).
+        wait_until(
+            lambda: all(isr == {1} for isr in pair.in_sync(topic)),
+            60,
+            "every output partition's ISR down to broker 1",
+        )
         yield time.monotonic()
     finally:
         pair.second.resume()
-    wait_until(lambda: pair.in_sync(topic) == {1, 2}, 60, "broker 2 back in the ISR")
+    wait_until(
+        lambda: all(isr == {1, 2} for isr in pair.in_sync(topic)),
+        60,
+        "broker 2 back in every output partition's ISR",
+    )
     output.poll(0)
     dlq.poll(0)
 
@@ -1367,25 +1377,38 @@ def output_refused(
         )
         e1, e2 = f"{load.prefix}-x1", f"{load.prefix}-x2"
         refused: list[float] = []
+
+        def out(ids: set[str], what: str) -> None:
+            def seen() -> bool:
+                output.poll()
+                return ids <= set(output.first_digest)
+
+            wait_until(seen, 60, what)
+
         try:
+            # Warm up: both paths publish once (a leading digest, then delivery's), so every
+            # client has the topics' metadata: a first produce to a topic waits for it, and a
+            # metadata request may go to the stopped broker and hang past message.timeout.ms.
+            warm = f"w:{load.prefix}"
+            w1, w2 = f"{load.prefix}-w1", f"{load.prefix}-w2"
+            acc.extra[w1] = send_one(load, warm, w1)
+            acc.extra[w2] = send_one(load, warm, w2)
+            sender.flush(warm)
+            out({w1, w2}, f"{warm}'s two events out")
             with output_refusing(pair, topic, output, dlq) as since:
                 acc.extra[e1] = send_one(load, timeline, e1)
-                pace(message_timeout * 0.3, output, dlq)  # e1's leading digest is in flight
+                # e2 while e1's leading digest is in flight and X cools down (an e2 after the
+                # cool-down would find X quiet and get a leading digest of its own)
+                pace(settings.minimum_delay / 3, output, dlq)
                 acc.extra[e2] = send_one(load, timeline, e2)
                 sender.flush(timeline)
                 pace(since + 2 * message_timeout - time.monotonic(), output, dlq)
                 refused.append(time.monotonic() - since)
             acc.fault_ended()
-            x_out = {e1, e2}
-
-            def x_is_out() -> bool:
-                output.poll()
-                return x_out <= set(output.first_digest)
-
-            wait_until(x_is_out, 60, f"{timeline}'s two events out")
+            out({e1, e2}, f"{timeline}'s two events out")
             # X: the leading digest {e1} was refused, then e2 and the flush waited behind it.
             first, rank = output.first_digest, output.rank
-            ids = sorted({d for r in x_out for d in output.digest_ids[r]}, key=lambda d: rank[d])
+            ids = sorted({d for r in (e1, e2) for d in output.digest_ids[r]}, key=lambda d: rank[d])
             where = (
                 f"{timeline}'s digests in output order {ids}, e1 in {first[e1]}, e2 in {first[e2]}"
             )

@@ -174,11 +174,11 @@ class BrokerPair:
         self.second.start()
         wait_until(lambda: len(admin.list_topics(timeout=5).brokers) == 2, 60, "two brokers")
 
-    def in_sync(self, topic: str) -> set[int]:
-        """The brokers in every partition's ISR of this topic (broker 1's metadata)."""
+    def in_sync(self, topic: str) -> list[set[int]]:
+        """Each partition's in-sync replicas (broker ids) of this topic (broker 1's metadata)."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
-        return set.intersection(*(set(p.isrs) for p in partitions))
+        return [set(p.isrs) for p in partitions]
 
     def destroy(self) -> None:
         """Kill both by pid and remove their data."""
