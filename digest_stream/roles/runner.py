@@ -130,6 +130,11 @@ class Runner:
             if self._paused:
                 # Assigned during an outage: stays paused like the rest until it ends.
                 self._consumer.pause(starts)
+            else:
+                # librdkafka keeps a partition's pause through a revocation or loss and the
+                # next assignment: one paused by a wait that ended while it was unassigned
+                # (a session lost during a broker restart) would never be fetched again.
+                self._consumer.resume(starts)
 
         def revoked(consumer: object, partitions: list[TopicPartition]) -> None:
             self._count("revoked", partitions)

@@ -23,6 +23,7 @@ from tests.chaos.harness import (
     chaos_settings,
     delete_topics,
 )
+from tests.support.kraft import BrokerPair
 from tests.support.proxy import TcpProxy
 
 
@@ -78,3 +79,14 @@ def own_kafka() -> Iterator[OwnKafka]:
         yield broker
     finally:
         broker.destroy()
+
+
+@pytest.fixture
+def broker_pair() -> Iterator[BrokerPair]:
+    """Two Kafka brokers of our own (broker 1 also the controller), killed by pid at the end."""
+    pair = BrokerPair()
+    try:
+        pair.start()
+        yield pair
+    finally:
+        pair.destroy()

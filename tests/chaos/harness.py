@@ -4,14 +4,14 @@
   the broker's acknowledgement (partition, offset, wall time) of each.
 - `Output` and `DeadLetterLog` read the output and DLQ topics incrementally.
 - `Accounting` checks: every acknowledged event id is in >= 1 digest, or dead-lettered with a
-  reason, or counted as dropped; it reports ids in two digests with different digest ids.
+  reason, or counted as dropped; it reports ids in two digests with different digest ids, and
+  events of one timeline that came out in another order than the broker took them.
 - `Services` starts the real CLI processes (tests.support.pipeline.ServiceProcess) and stops every
   one by pid at the end, also on failure.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import shutil
@@ -40,11 +40,11 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from digest_stream.dev import kafka as devkafka
 from digest_stream.settings import Settings
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
 from tests.support import free_port, unique, wait_until
+from tests.support.kraft import KraftBroker
 from tests.support.metrics_dump import metrics_dump_env
 from tests.support.pipeline import FAST, ServiceProcess
 
@@ -55,6 +55,11 @@ CHAOS_ENV = "DIGEST_STREAM_CHAOS"
 #: Group session timeout of every service process (a SIGKILLed member's partitions move on
 #: after this long).
 SESSION_TIMEOUT = 6.0
+#: librdkafka settings of every service process: a fast group failover.
+CHAOS_KAFKA_CONFIG = {
+    "session.timeout.ms": str(int(SESSION_TIMEOUT * 1000)),
+    "heartbeat.interval.ms": "500",
+}
 #: Short delays and a fast group failover, so a 50k-event run takes about a minute. Maintenance
 #: keeps the production defaults (re-announce after 300 s, every 30 s): a stranded timeline
 #: must come back through the take-over path, within the recovery deadline, not through
@@ -67,10 +72,7 @@ CHAOS_SETTINGS: dict[str, Any] = {
     "maintenance_interval": 30.0,
     "maintenance_timeout": 300.0,
     "ttl": 3600.0,
-    "kafka_config": {
-        "session.timeout.ms": str(int(SESSION_TIMEOUT * 1000)),
-        "heartbeat.interval.ms": "500",
-    },
+    "kafka_config": CHAOS_KAFKA_CONFIG,
 }
 #: The issue's recovery property: every event is out within session timeout + maximum_delay +
 #: 15 s of the fault ending. Slack on top, for this 2-core box: a restarted process needs about
@@ -94,13 +96,20 @@ def chaos_enabled() -> bool:
 
 
 def create_topics(
-    bootstrap: str, names: dict[str, int], config: dict[str, dict[str, str]] | None = None
+    bootstrap: str,
+    names: dict[str, int],
+    config: dict[str, dict[str, str]] | None = None,
+    replicas: dict[str, list[int]] | None = None,
 ) -> None:
-    """Create topics (name -> partitions, optional config) and wait until each has leaders."""
+    """Create topics (name -> partitions, optional config, optional replicas: the brokers of
+    every partition, the first its leader) and wait until each has leaders."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    placed = replicas or {}
     futures = admin.create_topics(
         [
-            NewTopic(n, num_partitions=p, replication_factor=1, config=(config or {}).get(n, {}))
+            NewTopic(n, p, replica_assignment=[placed[n]] * p, config=(config or {}).get(n, {}))
+            if n in placed
+            else NewTopic(n, p, replication_factor=1, config=(config or {}).get(n, {}))
             for n, p in names.items()
         ]
     )
@@ -138,11 +147,13 @@ def chaos_settings(
     namespace: str,
     partitions: int = 8,
     topic_config: dict[str, dict[str, str]] | None = None,
+    placement: dict[str, list[int]] | None = None,
     **changes: Any,
 ) -> Settings:
     """Settings of one scenario on fresh topics (created here) and fresh groups.
 
-    `topic_config` maps a topic setting ("dlq_topic", ...) to that topic's broker config.
+    `topic_config` maps a topic setting ("dlq_topic", ...) to that topic's broker config,
+    `placement` to the brokers of each of its partitions (default: one broker, any).
     """
     base = unique("chaos")
     topics = {
@@ -155,6 +166,7 @@ def chaos_settings(
         bootstrap,
         {name: (1 if key == "dlq_topic" else partitions) for key, name in topics.items()},
         {topics[key]: config for key, config in (topic_config or {}).items()},
+        {topics[key]: brokers for key, brokers in (placement or {}).items()},
     )
     return Settings.model_validate(
         {
@@ -242,9 +254,10 @@ class Load:
         return self
 
     def stop(self) -> None:
-        """Stop sending early (the test failed)."""
+        """Stop sending early (the test failed); a load never started has nothing to stop."""
         self._stop.set()
-        self._thread.join(60)
+        if self._thread.ident is not None:
+            self._thread.join(60)
 
     def acked_copy(self) -> dict[str, Sent]:
         """The acknowledgements so far (a copy: the load thread keeps adding)."""
@@ -397,6 +410,13 @@ class Output:
         self.messages = 0
         self.largest = 0  # bytes of the largest message: value + key + headers
         self.carried: dict[str, int] = {}  # carried header name -> messages that had it
+        # The order check: a timeline's digests share a key, so one output partition holds
+        # them in the order they were written. A digest's rank is its place among its
+        # timeline's distinct digest ids (a repeat of an id keeps the rank of its first
+        # copy); a record's first digest is the one it first came out in.
+        self.rank: dict[str, int] = {}  # digest id -> rank within its timeline
+        self.first_digest: dict[str, str] = {}  # record id -> id of its first digest
+        self._ranked: dict[str, int] = {}  # timeline -> distinct digest ids seen
 
     def poll(self, timeout: float = 0.2) -> None:
         """Read whatever arrived."""
@@ -421,10 +441,14 @@ class Output:
                 self.dropped[digest.id] = digest.dropped
             self.timeline[digest.id] = digest.timeline
             self.copies[digest.id] = self.copies.get(digest.id, 0) + 1
+            if digest.id not in self.rank:
+                self.rank[digest.id] = self._ranked.get(digest.timeline, 0)
+                self._ranked[digest.timeline] = self.rank[digest.id] + 1
             opened = digest.opened_at / 1000
             for record in digest.records:
                 self.digest_ids.setdefault(record.id, set()).add(digest.id)
                 self.first_seen.setdefault(record.id, seen)
+                self.first_digest.setdefault(record.id, digest.id)
                 if opened < self.first_opened.get(record.id, float("inf")):
                     self.first_opened[record.id] = opened
 
@@ -562,6 +586,9 @@ class Figures:
     all_out_after: float | None = None  # s from the fault's end to the last event out
     deadline: float | None = None  # the bound all_out_after must meet
     slowest: list[tuple[float, str, str]] = field(default_factory=list)  # for failures
+    order_violations: int = 0  # events out before an event their timeline took earlier
+    ordered_timelines: int = 0  # timelines whose events came out in two or more digests
+    out_of_order: list[str] = field(default_factory=list)  # a few violations, for failures
 
     def line(self) -> str:
         """The one-line summary."""
@@ -569,7 +596,8 @@ class Figures:
         text = (
             f"chaos {self.scenario}: sent={self.sent} delivered={self.delivered} "
             f"dead-lettered={self.dead_lettered} dropped={dropped} lost={self.lost} "
-            f"duplicated={self.duplicated}"
+            f"duplicated={self.duplicated} order-violations={self.order_violations} "
+            f"ordered-timelines={self.ordered_timelines}"
         )
         if self.forfeited:
             text += f" forfeited-by-contract={self.forfeited}"
@@ -578,6 +606,10 @@ class Figures:
             if self.deadline is not None:
                 text += f" (deadline {self.deadline:.0f}s)"
         return f"{text} ({self.note})" if self.note else text
+
+    def check_order(self) -> None:
+        """Every timeline's events came out in the order the broker took them."""
+        assert self.order_violations == 0, f"{self.line()}; out of order: {self.out_of_order}"
 
     def check_recovery(self) -> None:
         """The bounded-recovery property: every event out within the deadline of the fault."""
@@ -713,6 +745,43 @@ class Accounting:
                 return
         # Timed out: the figures line (lost > 0) tells what is missing.
 
+    def order(self, exclude: set[str] | None = None) -> tuple[list[str], int]:
+        """Events that came out before an event of their timeline the broker took earlier;
+        and how many timelines had their events in two or more digests (what was checked).
+
+        The broker's order is the events partition's offsets (a timeline is one key, so one
+        partition; grouped by partition too, for a timeline moved by a grown topic). An
+        event's place in the output is the rank of the first distinct digest it came out in
+        (records inside a digest are newest first; they share its rank, and a re-published
+        id keeps its rank). Events not delivered (dropped, dead-lettered, cancelled) have no
+        place and are skipped; `exclude`: ids sent twice on purpose.
+        """
+        skip = (exclude or set()) | self.expected_drops
+        first, rank = self.output.first_digest, self.output.rank
+        groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        for rid, sent in self.tracked().items():
+            if rid in first and rid not in skip:
+                key = (self.timeline_of(rid), sent.partition)
+                groups.setdefault(key, []).append((sent.offset, rid))
+        violations: list[str] = []
+        checked: set[str] = set()
+        for (timeline, _), events in groups.items():
+            events.sort()
+            ranks = {rank[first[rid]] for _, rid in events}
+            if len(ranks) > 1:
+                checked.add(timeline)
+            latest, latest_id = -1, ""
+            for _, rid in events:
+                place = rank[first[rid]]
+                if place < latest:
+                    violations.append(
+                        f"{timeline}: {rid} in digest #{place} {first[rid]}, after "
+                        f"{latest_id} (sent earlier) in #{latest} {first[latest_id]}"
+                    )
+                elif place > latest:
+                    latest, latest_id = place, rid
+        return violations, len(checked)
+
     def duplicated(self, exclude: set[str] | None = None) -> dict[str, set[str]]:
         """Record ids that appeared under two or more digest ids."""
         skip = exclude or set()
@@ -743,6 +812,7 @@ class Accounting:
         ours = {rid for rid in tracked if rid in self.output.digest_ids}
         if not dropped_reason and dropped:
             dropped_reason = "max_age" if self.expected_drops else "capacity"
+        out_of_order, ordered = self.order(duplicates_exclude)
         return Figures(
             scenario=scenario,
             sent=sum(len(load.acked) + len(load.hostile_acked) for load in self.loads()),
@@ -758,6 +828,9 @@ class Accounting:
             all_out_after=self.all_out_after(ours) if not missing else None,
             deadline=deadline,
             slowest=self.slowest(ours) if deadline is not None else [],
+            order_violations=len(out_of_order),
+            ordered_timelines=ordered,
+            out_of_order=out_of_order[:5],
         )
 
 
@@ -969,77 +1042,8 @@ class OwnRedis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class OwnKafka:
-    """A single KRaft broker of our own whose data survives a stop, for broker restarts."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.controller_port = free_port()
-        self.home = Path(tempfile.mkdtemp(prefix="chaos-kafka-"))
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        self._java = shutil.which("java") or "java"
-        self._libs = devkafka.kafka_libs()
-        self._log4j = self.home / "log4j2.xml"
-        self._log4j.write_text(devkafka.LOG4J2_XML)
-        self._props = self.home / "server.properties"
-        self._props.write_text(self._properties())
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        formatted = subprocess.run(
-            [self._java, *self._opts(), "-cp", f"{self._libs}/*", "kafka.tools.StorageTool",
-             "format", "-t", cluster_id, "-c", str(self._props)],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        assert formatted.returncode == 0, formatted.stderr or formatted.stdout
-
-    def _opts(self) -> list[str]:
-        return [f"-Dlog4j2.configurationFile={self._log4j}", "-Djava.awt.headless=true"]
-
-    def _properties(self) -> str:
-        stock = devkafka.kafka_properties(self.home / "data")
-        return (
-            stock.replace(f":{devkafka.CONTROLLER_PORT}", f":{self.controller_port}")
-            .replace(f":{devkafka.KAFKA_PORT}", f":{self.port}")
-            .replace("num.partitions=4", "num.partitions=1")
-        )
-
-    def start(self) -> None:
-        """Start the broker (same data as before) and wait for a metadata answer."""
-        log = (self.home / "kafka.log").open("ab")
-        self.proc = subprocess.Popen(
-            [self._java, "-Xmx512m", "-Xms128m", "-XX:+UseG1GC", *self._opts(),
-             "-cp", f"{self._libs}/*", "kafka.Kafka", str(self._props)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        log.close()
-        wait_until(self._answers, 120, f"own kafka on {self.port}", 0.2)
-
-    def _answers(self) -> bool:
-        assert self.proc is not None
-        assert self.proc.poll() is None, "own kafka exited"
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-        try:
-            return bool(admin.list_topics(timeout=2).brokers)
-        except Exception:
-            return False
-
-    def stop(self, timeout: float = 60) -> None:
-        """SIGTERM (a controlled broker shutdown) and wait; SIGKILL past the timeout."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def destroy(self) -> None:
-        """Stop and remove its data."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        shutil.rmtree(self.home, ignore_errors=True)
+#: A single KRaft broker of our own whose data survives a stop, for broker restarts.
+OwnKafka = KraftBroker
 
 
 @contextlib.contextmanager

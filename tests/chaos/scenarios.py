@@ -2,7 +2,8 @@
 
 Each one runs the real CLI as separate processes, sends a known load, injects its fault on a
 schedule, waits until every event id is accounted for, prints one line of figures and asserts
-lost == 0 (and, where the contract promises it, duplicated == 0).
+lost == 0, every timeline's events out in the order the broker took them, and no record under
+two digest ids (where a scenario's fault explains some, exactly those).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -21,13 +23,16 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 
+from digest_stream.client.producer import EventProducer
 from digest_stream.settings import Settings
 from digest_stream.wire import codec, control
 from digest_stream.wire.models import Event
 from tests.chaos.harness import (
+    CHAOS_KAFKA_CONFIG,
     Accounting,
     CommitWatcher,
     DeadLetterLog,
@@ -38,6 +43,7 @@ from tests.chaos.harness import (
     OwnKafka,
     OwnRedis,
     ScheduleLog,
+    Sent,
     Services,
     Shape,
     delete_topics,
@@ -49,6 +55,7 @@ from tests.chaos.harness import (
 from tests.support import REPO_ROOT, unique, wait_until
 from tests.support.crash_hooks import pause_after_leading_add_env, pause_before_close_env
 from tests.support.kafka import committed_offsets
+from tests.support.kraft import BrokerPair
 from tests.support.pipeline import ServiceProcess, settings_env
 from tests.support.proxy import TcpProxy
 
@@ -122,9 +129,9 @@ def _finish(
     deadline: float | None = None,
     **counts: Any,
 ) -> Figures:
-    """Wait for every event, report the line, assert lost == 0, no duplicates (unless allowed)
-    and the recovery deadline (by default the settings' `recovery_deadline`). `counts` go to
-    `Accounting.figures` (dead_lettered=, dropped_counted=)."""
+    """Wait for every event, report the line, assert lost == 0, the order, no duplicates (unless
+    allowed) and the recovery deadline (by default the settings' `recovery_deadline`). `counts`
+    go to `Accounting.figures` (dead_lettered=, dropped_counted=)."""
     for load in acc.loads():
         load.wait_acked(timeout=size.seconds * 4 + 300)
     acc.wait_complete(size.drain)
@@ -134,6 +141,7 @@ def _finish(
     report(figures)
     missing = sorted(acc.missing())
     assert figures.lost == 0, f"{figures.line()}; e.g. {missing[:5]}"
+    figures.check_order()
     if not allow_duplicates:
         dup = acc.duplicated()
         assert not dup, f"{figures.line()}; records under two digest ids: {list(dup.items())[:3]}"
@@ -300,7 +308,8 @@ def _after_rollback(
     acc: Accounting, size: Size, name: str, what: str
 ) -> tuple[Figures, dict[str, set[str]]]:
     """Wait for every event after a Redis rollback, report the line (the duplicates in its
-    note), assert lost == 0 and the recovery deadline; the figures and the duplicates."""
+    note), assert lost == 0, the order and the recovery deadline; the figures and the
+    duplicates (the caller checks that the rollback explains them)."""
     acc.load.wait_acked(timeout=size.seconds * 4 + 300)
     acc.wait_complete(size.drain)
     dup = acc.duplicated()
@@ -311,8 +320,31 @@ def _after_rollback(
     )
     report(figures)
     assert figures.lost == 0, f"{figures.line()}; e.g. {sorted(acc.missing())[:5]}"
+    figures.check_order()
     figures.check_recovery()
     return figures, dup
+
+
+#: How long before a snapshot a digest may have been opened and still have its close rolled
+#: back (a batch of digests publishing while BGSAVE forks).
+ROLLBACK_SLACK = 5.0
+
+
+def unexplained_duplicates(
+    acc: Accounting, dup: dict[str, set[str]], rollbacks: list[tuple[float, float]]
+) -> set[str]:
+    """Records under two digest ids that no rollback explains. A rollback (snapshot time,
+    time Redis was back) explains a record first delivered after its snapshot (less the
+    slack) and sent before Redis came back: its close, or its add, was lost and replayed."""
+    tracked = acc.tracked()
+    return {
+        rid
+        for rid in dup
+        if not any(
+            acc.output.first_opened[rid] >= snapshot - ROLLBACK_SLACK and tracked[rid].at <= up
+            for snapshot, up in rollbacks
+        )
+    }
 
 
 def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: float = 5.0) -> Figures:
@@ -339,11 +371,7 @@ def redis_rollback(settings: Settings, size: Size, redis: OwnRedis, run_on: floa
         assert "Redis lost writes" in logs, "the ingest did not notice the fence going back"
         # Explained duplicates: records first delivered after the snapshot, sent before Redis
         # came back. Their close (or their add, replayed) was lost with the rollback.
-        unexplained = {
-            rid
-            for rid in dup
-            if acc.output.first_opened[rid] < snapshot_at - 5.0 or load.acked[rid].at > up_at
-        }
+        unexplained = unexplained_duplicates(acc, dup, [(snapshot_at, up_at)])
         assert not unexplained, f"duplicates the rollback does not explain: {list(unexplained)[:5]}"
         _all_alive(services)
         return figures
@@ -375,13 +403,15 @@ def redis_rollback_inside_controls(
         _, load, acc = _start_under_load(settings, size, services, output, dlq, ALL, ALL, load=load)
         try:
             load.wait_progress(0.2)
+            windows: list[tuple[float, float]] = []
             for _ in range(rollbacks):
-                redis.snapshot()
+                snapshot_at = redis.snapshot()
                 redis.shutdown_nosave()
                 redis.start()
+                windows.append((snapshot_at, time.time()))
                 acc.fault_ended()
                 pace(3.0, output, dlq)
-            figures, _ = _after_rollback(
+            figures, dup = _after_rollback(
                 acc,
                 size,
                 "4d Redis rollback inside batches holding controls",
@@ -390,6 +420,8 @@ def redis_rollback_inside_controls(
             )
         finally:
             load.stop()
+        unexplained = unexplained_duplicates(acc, dup, windows)
+        assert not unexplained, f"duplicates no rollback explains: {list(unexplained)[:5]}"
         assert "Redis lost writes" in services.logs(), "no rollback was noticed by the fence"
         _all_alive(services)
         return figures
@@ -437,9 +469,11 @@ def redis_restarted_empty(settings: Settings, size: Size, redis: OwnRedis, mode:
         logs = services.logs()
         assert f"on_state_loss={mode}" in logs, "state loss was not reported loudly"
         missing = acc.missing()
+        # Only records sent before the wipe may come again (replayed) under a new id.
+        assert set(dup) <= before, "duplicates of records sent after the wipe"
+        figures.check_order()
         if mode == "replay":
             assert figures.lost == 0, f"{figures.line()}; e.g. {sorted(missing)[:5]}"
-            assert set(dup) <= before, "duplicates of records sent after the wipe"
         else:
             # Only what Redis held at the wipe may be lost; everything sent after is delivered.
             assert figures.lost == 0, f"lost records sent after the wipe: {sorted(missing)[:5]}"
@@ -682,6 +716,7 @@ def hostile_input(settings: Settings, size: Size, every: int = 50) -> Figures:
         assert dropped_max_age == len(acc.expected_drops), (dropped_max_age, acc.expected_drops)
         assert not (acc.expected_drops & set(acc.output.digest_ids)), "far-past event delivered"
         assert not acc.duplicated({e for e in duplicates_by_producer if e})
+        figures.check_order()
         good_letters = acc.dead_lettered_ids()
         assert not good_letters, f"good events dead-lettered: {sorted(good_letters)[:5]}"
         figures.check_recovery()
@@ -1238,3 +1273,199 @@ def events_topic_grown(settings: Settings, size: Size, grow_to: int, at: float =
             load.stop()
         assert moved > 0, "no moved timeline counted"
         return figures
+
+
+# --------------------------------------------------------------------------- 17 output refused
+
+#: Issue 26: many timelines, each with an event every second (so several digests each, for
+#: the order check) and a flush after every 10th event, while the output refuses writes.
+REFUSED = Size(events=12_000, timelines=300, rate=300.0, drain=180.0)
+#: The make-test slice of it.
+REFUSED_SLICE = Size(events=400, timelines=20, rate=40.0, drain=60.0)
+#: The output topic on both brokers (broker 1 leads), refusing acks=all writes unless both are
+#: in sync; everything else on broker 1 alone, untouched by the fault.
+REFUSED_PLACEMENT = {
+    "events_topic": [1],
+    "schedule_topic": [1],
+    "dlq_topic": [1],
+    "output_topic": [1, 2],
+}
+REFUSED_TOPICS = {"output_topic": {"min.insync.replicas": "2"}}
+
+
+def refused_output_settings(message_timeout: float) -> dict[str, Any]:
+    """The services' settings of the scenario: librdkafka gives up on a message after
+    `message_timeout` s; short cool-downs, so cool-downs end while the output refuses writes;
+    enough publish attempts that delivery retries through the fault instead of dead-lettering
+    (attempts last `message_timeout` each)."""
+    kafka_config = dict(CHAOS_KAFKA_CONFIG)
+    kafka_config["message.timeout.ms"] = str(int(message_timeout * 1000))
+    return {
+        "direct_leading_edge": True,
+        "minimum_delay": 3.0,
+        "increment_delay": 0.5,
+        "maximum_delay": 5.0,
+        "max_attempts": 20,
+        "kafka_config": kafka_config,
+        "placement": REFUSED_PLACEMENT,
+        "topic_config": REFUSED_TOPICS,
+    }
+
+
+@contextmanager
+def output_refusing(
+    pair: BrokerPair, topic: str, output: Output, dlq: DeadLetterLog
+) -> Iterator[float]:
+    """The output topic refuses writes from the `with` until its end: its follower (broker 2)
+    stopped with SIGSTOP and out of the ISR, so broker 1 answers NOT_ENOUGH_REPLICAS; yields
+    the monotonic time writes began to be refused. At the end SIGCONT, until broker 2 is back
+    in the ISR (writes taken again)."""
+    pair.second.pause()
+    try:
+        # Every partition's: while one still counts broker 2 in sync, an acks=all write there
+        # waits (the whole produce request with it, other topics' partitions included).
+        wait_until(
+            lambda: all(isr == {1} for isr in pair.in_sync(topic)),
+            60,
+            "every output partition's ISR down to broker 1",
+        )
+        yield time.monotonic()
+    finally:
+        pair.second.resume()
+    wait_until(
+        lambda: all(isr == {1, 2} for isr in pair.in_sync(topic)),
+        60,
+        "broker 2 back in every output partition's ISR",
+    )
+    output.poll(0)
+    dlq.poll(0)
+
+
+def output_refused(
+    settings: Settings,
+    size: Size,
+    pair: BrokerPair,
+    message_timeout: float,
+    every: int = 10,
+    *,
+    under_load: bool = True,
+) -> Figures:
+    """The output topic refuses writes (NOT_ENOUGH_REPLICAS, `output_refusing`) for about
+    twice librdkafka's message.timeout.ms, twice.
+
+    1. The issue's reproduction, the services otherwise idle (a delivery busy retrying other
+       digests would open nothing meanwhile): a new timeline X gets e1, whose leading digest
+       is refused, then e2 and a flush of X (EventProducer.flush). X's digests must come out
+       e1's first, then e2's, e1 under one id.
+    2. The same fault while a load over many timelines goes on, a flush after every `every`th
+       event, cool-downs ending meanwhile (`under_load`; the slice skips it and only runs the
+       load). Lost 0, order kept, one id per record, as in every scenario.
+    """
+    topic = settings.output_topic
+    with scenario(settings) as (services, output, dlq):
+        for proc in [services.start(ALL), services.start(ALL)]:
+            services.wait_started(proc)
+        load = Load(settings, size.events, size.timelines, size.rate)
+        load._hostile = controls_every(load, every)
+        acc = Accounting(load, output, dlq)
+        timeline = f"x:{load.prefix}"
+        # X's flush goes where its events go (send_one places them with the same partitioner).
+        sender = EventProducer(
+            settings.kafka_bootstrap_servers,
+            settings.events_topic,
+            partitioner=settings.partitioner,
+        )
+        e1, e2 = f"{load.prefix}-x1", f"{load.prefix}-x2"
+        refused: list[float] = []
+
+        def out(ids: set[str], what: str) -> None:
+            def seen() -> bool:
+                output.poll()
+                return ids <= set(output.first_digest)
+
+            wait_until(seen, 60, what)
+
+        try:
+            # Warm up: both paths publish once (a leading digest, then delivery's), so every
+            # client has the topics' metadata: a first produce to a topic waits for it, and a
+            # metadata request may go to the stopped broker and hang past message.timeout.ms.
+            warm = f"w:{load.prefix}"
+            w1, w2 = f"{load.prefix}-w1", f"{load.prefix}-w2"
+            acc.extra[w1] = send_one(load, warm, w1)
+            acc.extra[w2] = send_one(load, warm, w2)
+            sender.flush(warm)
+            out({w1, w2}, f"{warm}'s two events out")
+            with output_refusing(pair, topic, output, dlq) as since:
+                acc.extra[e1] = send_one(load, timeline, e1)
+                # e2 while e1's leading digest is in flight and X cools down (an e2 after the
+                # cool-down would find X quiet and get a leading digest of its own)
+                pace(settings.minimum_delay / 3, output, dlq)
+                acc.extra[e2] = send_one(load, timeline, e2)
+                sender.flush(timeline)
+                pace(since + 2 * message_timeout - time.monotonic(), output, dlq)
+                refused.append(time.monotonic() - since)
+            acc.fault_ended()
+            out({e1, e2}, f"{timeline}'s two events out")
+            # X: the leading digest {e1} was refused, then e2 and the flush waited behind it.
+            first, rank = output.first_digest, output.rank
+            ids = sorted({d for r in (e1, e2) for d in output.digest_ids[r]}, key=lambda d: rank[d])
+            where = (
+                f"{timeline}'s digests in output order {ids}, e1 in {first[e1]}, e2 in {first[e2]}"
+            )
+            assert rank[first[e1]] < rank[first[e2]], f"e2 out before e1: {where}"
+            assert len(output.digest_ids[e1]) == 1, f"e1 under two ids: {where}"
+            load.start()
+            if under_load:
+                load.wait_progress(0.3)
+                with output_refusing(pair, topic, output, dlq) as since:
+                    pace(since + 2 * message_timeout - time.monotonic(), output, dlq)
+                    refused.append(time.monotonic() - since)
+                acc.fault_ended()
+            figures = _finish(
+                "17 output refused past message.timeout.ms",
+                acc,
+                size,
+                note=f"output refused {' s, '.join(f'{r:.0f}' for r in refused)} s "
+                f"(NOT_ENOUGH_REPLICAS, follower stopped; message.timeout.ms "
+                f"{message_timeout * 1000:.0f}): a new timeline's e1, e2 and flush, then "
+                f"{'the same under ' if under_load else ''}a load with a flush every "
+                f"{every}th event",
+            )
+        finally:
+            sender.close()
+            load.stop()
+        assert len(output.digest_ids[e1]) == 1, f"e1 under two ids: {output.digest_ids[e1]}"
+        logs = services.logs()
+        assert f"of {timeline}: publish failed" in logs, "X's leading digest was not refused"
+        _all_alive(services)
+        return figures
+
+
+def send_one(load: Load, timeline: str, record_id: str) -> Sent:
+    """Send one event to the load's events topic on its own (placed by the service's
+    partitioner), wait for the broker's acknowledgement; the load's accounting then knows the
+    id's timeline."""
+    settings = load.settings
+    producer = Producer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap_servers,
+            "acks": "all",
+            "partitioner": settings.partitioner,
+        }
+    )
+    acked: list[Message] = []
+    value = codec.encode_event(
+        Event(id=record_id, timestamp=int(time.time() * 1000), payload=b"{}")
+    )
+
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
+        assert error is None, f"{record_id}: {error}"
+        acked.append(message)
+
+    producer.produce(
+        settings.events_topic, key=timeline.encode(), value=value, on_delivery=on_delivery
+    )
+    assert producer.flush(30) == 0, f"{record_id} not acknowledged"
+    load.timeline_of[record_id] = timeline
+    message = acked[0]
+    return Sent(message.partition() or 0, message.offset() or 0, time.time())

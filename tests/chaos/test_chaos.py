@@ -17,6 +17,7 @@ from redis.cluster import RedisCluster
 from tests.chaos import scenarios
 from tests.chaos.harness import OwnKafka, OwnRedis, SettingsFactory, need_chaos
 from tests.chaos.scenarios import FULL, SLICE
+from tests.support.kraft import BrokerPair
 from tests.support.proxy import TcpProxy
 
 # ------------------------------------------------------------------ the make-test slice
@@ -33,6 +34,18 @@ def test_slice_ingest_sigkill(make_settings: SettingsFactory) -> None:
 def test_slice_hostile_input(make_settings: SettingsFactory) -> None:
     settings = make_settings(max_event_age=scenarios.MAX_EVENT_AGE)
     scenarios.hostile_input(settings, SLICE, every=20)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_slice_output_refused(make_settings: SettingsFactory, broker_pair: BrokerPair) -> None:
+    timeout = 5.0
+    settings = make_settings(
+        bootstrap=broker_pair.bootstrap, **scenarios.refused_output_settings(timeout)
+    )
+    scenarios.output_refused(
+        settings, scenarios.REFUSED_SLICE, broker_pair, timeout, under_load=False
+    )
 
 
 # ------------------------------------------------------------------ the full runs (make chaos)
@@ -237,3 +250,12 @@ def test_chaos_16_events_topic_grown(make_settings: SettingsFactory) -> None:
         partitions=2, minimum_delay=20.0, increment_delay=1.0, maximum_delay=30.0
     )
     scenarios.events_topic_grown(settings, scenarios.GROWN, grow_to=6)
+
+
+@full_run
+def test_chaos_17_output_refused(make_settings: SettingsFactory, broker_pair: BrokerPair) -> None:
+    timeout = 10.0
+    settings = make_settings(
+        bootstrap=broker_pair.bootstrap, **scenarios.refused_output_settings(timeout)
+    )
+    scenarios.output_refused(settings, scenarios.REFUSED, broker_pair, timeout)
