@@ -77,6 +77,7 @@ class Delivery:
             # a pause for publish retries ends when the broker takes them: not Redis's doing
             functools.partial(runner.wait_serving_group, over="the output topic took them"),
             runner.stopping,
+            clock.now,
         )
 
     @property
@@ -113,8 +114,10 @@ class Delivery:
             overlap.settle()  # the previous batch's closes, then its commit
             # One round trip closes the batch: what was published and the empty digests.
             digests = empty + [(item.entry, item.digest) for item in published]
+            # each at the time it was built at (a retry builds it again, later)
+            times = [closing_at] * len(empty) + [item.closing_at for item in published]
             positions = {} if cut_short else highest_offsets(messages)
-            overlap.close(digests, positions, closing_at)
+            overlap.close(digests, positions, times)
             if self._ahead is None:
                 overlap.settle()
         except redis.RedisError as exc:

@@ -85,7 +85,8 @@ class Closing:
     digests: list[tuple[ScheduleFields, OpenDigest]]
     positions: dict[int, int]  # nothing when the batch must not be committed (cut short)
     done: Future[list[bool]] | None
-    now: float  # the close's time, the one its digests' next_delivery_at was computed from
+    #: Each digest's close time: the one its next_delivery_at was computed from.
+    times: list[float]
 
 
 def _digest_ids(count: int) -> list[str]:
@@ -153,16 +154,16 @@ class Overlap:
         self,
         digests: list[tuple[ScheduleFields, OpenDigest]],
         positions: dict[int, int],
-        now: float,
+        times: list[float],
     ) -> None:
-        """Start closing a published batch's digests at ``now`` (behind the opens already asked
-        for, so a later open of these timelines finds them closed); settle() commits
-        ``positions``."""
+        """Start closing a published batch's digests, each at its time in ``times`` (behind
+        the opens already asked for, so a later open of these timelines finds them closed);
+        settle() commits ``positions``."""
         done = None
         if digests:
             targets = [(entry.partition, entry.timeline, digest.id) for entry, digest in digests]
-            done = self._helper.submit(self._timed_close, targets, now)
-        self._closing = Closing(digests, positions, done, now)
+            done = self._helper.submit(self._timed_close, targets, times)
+        self._closing = Closing(digests, positions, done, times)
 
     def settle(self, *, retry: bool = True) -> None:
         """Wait for the last batch's closes (retrying a failed call here, serving the group,
@@ -180,7 +181,7 @@ class Overlap:
                     return
                 targets = [(e.partition, e.timeline, d.id) for e, d in closing.digests]
                 closed = self._with_redis(
-                    lambda: self._store.close_many(targets, closing.now), "close"
+                    lambda: _close_at(self._store, targets, closing.times), "close"
                 )
         if self._hooks:
             for (entry, digest), done in zip(closing.digests, closed, strict=True):
@@ -197,10 +198,10 @@ class Overlap:
         with self._metrics.store_latency.labels(operation="open").time():
             return self._store.open_many(targets, now)
 
-    def _timed_close(self, targets: list[DigestTarget], now: float) -> list[bool]:
-        """close_many on the helper thread: one attempt; settle() retries a failure."""
+    def _timed_close(self, targets: list[DigestTarget], times: list[float]) -> list[bool]:
+        """The closes on the helper thread: one attempt; settle() retries a failure."""
         with self._metrics.store_latency.labels(operation="close").time():
-            return self._store.close_many(targets, now)
+            return _close_at(self._store, targets, times)
 
     def _with_redis(self, call: Callable[[], T], operation: str) -> T:
         """A store call, retried while Redis is unreachable (paused, serving the group)."""
@@ -210,3 +211,18 @@ class Overlap:
                 return call()
 
         return self._runner.while_redis_down(timed, errors=self._metrics.redis_errors)
+
+
+def _close_at(store: DigestStore, targets: list[DigestTarget], times: list[float]) -> list[bool]:
+    """close_many of each target at its time (one call per distinct time, almost always
+    one: a digest built again for a publish retry closes at its later time); the replies in
+    the targets' order."""
+    if len(set(times)) == 1:
+        return store.close_many(targets, times[0])
+    closed = [False] * len(targets)
+    for at in sorted(set(times)):
+        indexes = [i for i, time in enumerate(times) if time == at]
+        replies = store.close_many([targets[i] for i in indexes], at)
+        for index, reply in zip(indexes, replies, strict=True):
+            closed[index] = reply
+    return closed

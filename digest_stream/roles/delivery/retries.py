@@ -37,8 +37,10 @@ class Retries:
         metrics: Metrics,
         wait: Callable[[float], None],
         stopping: Callable[[], bool],
+        now: Callable[[], float],
     ) -> None:
         self._settings = settings
+        self._now = now
         self._publisher = publisher
         self._producer = producer
         self._dlq = dlq
@@ -58,6 +60,11 @@ class Retries:
         attempt = 0
         while todo:
             attempt += 1
+            if attempt > 1:
+                # Built again at this attempt's time: a digest retried through a long outage
+                # would otherwise name a next delivery already past when it goes out.
+                closing_at = self._now()
+                todo = [self._rebuilt(item, closing_at) for item in todo]
             for item in todo:
                 self._publisher.produce(item)
             unacked = self._producer.flush(PUBLISH_TIMEOUT)
@@ -86,6 +93,11 @@ class Retries:
             )  # fmt: skip
             self._wait(delay)
         return published, False
+
+    def _rebuilt(self, item: Pending, closing_at: float) -> Pending:
+        again = self._publisher.prepare(item.entry, item.digest, closing_at, item.message)
+        # the same digest, the same records: only the times it names have moved
+        return again if again.parts else item
 
     def _give_up(self, item: Pending) -> None:
         # The digest stays open and its timeline READY: maintenance reschedules it later.

@@ -235,3 +235,37 @@ def test_a_pause_for_publish_retries_ends_naming_the_broker_not_redis(
     assert metrics.value("digest_publish_retries_total") == 1
     resumed = [r.getMessage() for r in caplog.records if "partitions resumed" in r.getMessage()]
     assert resumed == ["delivery: the output topic took them; partitions resumed"]
+
+
+def test_a_digest_retried_after_a_long_refusal_names_a_next_delivery_after_it_goes_out() -> None:
+    """Issue 26, item 3 on delivery's path: the first attempt is refused after 120 s of
+    broker trouble (past minimum_delay); the retry is built again at its own time, so the
+    digest names a next delivery after it goes out, and the close sets exactly that."""
+    settings = Settings(
+        schedule_topic=SCHEDULE,
+        output_topic=OUTPUT,
+        dlq_topic="dlq",
+        batch_timeout=0.0,
+        minimum_delay=60.0,
+        retry_backoff_initial=0.001,
+        retry_backoff_max=0.01,
+    )
+    store = MemoryStore(policy=settings.policy())
+    ready(store, "t1", 1)
+    clock = ManualClock(1_800_000_000.0)
+    consumer, producer = FakeConsumer(SCHEDULE), SlowBroker(clock, 120.0)
+    producer.refuse_next = 1
+    runner = Runner(settings, "delivery", consumer=consumer.as_consumer())
+    delivery = Delivery(settings, store, clock, Metrics(), producer.as_producer(), runner)
+    runner.start(delivery, lambda: False)
+    consumer.assign([0])
+    entry(consumer, "t1", 0)
+    taken_at = clock.now()
+    assert delivery.step() == 1
+    ((_, value),) = producer.on(OUTPUT)
+    digest = codec.decode_digest(value or b"")
+    retried_at = taken_at + 120.0  # built again after the refused attempt's 120 s
+    assert digest.next_delivery_at == int((retried_at + 60.0) * 1000)
+    assert digest.next_delivery_at > int(retried_at * 1000)  # not in the past when sent
+    info = store.inspect(0, "t1")
+    assert (info.last_delivery, info.due) == (retried_at, retried_at + 60.0)
