@@ -91,17 +91,15 @@ class RedisDigests(RedisCalls):
         same way."""
         now = validate.time_value(now, "now")
         fields: list[list[str | bytes]] = []
+        # a policy's four close arguments, formatted once per call (most targets share one)
+        formatted: dict[TimelinePolicy, list[str | bytes]] = {}
         for target in targets:
             timeline, digest_id, policy = self._target(target)
-            fields.append(
-                [
-                    timeline,
-                    digest_id,
-                    arg(policy.minimum_delay),
-                    arg(policy.ttl),
-                    *_close_policy(policy, now),
-                ]
-            )
+            tail = formatted.get(policy)
+            if tail is None:
+                tail = [arg(policy.minimum_delay), arg(policy.ttl), *_close_policy(policy, now)]
+                formatted[policy] = tail
+            fields.append([timeline, digest_id, *tail])
         found = self._many("ds_close_many", targets, [arg(now), arg(self.policy.ttl)], fields)
         return [integer(reply) == 1 for reply in found]
 
