@@ -7,14 +7,14 @@ is produced first, then `digest-stream run` starts with default settings (bench/
 Service: private topics, groups and namespace; stopped by pid).
 
 - catchup: 100,000 events (in --quick too, for the JVM's sake: see main) at 1, 20 and 1,000
-  events per timeline, all roles in one process, timed until the ingest group's committed
-  offsets reach the end of the topic. Against a bare consume+decode
-  loop (bench/ingest_bench's raw runner) over the same topic in the same repetition. Then
-  the same backlog again with the roles split over two processes (`--roles ingest,scheduler`
-  and `--roles delivery`, as docs/benchmarks.md suggests for one box): the rate a second core
-  buys when delivery no longer shares the ingest's GIL. At 1 per timeline once more with the
-  leading edge published by delivery (`direct_leading_edge=false`), the default (the ingest
-  publishes it) as a ratio to that in the same rep.
+  consecutive events per timeline and at 20 interleaved (SHAPES), all roles in one process,
+  timed until the ingest group's committed offsets reach the end of the topic. Against a bare
+  consume+decode loop (bench/ingest_bench's raw runner) over the same topic in the same
+  repetition. Then the same backlog again with the roles split over two processes (`--roles
+  ingest,scheduler` and `--roles delivery`, as docs/benchmarks.md suggests for one box): the
+  rate a second core buys when delivery no longer shares the ingest's GIL. At 1 per timeline
+  once more with the leading edge published by delivery (`direct_leading_edge=false`), the
+  default (the ingest publishes it) as a ratio to that in the same rep.
   The Kafka Streams peer (bench/peer_kstreams.py, `make bench-peer-kstreams`) catches up the
   same backlog in the same repetition, at-least-once and exactly-once, on a topic of its own
   that ends with one later event per partition to close its windows (left out of its rate),
@@ -85,13 +85,30 @@ POLL = 0.05
 CATCHUP_TIMEOUT = 300.0
 
 
-def backlog(count: int, per_timeline: int, prefix: str) -> list[tuple[bytes, bytes]]:
-    """`count` events, `per_timeline` consecutive ones per timeline (key = timeline)."""
+#: Scenario 7's shapes: key -> (events per timeline, interleaved). Most put a timeline's
+#: events next to each other (a batch holds a run of each timeline); "20i" deals the same 20
+#: per timeline round-robin over every timeline, as live traffic interleaves them (a batch
+#: holds one record each of many timelines, and each add finds its timeline holding more).
+SHAPES = {"1": (1, False), "20": (20, False), "20i": (20, True), "1000": (1000, False)}
+
+
+def shape_label(shape: str) -> str:
+    """How a shape reads in the report: "20 event(s)/timeline, interleaved"."""
+    per_timeline, interleaved = SHAPES.get(shape, (int(shape), False))
+    return f"{per_timeline} event(s)/timeline" + (", interleaved" if interleaved else "")
+
+
+def backlog(
+    count: int, per_timeline: int, prefix: str, interleaved: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """`count` events, `per_timeline` per timeline (key = timeline): consecutive ones, or with
+    `interleaved` dealt round-robin over the `count // per_timeline` timelines."""
     payload = os.urandom(PAYLOAD)
     now_ms = int(time.time() * 1000)
+    timelines = count // per_timeline
     return [
         (
-            f"{prefix}-{i // per_timeline:07d}".encode(),
+            f"{prefix}-{i % timelines if interleaved else i // per_timeline:07d}".encode(),
             codec.encode_event(Event(id=f"e-{i:08d}", timestamp=now_ms, payload=payload)),
         )
         for i in range(count)
@@ -299,8 +316,8 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
     if missing is not None:
         result["kstreams_missing"] = missing
         print(f"  Kafka Streams peer skipped: {missing}", flush=True)
-    for per_timeline in (1, 20, 1000):
-        pairs = backlog(count, per_timeline, "c")
+    for shape, (per_timeline, interleaved) in SHAPES.items():
+        pairs = backlog(count, per_timeline, "c", interleaved)
         raw_topic = unique("raw")
         create_topics(env.bootstrap, [raw_topic], PARTITIONS)
         raw, cold, steady, split, off = [], [], [], [], []
@@ -321,7 +338,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                     kstreams[guarantee].append(kstreams_catch_up(env, pairs, guarantee))
         finally:
             delete_topics(env.bootstrap, [raw_topic])
-        result["shapes"][str(per_timeline)] = {
+        result["shapes"][shape] = {
             "raw": summary(raw),
             "from_cold": summary(cold),
             "steady": summary(steady),
@@ -333,21 +350,20 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
             "cpu_per_100k": _cpu(cpu),
         }
         if off:
-            shape = result["shapes"][str(per_timeline)]
-            shape |= {"off": summary(off), "direct_vs_off": ratio(steady, off)}
+            result["shapes"][shape] |= {"off": summary(off), "direct_vs_off": ratio(steady, off)}
             print(
-                f"  {per_timeline}/timeline, direct_leading_edge off: "
+                f"  {shape}/timeline, direct_leading_edge off: "
                 f"{summary(off)['median']:,}/s (default / off {ratio(steady, off)['median']}x)",
                 flush=True,
             )
         print(
-            f"  {per_timeline}/timeline: steady {summary(steady)['median']:,}/s, "
+            f"  {shape}/timeline: steady {summary(steady)['median']:,}/s, "
             f"from cold {summary(cold)['median']:,}/s, raw {summary(raw)['median']:,}/s, "
             f"ratio {ratio(steady, raw)['median']}; roles in two processes "
             f"{summary(split)['median']:,}/s",
             flush=True,
         )
-        row = result["shapes"][str(per_timeline)]
+        row = result["shapes"][shape]
         if guarantees:
             _kstreams_row(row, steady, cpu, kstreams)
             print(
@@ -358,7 +374,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                 flush=True,
             )
         print(f"    {cpu_text(row)}", flush=True)
-    result["targets"] = {"1": 0.15, "20": 0.30, "1000": 0.45}
+    result["targets"] = {"1": 0.15, "20": 0.30, "20i": 0.30, "1000": 0.45}
     if guarantees:
         result["kstreams_targets"] = peer_kstreams.TARGETS
         result["cpu_targets"] = peer_kstreams.CPU_TARGETS
