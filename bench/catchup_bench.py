@@ -669,7 +669,8 @@ def kstreams_headline(result: dict[str, Any]) -> list[str]:
     if long is not None and "kstreams" in long:
         lines.append(
             f"{'catch-up / KStreams ALOS, long':<34} {long['vs_kstreams']:>7}  "
-            f"({long['events']:,} events at 20/tl, Kafka Streams {long['kstreams']['steady']:,}"
+            f"({long['events']:,} events at 20/tl, run {long['machine']['at']}, Kafka Streams "
+            f"{long['kstreams']['steady']:,}"
             f" events/s over {long['kstreams']['steady_seconds']} s; CPU ours / theirs "
             f"{long['cpu_vs_kstreams']})"
         )
