@@ -94,7 +94,7 @@ SHAPES = {"1": (1, False), "20": (20, False), "20i": (20, True), "1000": (1000, 
 
 def shape_label(shape: str) -> str:
     """How a shape reads in the report: "20 event(s)/timeline, interleaved"."""
-    per_timeline, interleaved = SHAPES.get(shape, (int(shape), False))
+    per_timeline, interleaved = SHAPES[shape] if shape in SHAPES else (int(shape), False)
     return f"{per_timeline} event(s)/timeline" + (", interleaved" if interleaved else "")
 
 
