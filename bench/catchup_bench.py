@@ -322,6 +322,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
         create_topics(env.bootstrap, [raw_topic], PARTITIONS)
         raw, cold, steady, split, off = [], [], [], [], []
         cpu: list[dict[str, float]] = []
+        cpu_cold: list[dict[str, float]] = []  # from the launch: the interpreter's start too
         kstreams: dict[str, list[dict[str, Any]]] = {g: [] for g in guarantees}
         try:
             produce(env.bootstrap, raw_topic, pairs)
@@ -331,6 +332,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                 cold.append(run["cold"])
                 steady.append(run["steady"])
                 cpu.append(run["cpu"])
+                cpu_cold.append(run["cpu_cold"])
                 split.append(catch_up(env, pairs, split=True)["steady"])
                 if per_timeline == 1:  # the leading edge's path matters most here
                     off.append(catch_up(env, pairs, settings=OFF)["steady"])
@@ -348,6 +350,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
             "split_vs_raw": ratio(split, raw),
             "split_vs_one": ratio(split, steady),
             "cpu_per_100k": _cpu(cpu),
+            "cpu_cold_per_100k": _cpu(cpu_cold),
         }
         if off:
             result["shapes"][shape] |= {"off": summary(off), "direct_vs_off": ratio(steady, off)}
@@ -400,6 +403,9 @@ def _kstreams_row(
     row["kstreams"] = {g: summary(v) for g, v in rates.items()}
     row["vs_kstreams"] = {g: ratio(steady, v) for g, v in rates.items()}
     row["kstreams_cpu_per_100k"] = {g: summary(v, 2) for g, v in theirs.items()}
+    row["kstreams_cpu_cold_per_100k"] = {
+        g: summary([run["cpu_cold"]["process"] for run in runs], 2) for g, runs in kstreams.items()
+    }
     row["cpu_vs_kstreams"] = {g: ratio(ours, v) for g, v in theirs.items()}
 
 
