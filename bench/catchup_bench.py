@@ -296,7 +296,9 @@ def kstreams_catch_up(
             committed = Committed(env, peer.group, ends, uncounted=PARTITIONS)
             run = committed.wait(peer, started, meter, peer.running, timeout)
             timelines = len({key for key, _ in pairs})
-            digests, records = peer.digests(timelines)
+            # The long run's output is 75,000 digests of 20 records (about 350 MB) to read back.
+            reading = max(peer_kstreams.OUTPUT_TIMEOUT, len(pairs) / 10_000)
+            digests, records = peer.digests(timelines, reading)
             if (digests, records) != (timelines, len(pairs)):
                 raise RuntimeError(
                     f"Kafka Streams {guarantee}: {digests} digests of {records} events, "
