@@ -188,6 +188,7 @@ class CpuMeter:
         return used
 
     def close(self) -> None:
+        """Close the Redis client, if any."""
         if self.client is not None:
             self.client.close()
 
