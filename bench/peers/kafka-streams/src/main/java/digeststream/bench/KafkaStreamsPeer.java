@@ -60,8 +60,9 @@ import org.apache.kafka.streams.state.SessionStore;
  *
  * <p>Prints {@code running after N records} on stdout when the client first reaches RUNNING
  * (every task restored and processing; the first tasks ready may have processed N records before
- * the last one is): the bench times its steady rate from there. Runs until SIGTERM (the bench stops it by pid once the group's
- * committed offsets reach the end of the input); exits 1 if the streams client fails.
+ * the last one is): the bench times its steady rate from there. Runs until SIGTERM (the bench
+ * stops it by pid once the group's committed offsets reach the end of the input); exits 1 if
+ * the streams client fails.
  */
 public final class KafkaStreamsPeer {
   /** The key of the bench's closing events: one per partition, after the backlog. */
