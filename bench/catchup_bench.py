@@ -181,15 +181,13 @@ class Committed:
         meter: CpuMeter | None = None,
         begun: Callable[[], int | None] | None = None,
         timeout: float = CATCHUP_TIMEOUT,
-        progress: Callable[[], int] | None = None,
     ) -> dict[str, Any]:
         """Wait until everything is committed: from-cold and steady rates (and CPU, given a
-        meter; steady from `begun()`, if given, instead of the first commit; the warm half by
-        `progress()`, if given, instead of the commits)."""
+        meter; steady from `begun()`, if given, instead of the first commit)."""
         try:
             return reach(
                 self.done, self.total, service, started, "committed", self.counted, timeout,
-                meter=meter, begun=begun, progress=progress,
+                meter=meter, begun=begun,
             )  # fmt: skip
         finally:
             self.consumer.close()
@@ -206,22 +204,16 @@ def reach(
     *,
     meter: CpuMeter | None = None,
     begun: Callable[[], int | None] | None = None,
-    progress: Callable[[], int] | None = None,
 ) -> dict[str, Any]:
     """Poll `measure()` every POLL s until it reaches `total`: from-cold and steady rates of
     `counted` messages (default `total`), steady from the first poll that saw any, or, given
     `begun`, from the first that found it saying how many were done (not None). With a meter
     (made before the launch), CPU-seconds per 100,000 events over the steady window ("cpu")
-    and from the launch ("cpu_cold"). The warm half ("warm", "cpu_warm") starts at the first
-    poll that found half the messages done (`progress()`, default `measure()`): a JVM's
-    warm-up (a fixed 6-7 CPU-s of the Kafka Streams peer's) weighs on the steady window of a
-    short run, not on its second half."""
+    and from the launch ("cpu_cold")."""
     counted = total if counted is None else counted
     launch = meter.sample() if meter is not None else {}  # the processes: none yet
     first: tuple[float, int] | None = None
-    half: tuple[float, int] | None = None
     at_first: dict[str, float] = {}
-    at_half: dict[str, float] = {}
     while True:
         service.check()
         done = measure()
@@ -230,10 +222,6 @@ def reach(
         if first is None and since is not None:
             first = (now, since)
             at_first = meter.sample() if meter is not None else {}
-        reached = done if progress is None else progress()
-        if half is None and first is not None and counted // 2 <= reached < total:
-            half = (now, reached)
-            at_half = meter.sample() if meter is not None else {}
         if done >= total:
             break
         if now - started > timeout:
@@ -252,10 +240,6 @@ def reach(
         launch["process"] = 0.0  # the processes started after the meter's first sample
         result["cpu"] = cpu_per_100k(at_first, at_end, counted - first[1])
         result["cpu_cold"] = cpu_per_100k(launch, at_end, counted)
-    if half is not None and now > half[0]:  # None: the end came in the poll that passed half
-        result["warm"] = (counted - half[1]) / (now - half[0])
-        if meter is not None:
-            result["cpu_warm"] = cpu_per_100k(at_half, at_end, counted - half[1])
     return result
 
 
@@ -310,7 +294,7 @@ def kstreams_catch_up(
             meter = CpuMeter(peer.pids)
             started = peer.launch()
             committed = Committed(env, peer.group, ends, uncounted=PARTITIONS)
-            run = committed.wait(peer, started, meter, peer.running, timeout, peer.progress)
+            run = committed.wait(peer, started, meter, peer.running, timeout)
             timelines = len({key for key, _ in pairs})
             # The long run's output is 75,000 digests of 20 records (about 350 MB) to read back.
             reading = max(peer_kstreams.OUTPUT_TIMEOUT, len(pairs) / 10_000)
@@ -341,7 +325,6 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
         raw, cold, steady, split, off = [], [], [], [], []
         cpu: list[dict[str, float]] = []
         cpu_cold: list[dict[str, float]] = []  # from the launch: the interpreter's start too
-        ours: list[dict[str, Any]] = []
         kstreams: dict[str, list[dict[str, Any]]] = {g: [] for g in guarantees}
         try:
             produce(env.bootstrap, raw_topic, pairs)
@@ -352,7 +335,6 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                 steady.append(run["steady"])
                 cpu.append(run["cpu"])
                 cpu_cold.append(run["cpu_cold"])
-                ours.append(run)
                 split.append(catch_up(env, pairs, split=True)["steady"])
                 if per_timeline == 1:  # the leading edge's path matters most here
                     off.append(catch_up(env, pairs, settings=OFF)["steady"])
@@ -389,7 +371,6 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
         row = result["shapes"][shape]
         if guarantees:
             _kstreams_row(row, steady, cpu, kstreams)
-            _warm_rows(row, ours, kstreams)
             print(
                 "    Kafka Streams "
                 + ", ".join(f"{g} {row['kstreams'][g]['median']:,}/s" for g in guarantees)
@@ -430,24 +411,6 @@ def _kstreams_row(
     row["cpu_vs_kstreams"] = {g: ratio(ours, v) for g, v in theirs.items()}
 
 
-def _warm_rows(
-    row: dict[str, Any], ours: list[dict[str, Any]], kstreams: dict[str, list[dict[str, Any]]]
-) -> None:
-    """The warm halves' rates and CPU into a shape's row, when every run measured one."""
-    runs = ours + [run for peer in kstreams.values() for run in peer]
-    if not all("cpu_warm" in run for run in runs):
-        return
-    warm = [run["warm"] for run in ours]
-    cpu = [run["cpu_warm"]["total"] for run in ours]
-    row["warm"] = summary(warm)
-    row["cpu_warm_per_100k"] = _cpu([run["cpu_warm"] for run in ours])
-    row["kstreams_warm"] = {g: summary([r["warm"] for r in v]) for g, v in kstreams.items()}
-    row["warm_vs_kstreams"] = {g: ratio(warm, [r["warm"] for r in v]) for g, v in kstreams.items()}
-    theirs = {g: [r["cpu_warm"]["process"] for r in v] for g, v in kstreams.items()}
-    row["kstreams_cpu_warm_per_100k"] = {g: summary(v, 2) for g, v in theirs.items()}
-    row["cpu_warm_vs_kstreams"] = {g: ratio(cpu, v) for g, v in theirs.items()}
-
-
 def cpu_text(row: dict[str, Any]) -> str:
     """CPU-seconds per 100,000 events of a shape's row, digest-stream's beside the peer's."""
     own = row["cpu_per_100k"]
@@ -459,15 +422,6 @@ def cpu_text(row: dict[str, Any]) -> str:
         text += f"; Kafka Streams {guarantee} {value['median']}"
     if "cpu_vs_kstreams" in row:
         text += f" (ours / at-least-once {row['cpu_vs_kstreams']['at-least-once']['median']})"
-    if "cpu_warm_per_100k" in row:
-        own = row["cpu_warm_per_100k"]
-        text += (
-            f"; warm half: digest-stream {own['process']['median']} + Redis "
-            f"{own['redis']['median']} = {own['total']['median']}"
-        )
-        for guarantee, value in row["kstreams_cpu_warm_per_100k"].items():
-            text += f"; Kafka Streams {guarantee} {value['median']}"
-        text += f" (ours / at-least-once {row['cpu_warm_vs_kstreams']['at-least-once']['median']})"
     return text
 
 
@@ -488,9 +442,6 @@ def long_run(env: Stack, count: int) -> dict[str, Any]:
         "from_cold": round(run["cold"]),
         "cpu_per_100k": {k: round(v, 2) for k, v in run["cpu"].items()},
     }
-    if "cpu_warm" in run:
-        result["warm"] = round(run["warm"])
-        result["cpu_warm_per_100k"] = {k: round(v, 2) for k, v in run["cpu_warm"].items()}
     print(
         f"  digest-stream steady {result['steady']:,}/s, CPU-s per 100k events "
         f"{result['cpu_per_100k']['total']}",
@@ -507,12 +458,6 @@ def long_run(env: Stack, count: int) -> dict[str, Any]:
         "steady_seconds": round(peer["steady_seconds"], 1),
         "cpu_per_100k": round(peer["cpu"]["process"], 2),
     }
-    if "cpu_warm" in peer and "cpu_warm" in run:
-        result["kstreams"]["warm"] = round(peer["warm"])
-        result["kstreams"]["cpu_warm_per_100k"] = round(peer["cpu_warm"]["process"], 2)
-        result["cpu_warm_vs_kstreams"] = round(
-            run["cpu_warm"]["total"] / peer["cpu_warm"]["process"], 3
-        )
     result["vs_kstreams"] = round(run["steady"] / peer["steady"], 3)
     result["cpu_vs_kstreams"] = round(run["cpu"]["total"] / peer["cpu"]["process"], 3)
     print(
@@ -711,14 +656,10 @@ def kstreams_headline(result: dict[str, Any]) -> list[str]:
         return [f"{'catch-up / Kafka Streams':<34} not run: {block['kstreams_missing']}"]
     lines = []
     for shape, row in block["shapes"].items():
-        # The warm half when measured: the peer's JVM warm-up is a fixed cost (issue 27).
-        warm = "cpu_warm_vs_kstreams" in row
-        r = row["cpu_warm_vs_kstreams" if warm else "cpu_vs_kstreams"]["at-least-once"]
-        own = row["cpu_warm_per_100k" if warm else "cpu_per_100k"]
-        theirs = row[f"kstreams_cpu{'_warm' if warm else ''}_per_100k"]["at-least-once"]["median"]
-        label = f"CPU/event{' (warm)' if warm else ''} / KStreams ALOS, {shape}/tl"
+        r, own = row["cpu_vs_kstreams"]["at-least-once"], row["cpu_per_100k"]
+        theirs = row["kstreams_cpu_per_100k"]["at-least-once"]["median"]
         lines.append(
-            f"{label:<34} {r['median']:>7} "
+            f"{f'CPU/event / KStreams ALOS, {shape}/tl':<34} {r['median']:>7} "
             f"[{r['min']}..{r['max']}]  target <= {block['cpu_targets'][shape]}"
             f"  (CPU-s per 100k: {own['process']['median']} + Redis {own['redis']['median']}"
             f" vs {theirs})"
@@ -730,12 +671,7 @@ def kstreams_headline(result: dict[str, Any]) -> list[str]:
             lines.append(
                 f"{f'{label}, {shape}/tl':<34} {r['median']:>7} [{r['min']}..{r['max']}]"
                 f"  target {peer_kstreams.target(targets[shape])[0]}"
-                f"  ({row['kstreams'][guarantee]['median']:,} events/s"
-                + (
-                    f"; warm half {row['warm_vs_kstreams'][guarantee]['median']})"
-                    if "warm_vs_kstreams" in row
-                    else ")"
-                )
+                f"  ({row['kstreams'][guarantee]['median']:,} events/s)"
             )
     long = result.get("long")
     if long is not None and "kstreams" in long:

@@ -48,8 +48,6 @@ CLOSER = b"closer"  # the peer asks for a commit when it reads this key (KafkaSt
 # What the peer prints when its client first reaches RUNNING (every task restored), with the
 # records its earlier-ready tasks processed before: its steady rate starts there.
 RUNNING = re.compile(rb"running after (\d+) records")
-# What it prints every 10,000 records processed (its warm half is timed from one of these).
-PROCESSED = re.compile(rb"processed (\d+) records")
 # Warnings and errors only; "info" (and showDateTime) shows the client's state transitions.
 LOG = ["-Dorg.slf4j.simpleLogger.defaultLogLevel=warn"]
 STOP_TIMEOUT = 30.0  # the peer closes its streams client within 10 s of SIGTERM
@@ -148,11 +146,6 @@ class Peer:
             found = RUNNING.search(Path(self.log.name).read_bytes())
             self.processed = int(found[1]) if found else None
         return self.processed
-
-    def progress(self) -> int:
-        """Records processed so far, to the last 10,000 the peer reported."""
-        said = PROCESSED.findall(Path(self.log.name).read_bytes())
-        return int(said[-1]) if said else 0
 
     def pids(self) -> list[int]:
         """The JVM's pid, while it runs (for its CPU time)."""

@@ -302,20 +302,12 @@ def _cpu_row(block: dict[str, Any], shape: str, row: dict[str, Any], rerun: str)
     if "cpu_vs_kstreams" not in row:
         return f"{figure}{rerun} | | | |"
     r = row["cpu_vs_kstreams"]["at-least-once"]
-    value = f"digest-stream / Kafka Streams at-least-once {_ratio(r)}"
-    if "cpu_warm_vs_kstreams" in row:  # the target is checked on the warm half (the JVM's)
-        own = row["cpu_warm_per_100k"]
-        figure += (
-            f"; warm half: digest-stream {own['process']['median']} + Redis "
-            f"{own['redis']['median']} = {own['total']['median']}"
-        )
-        warm = row["kstreams_cpu_warm_per_100k"]
-        figure += "".join(f"; Kafka Streams {g} {v['median']}" for g, v in warm.items())
-        r = row["cpu_warm_vs_kstreams"]["at-least-once"]
-        value = f"{value} (steady window); warm half **{r['median']}** [{r['min']}..{r['max']}]"
     least = block["cpu_targets"][shape]
     ok = "yes" if r["median"] <= least else "**no**"
-    return f"{figure}{rerun} | {value} | <= {least} | {ok} |"
+    return (
+        f"{figure}{rerun} | digest-stream / Kafka Streams at-least-once {_ratio(r)} | "
+        f"<= {least} | {ok} |"
+    )
 
 
 def _long_rows(block: dict[str, Any], rerun: str) -> list[str]:

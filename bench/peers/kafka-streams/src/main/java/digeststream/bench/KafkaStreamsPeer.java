@@ -60,8 +60,7 @@ import org.apache.kafka.streams.state.SessionStore;
  *
  * <p>Prints {@code running after N records} on stdout when the client first reaches RUNNING
  * (every task restored and processing; the first tasks ready may have processed N records before
- * the last one is): the bench times its steady rate from there; and {@code processed N records}
- * every 10,000 records (its warm half starts at one). Runs until SIGTERM (the bench
+ * the last one is): the bench times its steady rate from there. Runs until SIGTERM (the bench
  * stops it by pid once the group's committed offsets reach the end of the input); exits 1 if
  * the streams client fails.
  */
@@ -200,8 +199,6 @@ public final class KafkaStreamsPeer {
   static final class Decode implements FixedKeyProcessor<String, byte[], byte[]> {
     /** Records processed by every task: the bench's steady rate starts after those. */
     static final AtomicLong PROCESSED = new AtomicLong();
-    /** Every this many records the peer says so (the bench's second half starts at one). */
-    static final long PROGRESS = 10_000;
     private final GenericDatumReader<GenericRecord> reader;
     private FixedKeyProcessorContext<String, byte[]> context;
     private BinaryDecoder decoder;
@@ -218,10 +215,7 @@ public final class KafkaStreamsPeer {
 
     @Override
     public void process(FixedKeyRecord<String, byte[]> record) {
-      if (PROCESSED.incrementAndGet() % PROGRESS == 0) {
-        System.out.println("processed " + PROCESSED.get() + " records");
-        System.out.flush();
-      }
+      PROCESSED.incrementAndGet();
       decoder = DecoderFactory.get().binaryDecoder(record.value(), decoder);
       try {
         event = reader.read(event, decoder);
