@@ -1,23 +1,27 @@
 """Scenarios 7 and 8: catching up a backlog from cold, and delivery throughput.
 
-    python -m bench.catchup_bench [--quick] [--only catchup,delivery,processes]
+    python -m bench.catchup_bench [--quick] [--only catchup,delivery,processes,long]
 
 As a new user would meet the service: a backlog of events (200-byte payloads, 4 partitions)
 is produced first, then `digest-stream run` starts with default settings (bench/latency_bench's
 Service: private topics, groups and namespace; stopped by pid).
 
-- catchup: at 1, 20 and 1,000 events per timeline, all roles in one process, timed until the
-  ingest group's committed offsets reach the end of the topic. Against a bare consume+decode
-  loop (bench/ingest_bench's raw runner) over the same topic in the same repetition. Then
-  the same backlog again with the roles split over two processes (`--roles ingest,scheduler`
-  and `--roles delivery`, as docs/benchmarks.md suggests for one box): the rate a second core
-  buys when delivery no longer shares the ingest's GIL. At 1 per timeline once more with the
-  leading edge published by delivery (`direct_leading_edge=false`), the default (the ingest
-  publishes it) as a ratio to that in the same rep.
+- catchup: 100,000 events (in --quick too, for the JVM's sake: see main) at 1, 20 and 1,000
+  consecutive events per timeline and at 20 interleaved (SHAPES), all roles in one process,
+  timed until the ingest group's committed offsets reach the end of the topic. Against a bare
+  consume+decode loop (bench/ingest_bench's raw runner) over the same topic in the same
+  repetition. Then the same backlog again with the roles split over two processes (`--roles
+  ingest,scheduler` and `--roles delivery`, as docs/benchmarks.md suggests for one box): the
+  rate a second core buys when delivery no longer shares the ingest's GIL. At 1 per timeline
+  once more with the leading edge published by delivery (`direct_leading_edge=false`), the
+  default (the ingest publishes it) as a ratio to that in the same rep.
   The Kafka Streams peer (bench/peer_kstreams.py, `make bench-peer-kstreams`) catches up the
   same backlog in the same repetition, at-least-once and exactly-once, on a topic of its own
   that ends with one later event per partition to close its windows (left out of its rate),
   timed the same way until its application.id group's committed offsets reach the end.
+  CPU per event beside each rate: CPU-seconds per 100,000 events of the service's process(es)
+  (/proc utime + stime) plus the Redis server (`INFO cpu`), and of the peer's JVM, over the
+  same window as the steady rate, so the comparison holds on any host.
 - delivery: a backlog of events on as many new timelines (every event an immediate digest).
   The ingest and scheduler roles run first and put one schedule entry per timeline on the
   schedule topic; then they stop and the delivery role alone starts, timed until the delivery
@@ -29,11 +33,17 @@ Service: private topics, groups and namespace; stopped by pid).
   `direct_leading_edge` off and on (the default); each against the bare producer.
 - processes: the 20-per-timeline catch-up with one process and with two processes of all
   roles on this machine (the events/s a second process adds).
+- long: the catch-up of backlogs large enough to amortise the JVM's warm-up: 1.5 million
+  events at 20 per timeline, where Kafka Streams at-least-once runs for several of its 30 s
+  commit intervals, and 500,000 at one per timeline (300,000 and 200,000 in --quick; LONG),
+  digest-stream and the peer once each. `make bench` runs it, `make bench-quick` not.
 
 Rates: "from cold" divides the backlog by the seconds from launch to the end (process start,
 group join, library load included); "steady" counts from the first commit seen (end to end:
 the first digest on the output topic; polled every 50 ms) and divides what came after it by
-the seconds after it, the way scenario 1 leaves out joining. The ratios use the steady rates.
+the seconds after it, the way scenario 1 leaves out joining; the Kafka Streams peer's from the
+moment its client is RUNNING (every task restored; it prints the records processed by then),
+since at-least-once's first commit may be its last. The ratios use the steady rates.
 """
 
 from __future__ import annotations
@@ -48,7 +58,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import peer_kstreams
 from bench.common import (
+    CpuMeter,
     Stack,
+    cpu_per_100k,
     create_topics,
     delete_topics,
     machine,
@@ -69,17 +81,35 @@ from digest_stream.wire import codec
 from digest_stream.wire.models import Digest, Event, Record
 
 PAYLOAD = 200
+CATCHUP_EVENTS = 100_000  # scenario 7's backlog, in --quick too
 POLL = 0.05
 CATCHUP_TIMEOUT = 300.0
 
 
-def backlog(count: int, per_timeline: int, prefix: str) -> list[tuple[bytes, bytes]]:
-    """`count` events, `per_timeline` consecutive ones per timeline (key = timeline)."""
+#: Scenario 7's shapes: key -> (events per timeline, interleaved). Most put a timeline's
+#: events next to each other (a batch holds a run of each timeline); "20i" deals the same 20
+#: per timeline round-robin over every timeline, as live traffic interleaves them (a batch
+#: holds one record each of many timelines, and each add finds its timeline holding more).
+SHAPES = {"1": (1, False), "20": (20, False), "20i": (20, True), "1000": (1000, False)}
+
+
+def shape_label(shape: str) -> str:
+    """How a shape reads in the report: "20 event(s)/timeline, interleaved"."""
+    per_timeline, interleaved = SHAPES[shape] if shape in SHAPES else (int(shape), False)
+    return f"{per_timeline} event(s)/timeline" + (", interleaved" if interleaved else "")
+
+
+def backlog(
+    count: int, per_timeline: int, prefix: str, interleaved: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """`count` events, `per_timeline` per timeline (key = timeline): consecutive ones, or with
+    `interleaved` dealt round-robin over the `count // per_timeline` timelines."""
     payload = os.urandom(PAYLOAD)
     now_ms = int(time.time() * 1000)
+    timelines = count // per_timeline
     return [
         (
-            f"{prefix}-{i // per_timeline:07d}".encode(),
+            f"{prefix}-{i % timelines if interleaved else i // per_timeline:07d}".encode(),
             codec.encode_event(Event(id=f"e-{i:08d}", timestamp=now_ms, payload=payload)),
         )
         for i in range(count)
@@ -145,10 +175,21 @@ class Committed:
         got = self.consumer.committed(tps, timeout=10)
         return sum(min(max(tp.offset, 0), self.ends[tp.partition]) for tp in got)
 
-    def wait(self, service: Watched, started: float) -> dict[str, float]:
-        """Wait until everything is committed: from-cold and steady rates."""
+    def wait(
+        self,
+        service: Watched,
+        started: float,
+        meter: CpuMeter | None = None,
+        begun: Callable[[], int | None] | None = None,
+        timeout: float = CATCHUP_TIMEOUT,
+    ) -> dict[str, Any]:
+        """Wait until everything is committed: from-cold and steady rates (and CPU, given a
+        meter; steady from `begun()`, if given, instead of the first commit)."""
         try:
-            return reach(self.done, self.total, service, started, "committed", self.counted)
+            return reach(
+                self.done, self.total, service, started, "committed", self.counted, timeout,
+                meter=meter, begun=begun,
+            )  # fmt: skip
         finally:
             self.consumer.close()
 
@@ -161,17 +202,27 @@ def reach(
     what: str,
     counted: int | None = None,
     timeout: float = CATCHUP_TIMEOUT,
-) -> dict[str, float]:
+    *,
+    meter: CpuMeter | None = None,
+    begun: Callable[[], int | None] | None = None,
+) -> dict[str, Any]:
     """Poll `measure()` every POLL s until it reaches `total`: from-cold and steady rates of
-    `counted` messages (default `total`), steady from the first poll that saw any."""
+    `counted` messages (default `total`), steady from the first poll that saw any, or, given
+    `begun`, from the first that found it saying how many were done (not None). With a meter
+    (made before the launch), CPU-seconds per 100,000 events over the steady window ("cpu")
+    and from the launch ("cpu_cold")."""
     counted = total if counted is None else counted
+    launch = meter.sample() if meter is not None else {}  # the processes: none yet
     first: tuple[float, int] | None = None
+    at_first: dict[str, float] = {}
     while True:
         service.check()
         done = measure()
         now = time.perf_counter()
-        if done and first is None:
-            first = (now, done)
+        since = (done or None) if begun is None else begun()
+        if first is None and since is not None:
+            first = (now, since)
+            at_first = meter.sample() if meter is not None else {}
         if done >= total:
             break
         if now - started > timeout:
@@ -179,11 +230,18 @@ def reach(
         time.sleep(POLL)
     assert first is not None
     steady_seconds = now - first[0]
-    return {
+    result: dict[str, Any] = {
         "cold": counted / (now - started),
         "steady": (counted - first[1]) / steady_seconds if steady_seconds else 0.0,
         "seconds": now - started,
+        "steady_seconds": steady_seconds,
     }
+    if meter is not None:
+        at_end = meter.sample()
+        launch["process"] = 0.0  # the processes started after the meter's first sample
+        result["cpu"] = cpu_per_100k(at_first, at_end, counted - first[1])
+        result["cpu_cold"] = cpu_per_100k(launch, at_end, counted)
+    return result
 
 
 #: The leading edge published by the ingest (the default) and by delivery, side by side.
@@ -197,24 +255,36 @@ def catch_up(
     processes: int = 1,
     split: bool = False,
     settings: dict[str, str] | None = None,
-) -> dict[str, float]:
+    timeout: float = CATCHUP_TIMEOUT,
+) -> dict[str, Any]:
     """One from-cold run of `digest-stream run` (all roles) over a fresh backlog; `split`: the
     roles in two processes instead (`--roles ingest,scheduler` and `--roles delivery`);
-    `settings`: more of the service's settings (e.g. OFF: direct_leading_edge=false)."""
+    `settings`: more of the service's settings (e.g. OFF: direct_leading_edge=false). Rates,
+    and CPU per 100,000 events of the service's processes ("process") and Redis ("redis")."""
     with Service(env, start=False, settings=settings) as service:
         produce(env.bootstrap, service.topics["events"], pairs)
         ends = end_offsets(env, service.topics["events"])
-        if split:
-            started = service.launch(roles="ingest,scheduler")
-            service.launch(roles="delivery")
-        else:
-            started = service.launch(processes=processes)
-        return Committed(env, service.group, ends).wait(service, started)
+        meter = CpuMeter(lambda: [process.pid for process in service.processes], env.redis_url)
+        try:
+            if split:
+                started = service.launch(roles="ingest,scheduler")
+                service.launch(roles="delivery")
+            else:
+                started = service.launch(processes=processes)
+            return Committed(env, service.group, ends).wait(service, started, meter, None, timeout)
+        finally:
+            meter.close()
 
 
-def kstreams_catch_up(env: Stack, pairs: list[tuple[bytes, bytes]], guarantee: str) -> float:
-    """Steady events/s of one from-cold run of the Kafka Streams peer over a fresh copy of the
-    backlog plus one closer per partition; checks one digest per timeline, holding every event."""
+def kstreams_catch_up(
+    env: Stack,
+    pairs: list[tuple[bytes, bytes]],
+    guarantee: str,
+    timeout: float = CATCHUP_TIMEOUT,
+) -> dict[str, Any]:
+    """One from-cold run of the Kafka Streams peer over a fresh copy of the backlog plus one
+    closer per partition: rates (steady from its first record) and its JVM's CPU per 100,000
+    events ("process"); checks one digest per timeline, holding every event."""
     topic = unique("ks-in")
     create_topics(env.bootstrap, [topic], PARTITIONS)
     try:
@@ -222,16 +292,20 @@ def kstreams_catch_up(env: Stack, pairs: list[tuple[bytes, bytes]], guarantee: s
         peer_kstreams.closers(env.bootstrap, topic, PARTITIONS)
         ends = end_offsets(env, topic)
         with peer_kstreams.Peer(env, topic, guarantee) as peer:
+            meter = CpuMeter(peer.pids)
             started = peer.launch()
-            run = Committed(env, peer.group, ends, uncounted=PARTITIONS).wait(peer, started)
+            committed = Committed(env, peer.group, ends, uncounted=PARTITIONS)
+            run = committed.wait(peer, started, meter, peer.running, timeout)
             timelines = len({key for key, _ in pairs})
-            digests, records = peer.digests(timelines)
+            # The long run's output is 75,000 digests of 20 records (about 350 MB) to read back.
+            reading = max(peer_kstreams.OUTPUT_TIMEOUT, len(pairs) / 10_000)
+            digests, records = peer.digests(timelines, reading)
             if (digests, records) != (timelines, len(pairs)):
                 raise RuntimeError(
                     f"Kafka Streams {guarantee}: {digests} digests of {records} events, "
                     f"expected {timelines} of {len(pairs)}:\n{peer.tail()}"
                 )
-            return run["steady"]
+            return run
     finally:
         delete_topics(env.bootstrap, [topic])
 
@@ -245,12 +319,14 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
     if missing is not None:
         result["kstreams_missing"] = missing
         print(f"  Kafka Streams peer skipped: {missing}", flush=True)
-    for per_timeline in (1, 20, 1000):
-        pairs = backlog(count, per_timeline, "c")
+    for shape, (per_timeline, interleaved) in SHAPES.items():
+        pairs = backlog(count, per_timeline, "c", interleaved)
         raw_topic = unique("raw")
         create_topics(env.bootstrap, [raw_topic], PARTITIONS)
         raw, cold, steady, split, off = [], [], [], [], []
-        kstreams: dict[str, list[float]] = {g: [] for g in guarantees}
+        cpu: list[dict[str, float]] = []
+        cpu_cold: list[dict[str, float]] = []  # from the launch: the interpreter's start too
+        kstreams: dict[str, list[dict[str, Any]]] = {g: [] for g in guarantees}
         try:
             produce(env.bootstrap, raw_topic, pairs)
             for _ in range(reps):
@@ -258,6 +334,8 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                 run = catch_up(env, pairs)
                 cold.append(run["cold"])
                 steady.append(run["steady"])
+                cpu.append(run["cpu"])
+                cpu_cold.append(run["cpu_cold"])
                 split.append(catch_up(env, pairs, split=True)["steady"])
                 if per_timeline == 1:  # the leading edge's path matters most here
                     off.append(catch_up(env, pairs, settings=OFF)["steady"])
@@ -265,7 +343,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                     kstreams[guarantee].append(kstreams_catch_up(env, pairs, guarantee))
         finally:
             delete_topics(env.bootstrap, [raw_topic])
-        result["shapes"][str(per_timeline)] = {
+        result["shapes"][shape] = {
             "raw": summary(raw),
             "from_cold": summary(cold),
             "steady": summary(steady),
@@ -274,26 +352,26 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
             "split": summary(split),
             "split_vs_raw": ratio(split, raw),
             "split_vs_one": ratio(split, steady),
+            "cpu_per_100k": _cpu(cpu),
+            "cpu_cold_per_100k": _cpu(cpu_cold),
         }
         if off:
-            shape = result["shapes"][str(per_timeline)]
-            shape |= {"off": summary(off), "direct_vs_off": ratio(steady, off)}
+            result["shapes"][shape] |= {"off": summary(off), "direct_vs_off": ratio(steady, off)}
             print(
-                f"  {per_timeline}/timeline, direct_leading_edge off: "
+                f"  {shape}/timeline, direct_leading_edge off: "
                 f"{summary(off)['median']:,}/s (default / off {ratio(steady, off)['median']}x)",
                 flush=True,
             )
         print(
-            f"  {per_timeline}/timeline: steady {summary(steady)['median']:,}/s, "
+            f"  {shape}/timeline: steady {summary(steady)['median']:,}/s, "
             f"from cold {summary(cold)['median']:,}/s, raw {summary(raw)['median']:,}/s, "
             f"ratio {ratio(steady, raw)['median']}; roles in two processes "
             f"{summary(split)['median']:,}/s",
             flush=True,
         )
+        row = result["shapes"][shape]
         if guarantees:
-            row = result["shapes"][str(per_timeline)]
-            row["kstreams"] = {g: summary(v) for g, v in kstreams.items()}
-            row["vs_kstreams"] = {g: ratio(steady, v) for g, v in kstreams.items()}
+            _kstreams_row(row, steady, cpu, kstreams)
             print(
                 "    Kafka Streams "
                 + ", ".join(f"{g} {row['kstreams'][g]['median']:,}/s" for g in guarantees)
@@ -301,9 +379,107 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                 + ", ".join(f"{g} {row['vs_kstreams'][g]['median']}" for g in guarantees),
                 flush=True,
             )
-    result["targets"] = {"1": 0.15, "20": 0.30, "1000": 0.45}
+        print(f"    {cpu_text(row)}", flush=True)
+    result["targets"] = {"1": 0.15, "20": 0.30, "20i": 0.30, "1000": 0.45}
     if guarantees:
         result["kstreams_targets"] = peer_kstreams.TARGETS
+        result["cpu_targets"] = peer_kstreams.CPU_TARGETS
+    return result
+
+
+def _cpu(runs: list[dict[str, float]]) -> dict[str, Any]:
+    """Summaries of digest-stream's CPU-seconds per 100,000 events, per part and in total."""
+    return {part: summary([run[part] for run in runs], 2) for part in ("process", "redis", "total")}
+
+
+def _kstreams_row(
+    row: dict[str, Any],
+    steady: list[float],
+    cpu: list[dict[str, float]],
+    kstreams: dict[str, list[dict[str, Any]]],
+) -> None:
+    """The peer's rates and JVM CPU into a shape's row, each against digest-stream's run of
+    the same repetition (rates: ours / theirs; CPU: ours / theirs, lower is better)."""
+    ours = [run["total"] for run in cpu]
+    theirs = {g: [run["cpu"]["process"] for run in runs] for g, runs in kstreams.items()}
+    rates = {g: [run["steady"] for run in runs] for g, runs in kstreams.items()}
+    row["kstreams"] = {g: summary(v) for g, v in rates.items()}
+    row["vs_kstreams"] = {g: ratio(steady, v) for g, v in rates.items()}
+    row["kstreams_cpu_per_100k"] = {g: summary(v, 2) for g, v in theirs.items()}
+    row["kstreams_cpu_cold_per_100k"] = {
+        g: summary([run["cpu_cold"]["process"] for run in runs], 2) for g, runs in kstreams.items()
+    }
+    row["cpu_vs_kstreams"] = {g: ratio(ours, v) for g, v in theirs.items()}
+
+
+def cpu_text(row: dict[str, Any]) -> str:
+    """CPU-seconds per 100,000 events of a shape's row, digest-stream's beside the peer's."""
+    own = row["cpu_per_100k"]
+    text = (
+        f"CPU-s per 100k events: digest-stream {own['process']['median']} + Redis "
+        f"{own['redis']['median']} = {own['total']['median']}"
+    )
+    for guarantee, value in row.get("kstreams_cpu_per_100k", {}).items():
+        text += f"; Kafka Streams {guarantee} {value['median']}"
+    if "cpu_vs_kstreams" in row:
+        text += f" (ours / at-least-once {row['cpu_vs_kstreams']['at-least-once']['median']})"
+    return text
+
+
+#: The long runs, events per timeline -> events (full, --quick). At 20 per timeline the peer's
+#: at-least-once spans several of its 30 s commit intervals; at both shapes the JVM's warm-up,
+#: a fixed cost that inflated the peer's CPU per event 1.5-3x over 100,000 events, is amortised.
+LONG = {"20": (1_500_000, 300_000), "1": (500_000, 200_000)}
+
+
+def long_runs(env: Stack, quick: bool) -> dict[str, Any]:
+    """Scenario 7, long: every shape of LONG."""
+    shapes = {}
+    for shape, (full, short) in LONG.items():
+        count = short if quick else full
+        print(f"scenario 7, long: catch-up of {count:,} events, {shape} per timeline", flush=True)
+        shapes[shape] = long_run(env, count, int(shape))
+    return {"shapes": shapes}
+
+
+def long_run(env: Stack, count: int, per_timeline: int) -> dict[str, Any]:
+    """One catch-up of `count` events by digest-stream and by Kafka Streams at-least-once (when
+    built), back to back, rates and CPU."""
+    pairs = backlog(count, per_timeline, "l")
+    timeout = max(CATCHUP_TIMEOUT, count / 2_000)  # at least 2,000 events/s on a busy host
+    run = catch_up(env, pairs, timeout=timeout)
+    result: dict[str, Any] = {
+        "events": count,
+        "per_timeline": per_timeline,
+        "steady": round(run["steady"]),
+        "from_cold": round(run["cold"]),
+        "cpu_per_100k": {k: round(v, 2) for k, v in run["cpu"].items()},
+    }
+    print(
+        f"  digest-stream steady {result['steady']:,}/s, CPU-s per 100k events "
+        f"{result['cpu_per_100k']['total']}",
+        flush=True,
+    )
+    missing = peer_kstreams.available()
+    if missing is not None:
+        print(f"  Kafka Streams peer skipped: {missing}", flush=True)
+        return result | {"kstreams_missing": missing}
+    peer = kstreams_catch_up(env, pairs, "at-least-once", timeout)
+    result["kstreams"] = {
+        "guarantee": "at-least-once",
+        "steady": round(peer["steady"]),
+        "steady_seconds": round(peer["steady_seconds"], 1),
+        "cpu_per_100k": round(peer["cpu"]["process"], 2),
+    }
+    result["vs_kstreams"] = round(run["steady"] / peer["steady"], 3)
+    result["cpu_vs_kstreams"] = round(run["cpu"]["total"] / peer["cpu"]["process"], 3)
+    print(
+        f"  Kafka Streams at-least-once steady {result['kstreams']['steady']:,}/s over "
+        f"{result['kstreams']['steady_seconds']} s, CPU-s per 100k events "
+        f"{result['kstreams']['cpu_per_100k']}; digest-stream / Kafka Streams "
+        f"{result['vs_kstreams']}, CPU {result['cpu_vs_kstreams']}",
+        flush=True,
+    )
     return result
 
 
@@ -447,25 +623,31 @@ def processes(env: Stack, count: int, reps: int) -> dict[str, Any]:
     }
 
 
-SCENARIOS = ("catchup", "delivery", "processes")
+SCENARIOS = ("catchup", "delivery", "processes", "long")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = run_args(__doc__.splitlines()[0], SCENARIOS, "fewer events and repetitions", argv)
     env = stack()
     count, reps = (20_000, 1) if args.quick else (100_000, 3)
+    # The catch-up's backlog is 100,000 events in --quick too: over 20,000 the Kafka Streams
+    # peer spends most of its run compiling (its JIT's warm-up doubled its CPU per event and
+    # halved its rate), which measures its start, not its rate.
+    backlog_count = CATCHUP_EVENTS
     digests = 10_000 if args.quick else 50_000
     result: dict[str, Any] = {"machine": machine(env.redis_url), "quick": args.quick}
     started = time.perf_counter()
     if args.wants("catchup"):
-        print(f"scenario 7: catch-up from cold, {count:,} events x {reps} reps", flush=True)
-        result["catchup"] = run_part(env.redis_url, args, lambda: catchup(env, count, reps))
+        print(f"scenario 7: catch-up from cold, {backlog_count:,} events x {reps} reps", flush=True)
+        result["catchup"] = run_part(env.redis_url, args, lambda: catchup(env, backlog_count, reps))
     if args.wants("delivery"):
         print(f"scenario 8: delivery, {digests:,} new timelines x {reps} reps", flush=True)
         result["delivery"] = run_part(env.redis_url, args, lambda: delivery(env, digests, reps))
     if args.wants("processes"):
         print(f"scenario 7: 1 vs 2 processes, {count:,} events x {reps} reps", flush=True)
         result["processes"] = run_part(env.redis_url, args, lambda: processes(env, count, reps))
+    if args.wants("long"):
+        result["long"] = run_part(env.redis_url, args, lambda: long_runs(env, args.quick))
     result["seconds"] = round(time.perf_counter() - started, 1)
     name = "catchup_quick" if args.quick else "catchup"
     path = write_result(name, result, args.only is not None)
@@ -476,13 +658,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def kstreams_headline(result: dict[str, Any]) -> list[str]:
-    """The digest-stream / Kafka Streams catch-up ratios (printed last by bench.run)."""
+    """The digest-stream / Kafka Streams catch-up ratios, rates and CPU per event (printed last
+    by bench.run)."""
     block = result.get("catchup")
     if block is None:
         return []
     if "kstreams_missing" in block:
         return [f"{'catch-up / Kafka Streams':<34} not run: {block['kstreams_missing']}"]
     lines = []
+    for shape, row in block["shapes"].items():
+        r, own = row["cpu_vs_kstreams"]["at-least-once"], row["cpu_per_100k"]
+        theirs = row["kstreams_cpu_per_100k"]["at-least-once"]["median"]
+        lines.append(
+            f"{f'CPU/event / KStreams ALOS, {shape}/tl':<34} {r['median']:>7} "
+            f"[{r['min']}..{r['max']}]  target <= {block['cpu_targets'][shape]}"
+            f"  (CPU-s per 100k: {own['process']['median']} + Redis {own['redis']['median']}"
+            f" vs {theirs})"
+        )
     for guarantee, targets in block["kstreams_targets"].items():
         for shape, row in block["shapes"].items():
             r = row["vs_kstreams"][guarantee]
@@ -491,6 +683,16 @@ def kstreams_headline(result: dict[str, Any]) -> list[str]:
                 f"{f'{label}, {shape}/tl':<34} {r['median']:>7} [{r['min']}..{r['max']}]"
                 f"  target {peer_kstreams.target(targets[shape])[0]}"
                 f"  ({row['kstreams'][guarantee]['median']:,} events/s)"
+            )
+    long = result.get("long", {})
+    for shape, run in long.get("shapes", {}).items():
+        if "kstreams" in run:
+            lines.append(
+                f"{f'catch-up / KStreams ALOS, long {shape}/tl':<34} {run['vs_kstreams']:>7}  "
+                f"({run['events']:,} events, run {long['machine']['at']}, Kafka Streams "
+                f"{run['kstreams']['steady']:,} events/s over {run['kstreams']['steady_seconds']}"
+                f" s; CPU ours / theirs {run['cpu_vs_kstreams']}, target <= "
+                f"{peer_kstreams.CPU_TARGETS[shape]})"
             )
     return lines
 

@@ -148,6 +148,59 @@ def delete_namespace(client: redis.Redis, namespace: str) -> None:
         client.delete(*batch)
 
 
+# ------------------------------------------------------------------------------ cpu
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """CPU-seconds (user + system, every thread) a live process has used, from /proc; 0 for one
+    that is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    # The command name (field 2) may hold spaces; utime and stime are fields 14 and 15.
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def redis_cpu(client: redis.Redis) -> float:
+    """CPU-seconds the Redis server has used (`INFO cpu`: user + system, all its threads)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+class CpuMeter:
+    """CPU-seconds of a run's processes and, optionally, of the Redis server they use: a
+    sample is {"process": ..., "redis": ...}. `pids` is asked at every sample, so a meter made
+    before the launch counts processes from their start (none yet: 0)."""
+
+    def __init__(self, pids: Callable[[], Sequence[int]], redis_url: str | None = None) -> None:
+        self.pids = pids
+        self.client = redis.Redis.from_url(redis_url) if redis_url else None
+
+    def sample(self) -> dict[str, float]:
+        """CPU-seconds used so far."""
+        used = {"process": sum(process_cpu(pid) for pid in self.pids())}
+        if self.client is not None:
+            used["redis"] = redis_cpu(self.client)
+        return used
+
+    def close(self) -> None:
+        """Close the Redis client, if any."""
+        if self.client is not None:
+            self.client.close()
+
+
+def cpu_per_100k(
+    before: dict[str, float], after: dict[str, float], events: int
+) -> dict[str, float]:
+    """CPU-seconds per 100,000 events between two samples, per part and in total."""
+    used = {part: (after[part] - before[part]) * 100_000 / max(events, 1) for part in after}
+    return used | {"total": sum(used.values())}
+
+
 # ------------------------------------------------------------------------------ statistics
 
 

@@ -19,7 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.catchup_bench import shape_label
 from bench.common import RESULTS_DIR
+from bench.peer_kstreams import CPU_TARGETS as KSTREAMS_CPU_TARGETS
+from bench.peer_kstreams import TARGETS as KSTREAMS_TARGETS
 from bench.peer_kstreams import target as kstreams_target
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
@@ -222,7 +225,7 @@ def _catchup_rows(runs: Runs) -> list[str]:
             least = block["targets"][shape]
             ok = "yes" if row["steady_vs_raw"]["median"] >= least else "**no**"
             rows.append(
-                f"| 7 | catch-up from cold, {shape} event(s)/timeline, {block['events']:,} events: "
+                f"| 7 | catch-up from cold, {shape_label(shape)}, {block['events']:,} events: "
                 f"events/s steady {_rate(row['steady'])}, from cold {_rate(row['from_cold'])}, "
                 f"raw {_rate(row['raw'])}{rerun} | catch-up / raw "
                 f"{_ratio(row['steady_vs_raw'])} | >= {least} | {ok} |"
@@ -244,9 +247,13 @@ def _catchup_rows(runs: Runs) -> list[str]:
                     f"{_rate(row['kstreams'][guarantee])}{rerun} | digest-stream / Kafka "
                     f"Streams {_ratio(r)} | {text} | {ok} |"
                 )
+            if "cpu_per_100k" in row:  # written since CPU was measured
+                rows.append(_cpu_row(block, shape, row, rerun))
         if "kstreams_missing" in block:
             missing = _cell(block["kstreams_missing"])
             rows.append(f"| 7k | Kafka Streams peer not run{rerun} | {missing} | | |")
+    if "long" in data:
+        rows += _long_rows(data["long"], runs.mark("catchup", data, "long"))
     if "processes" in data:
         block = data["processes"]
         rerun = runs.mark("catchup", data, "processes")
@@ -279,6 +286,58 @@ def _catchup_rows(runs: Runs) -> list[str]:
                     f"{_rate(row['from_cold'])}{rerun} | end to end / bare "
                     f"{_ratio(row['steady_vs_bare'])} | >= {least} | {ok} |"
                 )
+    return rows
+
+
+def _cpu_row(block: dict[str, Any], shape: str, row: dict[str, Any], rerun: str) -> str:
+    """CPU-seconds per 100,000 events over the steady window: digest-stream's service and Redis
+    beside the Kafka Streams peer's JVM, and ours / at-least-once's against its target."""
+    own = row["cpu_per_100k"]
+    figure = (
+        f"| 7c | CPU-seconds per 100,000 events, {shape_label(shape)} (steady window): "
+        f"digest-stream service {_rate(own['process'])} + Redis {_rate(own['redis'])} = "
+        f"{_rate(own['total'])}"
+    )
+    theirs = row.get("kstreams_cpu_per_100k", {})
+    figure += "".join(f"; Kafka Streams {g} {_rate(v)}" for g, v in theirs.items())
+    if "cpu_vs_kstreams" not in row:
+        return f"{figure}{rerun} | | | |"
+    r = row["cpu_vs_kstreams"]["at-least-once"]
+    least = block["cpu_targets"][shape]
+    ok = "yes" if r["median"] <= least else "**no**"
+    return (
+        f"{figure}{rerun} | digest-stream / Kafka Streams at-least-once {_ratio(r)} | "
+        f"<= {least} | {ok} |"
+    )
+
+
+def _long_rows(block: dict[str, Any], rerun: str) -> list[str]:
+    """Scenario 7's long runs: backlogs that amortise the JVM's warm-up (and at 20 per timeline
+    span several of at-least-once's 30 s commits)."""
+    rows = []
+    for shape, run in block.get("shapes", {}).items():
+        own = run["cpu_per_100k"]
+        figure = (
+            f"| 7L | long catch-up, {run['events']:,} events at {shape}/timeline, one run each: "
+            f"digest-stream steady {run['steady']:,}/s (CPU-s per 100k events: service "
+            f"{own['process']} + Redis {own['redis']} = {own['total']})"
+        )
+        if "kstreams" not in run:
+            missing = _cell(run.get("kstreams_missing", ""))
+            rows.append(f"{figure}; Kafka Streams not run: {missing}{rerun} | | | |")
+            continue
+        peer = run["kstreams"]
+        text, least = kstreams_target(KSTREAMS_TARGETS["at-least-once"][shape])
+        most = KSTREAMS_CPU_TARGETS[shape]
+        rate_ok = "yes" if run["vs_kstreams"] >= least else "**no**"
+        cpu_ok = "yes" if run["cpu_vs_kstreams"] <= most else "**no**"
+        rows.append(
+            f"{figure}; Kafka Streams at-least-once {peer['steady']:,}/s over "
+            f"{peer['steady_seconds']} s (CPU-s per 100k {peer['cpu_per_100k']}){rerun} | "
+            f"digest-stream / Kafka Streams **{run['vs_kstreams']}**, CPU "
+            f"**{run['cpu_vs_kstreams']}** | rate {text}, CPU <= {most} | "
+            f"rate {rate_ok}, CPU {cpu_ok} |"
+        )
     return rows
 
 

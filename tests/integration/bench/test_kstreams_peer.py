@@ -1,10 +1,13 @@
-"""The Kafka Streams peer of the catch-up bench (issue 22) on the real broker: one digest per
-timeline, holding every event, once the closers have passed its session windows.
+"""The Kafka Streams peer of the catch-up bench (issues 22, 27) on the real broker: one digest
+per timeline, holding every event, once the closers have passed its session windows; the
+closers' commit comes without waiting out at-least-once's 30 s commit interval.
 
 Needs the peer built (`make bench-peer-kstreams`: Maven and a JDK 17); skipped otherwise.
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -40,12 +43,25 @@ def test_peer_emits_one_digest_per_timeline_with_every_event(
                 peer.check()
                 return committed.done() >= committed.total
 
+            # At-least-once commits at its 30 s default interval here: no closer yet.
             wait_until(consumed, 120, "the peer never committed the whole backlog")
             committed.consumer.close()
+            assert peer.running() is not None, peer.tail()  # printed once every task ran
             # Suppress holds every session until stream time passes its end plus the gap.
             assert peer.digests(1, timeout=1.0) == (0, 0)
             peer_kstreams.closers(kafka_bootstrap, topic, PARTITIONS)
+            sent = time.monotonic()
             digests, records = peer.digests(TIMELINES)
             assert (digests, records) == (TIMELINES, TIMELINES * PER_TIMELINE), peer.tail()
+            closed = Committed(env, peer.group, end_offsets(env, topic))
+            try:
+                wait_until(lambda: closed.done() >= closed.total, 60, "closers never committed")
+            finally:
+                closed.consumer.close()
+            # The closers ask for a commit (context.commit()), so their digests (at-least-once
+            # emits only when a commit flushes its record cache) and offsets come well before
+            # the next interval, about 30 s after the commit the first wait saw.
+            took = time.monotonic() - sent
+            assert took < 15, f"the closers' commit took {took:.1f} s: not asked for at the closer"
     finally:
         delete_topics(kafka_bootstrap, [topic])

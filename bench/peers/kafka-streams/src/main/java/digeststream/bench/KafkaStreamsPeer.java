@@ -8,12 +8,15 @@ import java.util.HashMap;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.avro.Schema;
 import org.apache.avro.generic.GenericDatumReader;
 import org.apache.avro.generic.GenericRecord;
 import org.apache.avro.io.BinaryDecoder;
 import org.apache.avro.io.DecoderFactory;
 import org.apache.avro.util.Utf8;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
@@ -26,28 +29,45 @@ import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.SessionWindows;
 import org.apache.kafka.streams.kstream.Suppressed;
+import org.apache.kafka.streams.processor.TimestampExtractor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
+import org.apache.kafka.streams.processor.api.FixedKeyRecord;
 import org.apache.kafka.streams.state.SessionStore;
 
 /**
- * The Kafka Streams peer of digest-stream's catch-up bench: what a Kafka user would write instead.
+ * The Kafka Streams peer of digest-stream's catch-up bench: what a Kafka user would write instead,
+ * configured as a user would deploy it.
  *
  * <p>Events (key = timeline, value = a plain Avro Event, no registry framing) are decoded, grouped
  * by timeline into session windows with an inactivity gap, and aggregated into a digest: a record
  * count followed by every record (id, timestamp, payload). {@code suppress(untilWindowCloses)}
  * holds each session until stream time passes its end plus the gap, then emits one digest per
- * session to the output topic. State lives in RocksDB (the default) with changelog topics (the
- * default), so the application is as fault tolerant as a user would deploy it.
+ * session to the output topic. Event time is the Avro event's own {@code timestamp} (a
+ * TimestampExtractor), not the broker's CreateTime. State lives in RocksDB (the default) with
+ * changelog topics (the default), so the application is as fault tolerant as a user would deploy
+ * it; the record cache in front of it is sized by {@code --cache-bytes} (the working set). The
+ * commit interval is Kafka's default for the guarantee (30 s at-least-once, 100 ms
+ * exactly-once): a record keyed {@link #CLOSER} (the bench's last event per partition) asks for
+ * a commit from the application ({@code context.commit()}), so the end of a backlog is committed
+ * when it is reached, not at the next interval.
  *
  * <pre>
- * java -jar target/kstreams-peer.jar --bootstrap=H:P --input=T --output=T --application-id=ID
- *     --state-dir=DIR --schema=event.avsc --guarantee=at-least-once|exactly-once
- *     [--gap-ms=10000] [--commit-ms=100]
+ * java -Xms2g -Xmx2g -XX:+UseG1GC -jar target/kstreams-peer.jar --bootstrap=H:P --input=T
+ *     --output=T --application-id=ID --state-dir=DIR --schema=event.avsc
+ *     --guarantee=at-least-once|exactly-once [--gap-ms=10000] [--cache-bytes=134217728]
  * </pre>
  *
- * <p>Runs until SIGTERM (the bench stops it by pid once the group's committed offsets reach the
- * end of the input); exits 1 if the streams client fails.
+ * <p>Prints {@code running after N records} on stdout when the client first reaches RUNNING
+ * (every task restored and processing; the first tasks ready may have processed N records before
+ * the last one is): the bench times its steady rate from there. Runs until SIGTERM (the bench
+ * stops it by pid once the group's committed offsets reach the end of the input); exits 1 if
+ * the streams client fails.
  */
 public final class KafkaStreamsPeer {
+  /** The key of the bench's closing events: one per partition, after the backlog. */
+  static final String CLOSER = "closer";
+
   private KafkaStreamsPeer() {}
 
   public static void main(String[] argv) throws Exception {
@@ -56,15 +76,19 @@ public final class KafkaStreamsPeer {
     Duration gap = Duration.ofMillis(Long.parseLong(args.getOrDefault("gap-ms", "10000")));
 
     StreamsBuilder builder = new StreamsBuilder();
-    builder.stream(args.get("input"), Consumed.with(Serdes.String(), Serdes.ByteArray()))
-        .mapValues(new EventDecoder(schema)::entry)
+    builder.stream(
+            args.get("input"),
+            Consumed.with(Serdes.String(), Serdes.ByteArray())
+                .withTimestampExtractor(new EventTime()))
+        // processValues keeps the key, so groupByKey needs no repartition topic.
+        .processValues(() -> new Decode(schema))
         .groupByKey()
         // No grace: the window closes at its end plus the gap, so one later event per
         // partition (the bench's closer) closes every session of that partition.
         .windowedBy(SessionWindows.ofInactivityGapWithNoGrace(gap))
         .aggregate(
-            () -> new byte[Integer.BYTES],
-            (timeline, entry, digest) -> Digest.append(digest, entry),
+            () -> Digest.EMPTY,
+            (timeline, one, digest) -> Digest.merge(digest, one),
             (timeline, left, right) -> Digest.merge(left, right),
             Materialized.<String, byte[], SessionStore<Bytes, byte[]>>as("digests")
                 .withKeySerde(Serdes.String())
@@ -86,8 +110,13 @@ public final class KafkaStreamsPeer {
           failed[0] = true;
           return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
+    AtomicBoolean running = new AtomicBoolean();
     streams.setStateListener(
         (now, before) -> {
+          if (now == KafkaStreams.State.RUNNING && running.compareAndSet(false, true)) {
+            System.out.println("running after " + Decode.PROCESSED.get() + " records");
+            System.out.flush();
+          }
           if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
             stopped.countDown();
           }
@@ -116,9 +145,13 @@ public final class KafkaStreamsPeer {
           case "exactly-once" -> StreamsConfig.EXACTLY_ONCE_V2;
           default -> throw new IllegalArgumentException("--guarantee: " + guarantee);
         });
-    // The at-least-once default (30 s) would make "committed offsets reach the end" a 30 s
-    // step function; 100 ms is the exactly-once default, so both variants commit alike.
-    props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, args.getOrDefault("commit-ms", "100"));
+    // No commit.interval.ms: Kafka's default for the guarantee. The bench's closers ask for
+    // the last commit (Decode), so ending a run needs no short interval.
+    // The record cache (10 MB by default) sized to the working set, as a user sizes it: each
+    // commit or eviction flushes it into RocksDB, the changelog and the suppress buffer.
+    props.put(
+        StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG,
+        Long.parseLong(args.getOrDefault("cache-bytes", String.valueOf(128L << 20))));
     // One stream thread, like digest-stream's one ingest loop; the box has two cores.
     props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
     return props;
@@ -143,29 +176,58 @@ public final class KafkaStreamsPeer {
     return args;
   }
 
-  /** Plain Avro Event bytes to one digest entry; one decoder per stream thread (reused). */
-  static final class EventDecoder {
-    private final GenericDatumReader<GenericRecord> reader;
-    private final ThreadLocal<BinaryDecoder> decoder = new ThreadLocal<>();
-    private final ThreadLocal<GenericRecord> reuse = new ThreadLocal<>();
+  /** Event time: the Avro event's own {@code timestamp} (its second field, after the id). */
+  static final class EventTime implements TimestampExtractor {
+    private BinaryDecoder decoder;
 
-    EventDecoder(Schema schema) {
-      this.reader = new GenericDatumReader<>(schema);
-    }
-
-    byte[] entry(byte[] value) {
-      BinaryDecoder in = DecoderFactory.get().binaryDecoder(value, decoder.get());
-      decoder.set(in);
-      GenericRecord event;
+    @Override
+    public long extract(ConsumerRecord<Object, Object> record, long partitionTime) {
+      decoder = DecoderFactory.get().binaryDecoder((byte[]) record.value(), decoder);
       try {
-        event = reader.read(reuse.get(), in);
+        decoder.skipString();
+        return decoder.readLong();
       } catch (IOException error) {
         throw new IllegalStateException("not an Avro Event", error);
       }
-      reuse.set(event);
+    }
+  }
+
+  /**
+   * Plain Avro Event bytes to a one-record digest; a closer asks for a commit. One instance per
+   * task, so the decoder and the record are reused without sharing.
+   */
+  static final class Decode implements FixedKeyProcessor<String, byte[], byte[]> {
+    /** Records processed by every task: the bench's steady rate starts after those. */
+    static final AtomicLong PROCESSED = new AtomicLong();
+    private final GenericDatumReader<GenericRecord> reader;
+    private FixedKeyProcessorContext<String, byte[]> context;
+    private BinaryDecoder decoder;
+    private GenericRecord event;
+
+    Decode(Schema schema) {
+      this.reader = new GenericDatumReader<>(schema);
+    }
+
+    @Override
+    public void init(FixedKeyProcessorContext<String, byte[]> context) {
+      this.context = context;
+    }
+
+    @Override
+    public void process(FixedKeyRecord<String, byte[]> record) {
+      PROCESSED.incrementAndGet();
+      decoder = DecoderFactory.get().binaryDecoder(record.value(), decoder);
+      try {
+        event = reader.read(event, decoder);
+      } catch (IOException error) {
+        throw new IllegalStateException("not an Avro Event", error);
+      }
       Utf8 id = (Utf8) event.get("id");
       ByteBuffer payload = (ByteBuffer) event.get("payload");
-      return Digest.entry(id, (Long) event.get("timestamp"), payload);
+      context.forward(record.withValue(Digest.one(id, (Long) event.get("timestamp"), payload)));
+      if (CLOSER.equals(record.key())) {
+        context.commit(); // the end of this partition's backlog: commit now, not in 30 s
+      }
     }
   }
 
@@ -173,29 +235,36 @@ public final class KafkaStreamsPeer {
    * A digest as one byte array: [int count] then per record [int id length][id][long
    * timestamp][int payload length][payload]. Kafka Streams stores an aggregate serialised
    * (cache, RocksDB, changelog), so a flat byte array is the cheapest form it can take: no
-   * serde work beyond the copy that appending implies.
+   * serde work beyond the copy that appending implies. The aggregate starts {@link #EMPTY} and
+   * each event arrives as a one-record digest, so an update is one merge: a session's first
+   * event is kept as it is, every later one costs one copy of the digest.
    */
   static final class Digest {
+    /** The initial aggregate: no records (and no bytes to copy). Never written to. */
+    static final byte[] EMPTY = new byte[0];
+
     private Digest() {}
 
-    static byte[] entry(Utf8 id, long timestamp, ByteBuffer payload) {
+    static byte[] one(Utf8 id, long timestamp, ByteBuffer payload) {
       ByteBuffer out =
-          ByteBuffer.allocate(Integer.BYTES * 2 + Long.BYTES + id.getByteLength()
+          ByteBuffer.allocate(Integer.BYTES * 3 + Long.BYTES + id.getByteLength()
               + payload.remaining());
-      out.putInt(id.getByteLength()).put(id.getBytes(), 0, id.getByteLength());
+      out.putInt(1).putInt(id.getByteLength()).put(id.getBytes(), 0, id.getByteLength());
       out.putLong(timestamp).putInt(payload.remaining()).put(payload.duplicate());
       return out.array();
     }
 
-    static byte[] append(byte[] digest, byte[] entry) {
-      byte[] out = new byte[digest.length + entry.length];
-      System.arraycopy(digest, 0, out, 0, digest.length);
-      System.arraycopy(entry, 0, out, digest.length, entry.length);
-      ByteBuffer.wrap(out).putInt(0, ByteBuffer.wrap(digest).getInt(0) + 1);
-      return out;
-    }
-
+    /**
+     * Both sides' records in one new array; an empty side returns the other as it is (Kafka
+     * Streams merges every update's initial value with the stored session before aggregating).
+     */
     static byte[] merge(byte[] left, byte[] right) {
+      if (left.length == 0) {
+        return right;
+      }
+      if (right.length == 0) {
+        return left;
+      }
       byte[] out = new byte[left.length + right.length - Integer.BYTES];
       System.arraycopy(left, 0, out, 0, left.length);
       System.arraycopy(right, Integer.BYTES, out, left.length, right.length - Integer.BYTES);

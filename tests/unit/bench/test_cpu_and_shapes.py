@@ -1,0 +1,45 @@
+"""The catch-up bench's CPU accounting and backlog shapes (issue 27), without a broker."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from bench.catchup_bench import SHAPES, backlog, shape_label
+from bench.common import CpuMeter, cpu_per_100k, process_cpu
+
+
+def test_process_cpu_counts_this_process_work_and_nothing_for_a_missing_pid() -> None:
+    before = process_cpu(os.getpid())
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:  # burn CPU, not wall time
+        pass
+    assert process_cpu(os.getpid()) - before >= 0.2
+    assert process_cpu(2**22 + 1) == 0.0  # above pid_max's default: no such process
+
+
+def test_meter_without_redis_samples_only_its_processes() -> None:
+    meter = CpuMeter(lambda: [os.getpid()])
+    sample = meter.sample()
+    meter.close()
+    assert list(sample) == ["process"]
+    assert sample["process"] > 0
+
+
+def test_cpu_per_100k_scales_each_part_and_adds_a_total() -> None:
+    used = cpu_per_100k({"process": 1.0, "redis": 2.0}, {"process": 3.0, "redis": 2.5}, 50_000)
+    assert used == {"process": 4.0, "redis": 1.0, "total": 5.0}
+
+
+def test_interleaved_backlog_deals_the_same_events_round_robin() -> None:
+    consecutive = [key for key, _ in backlog(60, 20, "t")]
+    interleaved = [key for key, _ in backlog(60, 20, "t", interleaved=True)]
+    assert consecutive[:20] == [b"t-0000000"] * 20
+    assert interleaved[:4] == [b"t-0000000", b"t-0000001", b"t-0000002", b"t-0000000"]
+    assert sorted(consecutive) == sorted(interleaved)  # 3 timelines of 20 either way
+
+
+def test_shapes_read_as_events_per_timeline() -> None:
+    assert shape_label("20i") == "20 event(s)/timeline, interleaved"
+    assert shape_label("1000") == "1000 event(s)/timeline"
+    assert set(SHAPES) == {"1", "20", "20i", "1000"}
