@@ -171,12 +171,14 @@ class App:
         if "ingest" in self.roles:  # with the scheduler (parse_roles)
             producer = Producer(producer_config(self.settings, self.kafka_errors))
             # The leading edge publishes with the one publisher delivery uses too, on the
-            # ingest's producer.
-            leading = self._publisher(producer, "ingest", hooks)
+            # ingest's producer (built only when on: in registry mode it registers Digest).
+            leading = None
+            if self.settings.direct_leading_edge:
+                leading = self._publisher(producer, "ingest", hooks)
             runner, self.ingest = ingest_role(
                 self.settings, store, self.clock, self.metrics, producer, hooks=hooks,
                 frame=schedule_frame(self.settings),
-                publisher=leading if self.settings.direct_leading_edge else None,
+                publisher=leading,
                 kafka_errors=self.kafka_errors,
             )  # fmt: skip
             self._spawn(runner, self.ingest)

@@ -34,10 +34,13 @@ class _Main(click.Group):
             from digest_stream.ops.failures import explain, one_line
 
             settings = ctx.meta.get(SETTINGS_KEY)
-            known = explain(exc, settings) is not None
-            hint = "" if known else f" (--debug or {DEBUG_ENV}=1 shows the traceback)"
+            found = explain(exc, settings)
+            if found is None:
+                line = f"{one_line(exc)} (--debug or {DEBUG_ENV}=1 shows the traceback)"
+            else:
+                line = found.line
             command = ctx.meta.get(COMMAND_KEY, f"digest-stream {ctx.invoked_subcommand}")
-            click.echo(f"{command}: {one_line(exc, settings)}{hint}", err=True)
+            click.echo(f"{command}: {line}", err=True)
             ctx.exit(1)
 
 

@@ -92,7 +92,7 @@ class LeadingEdge:
         self._queued.append((partition, opened))
 
     def publish(self) -> None:
-        """Build and produce the queued digests."""
+        """Build and produce the queued digests (finish serves their delivery reports)."""
         queued, self._queued = self._queued, []
         if not queued:
             return
@@ -106,7 +106,6 @@ class LeadingEdge:
                 if item.parts:
                     publisher.produce(item)
                 self._flying.append(item)
-        self._producer.poll(0)
 
     def finish(self, *, wait: float = 0.0, retry: bool = True) -> None:
         """Publish what is queued, close what the broker acknowledged, hand what it refused
@@ -124,10 +123,12 @@ class LeadingEdge:
             self._producer.flush(wait)
         else:
             self._producer.poll(0)
-        failed = [item for item in self._flying if item.errors]
-        acked = [item for item in self._flying if item.acknowledged]
-        if failed or acked:
-            self._flying = [i for i in self._flying if not (i.errors or i.acknowledged)]
+        failed: list[Pending] = []
+        acked: list[Pending] = []
+        flying: list[Pending] = []
+        for item in self._flying:  # one pass: a refused part fails the digest at once
+            (failed if item.errors else acked if item.waiting == 0 else flying).append(item)
+        self._flying = flying
         if failed:
             self._hand_over(failed)
         self._publisher.published(acked)

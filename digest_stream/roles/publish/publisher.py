@@ -42,7 +42,6 @@ class DigestPublisher:
     ) -> None:
         self._settings = settings
         self._producer = producer
-        self._metrics = metrics
         self._hooks = hooks
         self._queue_full = metrics.producer_queue_full.labels(role=role)
         self._policy = settings.resolver()  # collapse_by and the next delivery time
