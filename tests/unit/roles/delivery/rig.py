@@ -35,14 +35,22 @@ class FlakyStore(MemoryStore):
         return super().open_many(targets, now)
 
 
-def rig(store: MemoryStore) -> tuple[Delivery, FakeConsumer, FakeProducer, Metrics]:
-    settings = Settings(
-        schedule_topic=SCHEDULE,
-        output_topic=OUTPUT,
-        batch_timeout=0.0,
-        retry_backoff_initial=0.001,
-        retry_backoff_max=0.01,
+def settings_for(**overrides: Any) -> Settings:
+    """The rig's settings (its topics, no batch wait, millisecond backoffs), with overrides."""
+    return Settings(
+        **{
+            "schedule_topic": SCHEDULE,
+            "output_topic": OUTPUT,
+            "batch_timeout": 0.0,
+            "retry_backoff_initial": 0.001,
+            "retry_backoff_max": 0.01,
+            **overrides,
+        }
     )
+
+
+def rig(store: MemoryStore) -> tuple[Delivery, FakeConsumer, FakeProducer, Metrics]:
+    settings = settings_for()
     consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
     delivery = started(settings, store, consumer, producer, metrics)
     return delivery, consumer, producer, metrics
@@ -55,11 +63,17 @@ def started(
     producer: FakeProducer,
     metrics: Metrics | None = None,
     partitions: tuple[int, ...] = (0,),
+    clock: ManualClock | None = None,
 ) -> Delivery:
     """A started delivery on these fakes, assigned ``partitions``."""
     runner = Runner(settings, "delivery", consumer=consumer.as_consumer())
     delivery = Delivery(
-        settings, store, ManualClock(2000.0), metrics or Metrics(), producer.as_producer(), runner
+        settings,
+        store,
+        clock or ManualClock(2000.0),
+        metrics or Metrics(),
+        producer.as_producer(),
+        runner,
     )
     runner.start(delivery, lambda: False)
     consumer.assign(list(partitions))

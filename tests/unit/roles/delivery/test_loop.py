@@ -15,7 +15,16 @@ from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore
 from digest_stream.wire import codec
 from tests.support.fakes import FakeConsumer, FakeProducer, message
-from tests.unit.roles.delivery.rig import OUTPUT, SCHEDULE, FlakyStore, entry, ready, rig, started
+from tests.unit.roles.delivery.rig import (
+    OUTPUT,
+    SCHEDULE,
+    FlakyStore,
+    entry,
+    ready,
+    rig,
+    settings_for,
+    started,
+)
 
 
 def test_a_ready_timeline_is_published_closed_and_committed() -> None:
@@ -144,15 +153,7 @@ class TooLargeProducer(FakeProducer):
 
 def test_an_output_the_producer_refuses_fails_the_attempt_not_the_role() -> None:
     store = MemoryStore()
-    settings = Settings(
-        schedule_topic=SCHEDULE,
-        output_topic=OUTPUT,
-        dlq_topic="dlq",
-        batch_timeout=0.0,
-        max_attempts=2,
-        retry_backoff_initial=0.001,
-        retry_backoff_max=0.01,
-    )
+    settings = settings_for(dlq_topic="dlq", max_attempts=2)
     consumer, producer = FakeConsumer(SCHEDULE), TooLargeProducer()
     delivery = started(settings, store, consumer, producer)
     ready(store, "t1", 1)
@@ -241,24 +242,13 @@ def test_a_digest_retried_after_a_long_refusal_names_a_next_delivery_after_it_go
     """Issue 26, item 3 on delivery's path: the first attempt is refused after 120 s of
     broker trouble (past minimum_delay); the retry is built again at its own time, so the
     digest names a next delivery after it goes out, and the close sets exactly that."""
-    settings = Settings(
-        schedule_topic=SCHEDULE,
-        output_topic=OUTPUT,
-        dlq_topic="dlq",
-        batch_timeout=0.0,
-        minimum_delay=60.0,
-        retry_backoff_initial=0.001,
-        retry_backoff_max=0.01,
-    )
+    settings = settings_for(dlq_topic="dlq", minimum_delay=60.0)
     store = MemoryStore(policy=settings.policy())
     ready(store, "t1", 1)
     clock = ManualClock(1_800_000_000.0)
     consumer, producer = FakeConsumer(SCHEDULE), SlowBroker(clock, 120.0)
     producer.refuse_next = 1
-    runner = Runner(settings, "delivery", consumer=consumer.as_consumer())
-    delivery = Delivery(settings, store, clock, Metrics(), producer.as_producer(), runner)
-    runner.start(delivery, lambda: False)
-    consumer.assign([0])
+    delivery = started(settings, store, consumer, producer, clock=clock)
     entry(consumer, "t1", 0)
     taken_at = clock.now()
     assert delivery.step() == 1
