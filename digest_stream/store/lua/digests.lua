@@ -136,7 +136,7 @@ end
 -- ZREM and one ZADD per set instead of one each per target: nothing a close reads is in
 -- these sets).
 local function new_moves()
-    return {unready = {}, unwait = {}, wait = {}, texts = {}}
+    return {unready = {}, unwait = {}, wait = {}, texts = {}, closed = {}}
 end
 
 -- `number` formatted once per call (close times and due times repeat across its targets).
@@ -188,21 +188,6 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
         moves.unwait[#moves.unwait + 1] = timeline
         return 1, false
     end
-    if head.kind == 'none' and next_fire == nil then
-        -- Nothing came while it was open (every leading digest's usual close): the timeline
-        -- is written as the meta every such close of this call writes, made once.
-        local closed = moves.closed
-        if closed == nil then
-            closed = encode_inline(format_timeline_meta({written = 0, dropped = 0,
-                last_delivery = now, cause = CAUSES.cooldown}), {})
-            moves.closed = closed
-        end
-        redis.call('SET', source, closed, 'PX', ttl_ms(ttl))
-        moves.unready[#moves.unready + 1] = timeline
-        moves.wait[#moves.wait + 1] = moves_float(moves, now + minimum)
-        moves.wait[#moves.wait + 1] = timeline
-        return 1, true
-    end
     local timeline_meta = parse_timeline_meta(head.meta)
     timeline_meta.last_delivery = now
     timeline_meta.behind_open = false -- that digest is closed: nothing waits behind it
@@ -224,9 +209,14 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
         timeline_meta.cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
     end
     if head.kind == 'none' then
-        -- nothing came while it was open (every leading digest's usual close): one write
-        redis.call('SET', source, encode_inline(format_timeline_meta(timeline_meta), {}),
-            'PX', ttl_ms(ttl))
+        -- Nothing came while it was open (every leading digest's usual close): one write,
+        -- of a meta that differs between such closes of one call only by its cause.
+        local closed = moves.closed[timeline_meta.cause]
+        if closed == nil then
+            closed = encode_inline(format_timeline_meta(timeline_meta), {})
+            moves.closed[timeline_meta.cause] = closed
+        end
+        redis.call('SET', source, closed, 'PX', ttl_ms(ttl))
     else
         write_meta(source, head, format_timeline_meta(timeline_meta))
         redis.call('PEXPIRE', source, ttl_ms(ttl))
