@@ -19,7 +19,7 @@ from collections.abc import Callable
 import redis
 
 from bench.common import T0, delete_namespace, stack, unique
-from digest_stream.store.keys import partition_tag
+from digest_stream.store.redis.keys import partition_tag
 
 ITEMS = 20_000
 PAYLOAD = 200

@@ -27,7 +27,7 @@ import redis
 
 from bench.common import T0, delete_namespace, stack, summary, write_result
 from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
-from digest_stream.store.keys import partition_tag
+from digest_stream.store.redis.keys import partition_tag
 
 REPS = 3
 THROUGHPUT_RECORDS = 20_000

@@ -21,8 +21,8 @@ import redis
 from confluent_kafka import KafkaError, KafkaException
 
 from digest_stream.settings import Settings, env_name
-from digest_stream.store import library
 from digest_stream.store.errors import SCRIPT_ACL_REFUSAL, LibraryVersionMismatch
+from digest_stream.store.redis import library
 
 Kind = Literal["authentication", "authorization", "tls", "unreachable", "timeout", "library"]
 

@@ -28,10 +28,9 @@ from digest_stream.kafka import ClientErrors
 from digest_stream.ops.failures import KafkaScope, explain_kafka
 from digest_stream.ops.metrics import Metrics
 from digest_stream.settings import Settings
-from digest_stream.store import library
 from digest_stream.store.base import DigestStore
 from digest_stream.store.errors import REDIS_DOWN, StoreError
-from digest_stream.store.redis import RedisStore
+from digest_stream.store.redis import RedisStore, library
 from digest_stream.store.redis.calls import library_versions
 
 log = logging.getLogger(__name__)

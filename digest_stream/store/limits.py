@@ -1,6 +1,6 @@
 """The limits and codes the store's Python side and its Lua library share, defined once.
 
-``store/library.py`` writes each of them as a ``local NAME = value`` line at the top of the
+``store/redis/library.py`` writes each of them as a ``local NAME = value`` line at the top of the
 assembled library, so the Lua guards and the Python checks cannot drift apart.
 """
 

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from digest_stream.store.base import CONTROLS, DIGEST_ID_PATTERN, OPEN_NONCE_PATTERN, NewRecord
 from digest_stream.store.errors import InvalidArgument
-from digest_stream.store.keys import NAMESPACE_PATTERN
 from digest_stream.store.limits import (
     MAX_NAME_BYTES,
     MAX_OFFSET,
@@ -17,6 +16,7 @@ from digest_stream.store.limits import (
     MAX_TTL,
 )
 from digest_stream.store.policy import TimelinePolicy
+from digest_stream.store.redis.keys import NAMESPACE_PATTERN
 
 #: Partitions are Kafka partition numbers (int32).
 MAX_PARTITION = 2**31 - 1

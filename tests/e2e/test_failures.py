@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from digest_stream.cli import main
 from digest_stream.store import RedisStore
-from digest_stream.store.library import VERSION
+from digest_stream.store.redis.library import VERSION
 from tests.support.kafka import TopicFactory
 from tests.support.tls import Certificates, make_certificates, tls_redis
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from digest_stream.store.keys import partition_tag
+from digest_stream.store.redis.keys import partition_tag
 from tests.support import wait_until
 from tests.support.kafka import send_events
 from tests.support.pipeline import Pipeline, PipelineFactory

@@ -19,7 +19,7 @@ import sys
 import redis
 from confluent_kafka.admin import AdminClient
 
-from digest_stream.store.keys import fence_key, partition_tag
+from digest_stream.store.redis.keys import fence_key, partition_tag
 from tests.support import free_port, wait_until
 from tests.support.http import get, metric
 from tests.support.kafka import send_events

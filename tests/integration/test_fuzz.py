@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from digest_stream.store import InvalidArgument, MemoryStore, NewRecord, RedisStore
 from digest_stream.store import validate as v
-from digest_stream.store.keys import (
+from digest_stream.store.redis.keys import (
     digest_key,
     fence_key,
     partition_tag,

@@ -8,8 +8,9 @@ from collections.abc import Callable
 import redis
 from redis.cluster import RedisCluster
 
-from digest_stream.store import DigestStore, MemoryStore, library
-from digest_stream.store.keys import digest_key, partition_tag, timeline_key
+from digest_stream.store import DigestStore, MemoryStore
+from digest_stream.store.redis import library
+from digest_stream.store.redis.keys import digest_key, partition_tag, timeline_key
 
 StoreFactory = Callable[..., DigestStore]
 """The `make_store` fixture: `make(policy=None, resolver=None) -> DigestStore`."""

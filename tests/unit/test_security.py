@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import digest_stream
-from digest_stream.store import library
+from digest_stream.store.redis import library
 
 PACKAGE = Path(digest_stream.__file__).parent
 LUA = library.SOURCE

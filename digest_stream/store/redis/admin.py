@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from digest_stream.store import keys, validate
+from digest_stream.store import validate
 from digest_stream.store.base import Fence, PartitionStats, TimelineInfo
-from digest_stream.store.redis import replies, routing
+from digest_stream.store.redis import keys, replies, routing
 from digest_stream.store.redis.calls import RedisCalls
 from digest_stream.store.redis.replies import integer
 

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from redis.cluster import ClusterNode
 from redis.exceptions import ResponseError
 
-from digest_stream.store import keys, library, validate
+from digest_stream.store import validate
 from digest_stream.store.errors import InvalidArgument, LibraryVersionMismatch
 from digest_stream.store.limits import INLINE_MAX_RECORDS
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
-from digest_stream.store.redis import routing
+from digest_stream.store.redis import keys, library, routing
 from digest_stream.store.redis.replies import Reply, map_error, text
 from digest_stream.store.redis.routing import RedisClient
 

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 from redis.exceptions import ResponseError
 
-from digest_stream.store import keys, validate
+from digest_stream.store import validate
 from digest_stream.store.base import DigestTarget, OpenDigest
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.policy import TimelinePolicy
-from digest_stream.store.redis import replies, routing
+from digest_stream.store.redis import keys, replies, routing
 from digest_stream.store.redis.calls import RedisCalls
 from digest_stream.store.redis.replies import Reply, arg, array, integer, map_error
 from digest_stream.store.redis.routing import Call

@@ -11,7 +11,7 @@ import math
 import struct
 from collections.abc import Sequence
 
-from digest_stream.store import keys, validate
+from digest_stream.store import validate
 from digest_stream.store.base import (
     CONTROLS,
     DEFAULT_SLICE,
@@ -20,7 +20,7 @@ from digest_stream.store.base import (
     NewRecord,
 )
 from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
-from digest_stream.store.redis import replies
+from digest_stream.store.redis import keys, replies
 from digest_stream.store.redis.admin import RedisAdmin
 from digest_stream.store.redis.digests import RedisDigests
 from digest_stream.store.redis.replies import arg

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from digest_stream.ops import health
-from digest_stream.store import library
+from digest_stream.store.redis import library
 from tests.support import free_port, unique, wait_until
 from tests.support.http import get, metric, metric_sum, probe
 from tests.support.pipeline import Pipeline

@@ -13,7 +13,8 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import NoPermissionError
 
-from digest_stream.store import NewRecord, RedisStore, TimelinePolicy, library
+from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store.redis import library
 from tests.support import REPO_ROOT
 from tests.support.store import RedisClient, library_commands
 

@@ -11,7 +11,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
-from digest_stream.store.keys import partition_tag, scratch_key
+from digest_stream.store.redis.keys import partition_tag, scratch_key
 from tests.support.store import RedisClient
 
 T0 = 1_000_000.0

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from digest_stream.store import DigestStore, NewRecord, RedisStore, TimelinePolicy
-from digest_stream.store.keys import digest_key, partition_tag
+from digest_stream.store.redis.keys import digest_key, partition_tag
 from tests.support import new_id
 from tests.support.store import RedisClient, expire
 

@@ -14,10 +14,10 @@ from digest_stream.store import (
     NewRecord,
     RedisStore,
     TimelinePolicy,
-    library,
 )
 from digest_stream.store.base import CANCEL_ALL
-from digest_stream.store.keys import (
+from digest_stream.store.redis import library, routing
+from digest_stream.store.redis.keys import (
     digest_key,
     fence_key,
     partition_tag,
@@ -25,7 +25,6 @@ from digest_stream.store.keys import (
     timeline_key,
     waiting_key,
 )
-from digest_stream.store.redis import routing
 from tests.support import new_id
 from tests.support.store import RedisClient, raw
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from digest_stream.store import InvalidState, NewRecord, RedisStore
-from digest_stream.store.keys import (
+from digest_stream.store.redis.keys import (
     digest_key,
     fence_key,
     partition_tag,

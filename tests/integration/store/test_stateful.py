@@ -29,7 +29,7 @@ from digest_stream.store import (
     TimelinePolicy,
 )
 from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, AddResult
-from digest_stream.store.keys import partition_tag
+from digest_stream.store.redis.keys import partition_tag
 from tests.support import new_id, unique
 
 T = TypeVar("T")

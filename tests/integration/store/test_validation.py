@@ -17,7 +17,7 @@ from digest_stream.store import (
     RedisStore,
     TimelinePolicy,
 )
-from digest_stream.store.keys import (
+from digest_stream.store.redis.keys import (
     digest_key,
     fence_key,
     partition_tag,

@@ -23,7 +23,7 @@ from digest_stream.ops.failures import (
 )
 from digest_stream.settings import Settings
 from digest_stream.store.errors import LibraryVersionMismatch
-from digest_stream.store.library import VERSION
+from digest_stream.store.redis.library import VERSION
 
 SASL = {
     "security.protocol": "SASL_SSL",

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from digest_stream.clock import Clock, ManualClock, SystemClock
-from digest_stream.store import keys, library
+from digest_stream.store.redis import keys, library
 
 
 def test_manual_clock_moves_only_when_told() -> None:

@@ -1,4 +1,4 @@
-"""The Lua library as assembled by store/library.py: the name, Python's constants, then the parts
+"""The Lua library as assembled by store/redis/library.py: the name, the constants, then the parts
 in their fixed order, each once; no part redefines a constant or reads a name declared later."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from importlib import resources
 
 import pytest
 
-from digest_stream.store import library, limits
+from digest_stream.store import limits
 from digest_stream.store.base import CONTROLS
+from digest_stream.store.redis import library
 
 #: Lua 5.1 allows 200 local variables per function, the library's top level included.
 LUA_MAX_LOCALS = 200
@@ -59,7 +60,7 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
 
 
 def test_the_parts_follow_in_their_order_each_once() -> None:
-    folder = resources.files("digest_stream.store").joinpath("lua")
+    folder = resources.files("digest_stream.store.redis").joinpath("lua")
     shipped = {entry.name.removesuffix(".lua") for entry in folder.iterdir()}
     assert sorted(library.PARTS) == sorted(shipped)  # every part listed, and only once
     parts = [library.part_source(name) for name in library.PARTS]

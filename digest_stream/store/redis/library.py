@@ -1,6 +1,6 @@
 """The Lua Functions library this code ships: its name, its version, and its source assembled.
 
-The Lua is kept in parts under ``store/lua/``, one concern each, every part opening with what
+The Lua is kept in parts under ``store/redis/lua/``, one concern each, every part opening with what
 it holds and what it needs from the parts before it (BullMQ keeps its commands the same way).
 ``SOURCE`` joins them into ONE library for ONE ``FUNCTION LOAD``: the ``#!lua`` line, the
 constants Python defines (``LUA_CONSTANTS``), then the parts in ``PARTS`` order. Redis runs
@@ -24,7 +24,7 @@ NAME = "digest_stream"
 #: with any change of the Lua, so a node running other code is told apart by version first.
 VERSION = "19"
 
-#: The parts of ``store/lua/``, in the order they are joined: each uses only names that the
+#: The parts of ``store/redis/lua/``, in the order they are joined: each uses only names that the
 #: constants or the parts before it define (a local not yet declared would be read as a global).
 PARTS = (
     "guards",
@@ -62,8 +62,8 @@ _INTRO = """\
 --
 -- digest-stream store: every timeline/schedule state transition, one atomic
 -- function per operation (see docs/store.md for the command table).
--- Assembled by digest_stream/store/library.py: the constants below come from
--- Python (store/limits.py), then the parts of store/lua/ in library.PARTS order.
+-- Assembled by digest_stream/store/redis/library.py: the constants below come from
+-- Python (store/limits.py), then the parts of store/redis/lua/ in library.PARTS order.
 """
 
 _PLAIN_TEXT = re.compile(r"^[A-Za-z0-9_.-]*$")
@@ -90,8 +90,8 @@ def lua_literal(value: object) -> str:
 
 
 def part_source(name: str) -> str:
-    """The text of one part of ``store/lua/``."""
-    folder = resources.files("digest_stream.store").joinpath("lua")
+    """The text of one part of ``store/redis/lua/``."""
+    folder = resources.files("digest_stream.store.redis").joinpath("lua")
     return folder.joinpath(f"{name}.lua").read_text("utf-8")
 
 

@@ -1,4 +1,4 @@
--- keys.lua: key names, mirrored in store/keys.py; the guards refuse KEYS these would not build.
+-- keys.lua: key names, mirrored in store/redis/keys.py; the guards refuse KEYS these would not build.
 --
 -- All keys of one input partition share the hash tag "{<namespace>:<p>}", so each call
 -- touches a single cluster slot. Callers pass the partition-level keys they know in KEYS
