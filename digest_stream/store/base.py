@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from digest_stream.store.errors import InvalidState
-from digest_stream.store.limits import CAUSES
+from digest_stream.store.limits import CAUSES, DIGEST_ID_LENGTH, OPEN_NONCE_LENGTH
 
 #: Why a timeline is (or was) due: the ``reason`` of its next digest, as the store knows it.
 #: The delivery role adds RECOVERED (a digest re-announced by maintenance or a take-over).
@@ -24,15 +24,17 @@ CANCEL = "cancel"  # remove the pending record ``id``
 CANCEL_ALL = "cancel_all"  # remove every pending record (``id`` is unused)
 CONTROLS = (FLUSH, CANCEL, CANCEL_ALL)
 
-#: Digest ids are 32 lowercase hex characters (a uuid4 hex), minted by the caller.
-DIGEST_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")
-#: An add's leading-edge nonce: its digest ids are the nonce and 8 hex digits.
-OPEN_NONCE_PATTERN = re.compile(r"^[0-9a-f]{24}$")
+#: Digest ids are DIGEST_ID_LENGTH lowercase hex characters (a uuid4 hex), minted by the caller.
+DIGEST_ID_PATTERN = re.compile(rf"^[0-9a-f]{{{DIGEST_ID_LENGTH}}}$")
+#: An add's leading-edge nonce: its digest ids are the nonce and its number in hex digits.
+OPEN_NONCE_PATTERN = re.compile(rf"^[0-9a-f]{{{OPEN_NONCE_LENGTH}}}$")
+#: Hex digits of a leading digest's number after its nonce.
+_LEADING_DIGITS = DIGEST_ID_LENGTH - OPEN_NONCE_LENGTH
 
 
 def leading_id(nonce: str, number: int) -> str:
     """The id of the ``number``-th (from 1) digest an add with ``nonce`` opened."""
-    return f"{nonce}{number:08x}"
+    return f"{nonce}{number:0{_LEADING_DIGITS}x}"
 
 
 class NewRecord(NamedTuple):

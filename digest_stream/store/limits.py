@@ -25,6 +25,11 @@ FLUSH_AT_FLOOR = 1.0
 #: Upper bound of RedisStore's ``inline_records``: keeps the Lua's unpack() well inside its
 #: stack and an inline container's rewrites small.
 INLINE_MAX_RECORDS = 128
+#: A digest id: this many lowercase hex characters (a uuid4's hex), minted by the caller.
+DIGEST_ID_LENGTH = 32
+#: An add's leading-edge nonce: this many lowercase hex characters; each digest the add opens
+#: has the nonce and its number in the call (the rest of DIGEST_ID_LENGTH, hex) as its id.
+OPEN_NONCE_LENGTH = 24
 #: Why a timeline is due (the ``reason`` of its next digest, ``base.REASONS``), and the one
 #: letter a timeline's meta in Redis records for it.
 CAUSES = {"IMMEDIATE": "i", "COOLDOWN": "c", "FLUSH_AT": "f", "SCHEDULE": "s", "FLUSHED": "x"}

@@ -9,11 +9,13 @@ from collections.abc import Sequence
 from digest_stream.store.base import CONTROLS, DIGEST_ID_PATTERN, OPEN_NONCE_PATTERN, NewRecord
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.limits import (
+    DIGEST_ID_LENGTH,
     MAX_NAME_BYTES,
     MAX_OFFSET,
     MAX_SLICE,
     MAX_TOPIC_ID_BYTES,
     MAX_TTL,
+    OPEN_NONCE_LENGTH,
 )
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.store.redis.keys import NAMESPACE_PATTERN
@@ -66,16 +68,20 @@ def name(value: object, what: str) -> str:
 
 
 def digest_id(value: object) -> str:
-    """A digest id: 32 lowercase hex characters."""
+    """A digest id: DIGEST_ID_LENGTH lowercase hex characters."""
     if not isinstance(value, str) or not DIGEST_ID_PATTERN.match(value):
-        raise InvalidArgument(f"digest id must be 32 lowercase hex characters, got {value!r}")
+        raise InvalidArgument(
+            f"digest id must be {DIGEST_ID_LENGTH} lowercase hex characters, got {value!r}"
+        )
     return value
 
 
 def open_nonce(value: object) -> str | None:
-    """An add's leading-edge nonce (24 lowercase hex characters), or None."""
+    """An add's leading-edge nonce (OPEN_NONCE_LENGTH lowercase hex characters), or None."""
     if value is not None and (not isinstance(value, str) or not OPEN_NONCE_PATTERN.match(value)):
-        raise InvalidArgument(f"open nonce must be 24 lowercase hex characters, got {value!r}")
+        raise InvalidArgument(
+            f"open nonce must be {OPEN_NONCE_LENGTH} lowercase hex characters, got {value!r}"
+        )
     return value
 
 

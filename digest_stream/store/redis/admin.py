@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from digest_stream.store import validate
 from digest_stream.store.base import Fence, PartitionStats, TimelineInfo
-from digest_stream.store.redis import keys, replies, routing
+from digest_stream.store.redis import keys, protocol, replies, routing
 from digest_stream.store.redis.calls import RedisCalls
 from digest_stream.store.redis.replies import integer
 
@@ -16,21 +16,26 @@ class RedisAdmin(RedisCalls):
         """Remove the timeline and everything it owns; False when it did not exist."""
         tag = self._tag(partition)
         validate.name(timeline, "timeline")
-        return integer(self._fcall("ds_delete", keys.timeline_keys(tag, timeline), [timeline])) == 1
+        call_keys = keys.command_keys(protocol.DS_DELETE, tag, timeline)
+        return integer(self._fcall("ds_delete", call_keys, [timeline])) == 1
 
     def inspect(self, partition: int, timeline: str) -> TimelineInfo:
         """Describe one timeline (read-only)."""
         tag = self._tag(partition)
         validate.name(timeline, "timeline")
         reply = self._fcall(
-            "ds_inspect", keys.timeline_keys(tag, timeline), [timeline], read_only=True
+            "ds_inspect",
+            keys.command_keys(protocol.DS_INSPECT, tag, timeline),
+            [timeline],
+            read_only=protocol.DS_INSPECT.read_only,
         )
         return replies.timeline_info(timeline, reply)
 
     def stats(self, partition: int) -> PartitionStats:
         """Count WAITING and READY timelines of a partition (read-only)."""
         tag = self._tag(partition)
-        reply = self._fcall("ds_stats", keys.partition_keys(tag), [], read_only=True)
+        call_keys = keys.command_keys(protocol.DS_STATS, tag)
+        reply = self._fcall("ds_stats", call_keys, [], read_only=protocol.DS_STATS.read_only)
         return replies.partition_stats(partition, reply)
 
     def server_time(self) -> float:
@@ -50,7 +55,10 @@ class RedisAdmin(RedisCalls):
     def fence(self, partition: int) -> Fence:
         """The partition's fence with the topic id it belongs to."""
         tag = self._tag(partition)
-        reply = self._fcall("ds_fence_get", [keys.fence_key(tag)], [], read_only=True)
+        call_keys = keys.command_keys(protocol.DS_FENCE_GET, tag)
+        reply = self._fcall(
+            "ds_fence_get", call_keys, [], read_only=protocol.DS_FENCE_GET.read_only
+        )
         return replies.fence(reply)
 
     def set_applied_offset(
@@ -60,4 +68,4 @@ class RedisAdmin(RedisCalls):
         tag = self._tag(partition)
         value = "" if offset is None else str(validate.offset(offset))
         topic = validate.topic_id(topic_id) or ""
-        self._fcall("ds_fence_set", [keys.fence_key(tag)], [value, topic])
+        self._fcall("ds_fence_set", keys.command_keys(protocol.DS_FENCE_SET, tag), [value, topic])

@@ -10,7 +10,7 @@ from digest_stream.store import validate
 from digest_stream.store.base import DigestTarget, OpenDigest
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.policy import TimelinePolicy
-from digest_stream.store.redis import keys, replies, routing
+from digest_stream.store.redis import keys, protocol, replies, routing
 from digest_stream.store.redis.calls import RedisCalls
 from digest_stream.store.redis.replies import Reply, arg, array, integer, map_error
 from digest_stream.store.redis.routing import Call
@@ -39,7 +39,7 @@ class RedisDigests(RedisCalls):
         validate.digest_id(digest_id)
         now = validate.time_value(now, "now")
         return (
-            keys.timeline_keys(tag, timeline),
+            keys.layout_keys("timeline", tag, timeline),
             [timeline, digest_id, arg(now)],
             self._policy(timeline),
         )
@@ -125,7 +125,7 @@ class RedisDigests(RedisCalls):
         members: list[list[int]] = []
         for partition, indexes in groups.items():
             tag = self._tag(partition)
-            call_keys = [keys.waiting_key(tag), keys.ready_key(tag)]
+            call_keys = keys.layout_keys(protocol.DS_OPEN_MANY.keys, tag)  # ds_close_many's too
             for first in range(0, len(indexes), MANY_CHUNK):
                 chunk = indexes[first : first + MANY_CHUNK]
                 args = list(head)

@@ -1,4 +1,5 @@
-"""Redis key names of the store, built in one place (mirrors the helpers in lua/keys.lua).
+"""Redis key names of the store, built from the protocol's suffixes (protocol.KEY_SUFFIXES,
+which the Lua's keys.lua reads too).
 
 Every key of input partition ``p`` starts with the hash tag ``{<namespace>:<p>}``,
 so all of them live in one Redis Cluster slot and one function call can touch them.
@@ -8,16 +9,17 @@ from __future__ import annotations
 
 import re
 
+from digest_stream.store.redis.protocol import KEY_LAYOUTS, KEY_SUFFIXES, TIMELINE_KEYS, Command
+
 #: Namespaces go inside the hash tag: no braces, colons or spaces allowed.
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
-# One-letter suffixes keep key names (and so memory per key) short.
-_WAITING = "w"  # zset: timeline -> due time
-_READY = "r"  # zset: timeline -> time it became ready
-_FENCE = "o"  # string: last applied Kafka offset of the partition
-_TIMELINE = "t"  # record container (inline string or hash: lua/containers.lua): records + meta
-_DIGEST = "d"  # record container of the open digest, same encodings
-_SCRATCH = "s"  # zset that exists only inside one call: Redis sorts large digests in it
+_WAITING = KEY_SUFFIXES["waiting"]
+_READY = KEY_SUFFIXES["ready"]
+_FENCE = KEY_SUFFIXES["fence"]
+_TIMELINE = KEY_SUFFIXES["timeline"]
+_DIGEST = KEY_SUFFIXES["digest"]
+_SCRATCH = KEY_SUFFIXES["scratch"]
 
 
 def partition_tag(namespace: str, partition: int) -> str:
@@ -55,16 +57,28 @@ def scratch_key(tag: str) -> str:
     return f"{tag}:{_SCRATCH}"
 
 
+def key(kind: str, tag: str, timeline: str = "") -> str:
+    """The key of ``kind`` (a KEY_SUFFIXES name) for the tag (and the timeline it names)."""
+    if kind in TIMELINE_KEYS:
+        return f"{tag}:{KEY_SUFFIXES[kind]}:{timeline}"
+    return f"{tag}:{KEY_SUFFIXES[kind]}"
+
+
+def layout_keys(layout: str, tag: str, timeline: str = "") -> list[str]:
+    """The KEYS of a command of ``layout`` (protocol.KEY_LAYOUTS), in their order."""
+    return [key(kind, tag, timeline) for kind in KEY_LAYOUTS[layout]]
+
+
+def command_keys(command: Command, tag: str, timeline: str = "") -> list[str]:
+    """The KEYS ``command`` takes, in its order."""
+    return layout_keys(command.keys, tag, timeline)
+
+
 def partition_keys(tag: str) -> list[str]:
     """Partition-level keys, in the order the partition-level functions expect them."""
-    return [waiting_key(tag), ready_key(tag), fence_key(tag)]
+    return layout_keys("partition", tag)
 
 
 def timeline_keys(tag: str, timeline: str) -> list[str]:
     """Keys the timeline-level functions expect, in order."""
-    return [
-        timeline_key(tag, timeline),
-        digest_key(tag, timeline),
-        waiting_key(tag),
-        ready_key(tag),
-    ]
+    return layout_keys("timeline", tag, timeline)

@@ -1,10 +1,13 @@
 """The Lua Functions library this code ships: its name, its version, and its source assembled.
 
-The Lua is kept in parts under ``store/redis/lua/``, one concern each, every part opening with what
-it holds and what it needs from the parts before it (BullMQ keeps its commands the same way).
+The Lua is kept in files under ``store/redis/lua/``: the shared helpers in parts, one concern
+each, and one file per command under ``lua/commands/`` (BullMQ keeps its commands the same
+way), every file opening with what it holds and what it needs from the files before it.
 ``SOURCE`` joins them into ONE library for ONE ``FUNCTION LOAD``: the ``#!lua`` line, the
-constants Python defines (``LUA_CONSTANTS``), then the parts in ``PARTS`` order. Redis runs
-each registered function atomically whatever file its code came from.
+constants Python defines (``LUA_CONSTANTS``: store/limits.py and the wire protocol of
+store/redis/protocol.py), the parts in ``PARTS`` order, the command files in ``COMMANDS``
+order, then one ``redis.register_function`` per command. Redis runs each registered function
+atomically whatever file its code came from.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from importlib import resources
 
 from digest_stream.store import limits
 from digest_stream.store.base import CONTROLS
+from digest_stream.store.redis import protocol
 
 #: The library's name on the server (``FUNCTION LIST LIBRARYNAME``).
 NAME = "digest_stream"
 #: Version of the library this code expects on the server (``ds_version`` answers it): bump it
 #: with any change of the Lua, so a node running other code is told apart by version first.
-VERSION = "19"
+VERSION = "20"
 
 #: The parts of ``store/redis/lua/``, in the order they are joined: each uses only names that the
 #: constants or the parts before it define (a local not yet declared would be read as a global).
@@ -36,10 +40,10 @@ PARTS = (
     "digests",
     "leading",
     "add",
-    "schedule",
-    "admin",
-    "commands",
 )
+#: The command files (``lua/commands/<function>.lua``), joined after the parts, each declaring
+#: its command's callback; the registrations follow them.
+COMMANDS = tuple(command.function for command in protocol.COMMANDS)
 
 #: Written at the top of the library as ``local NAME = value``: the Lua parts define none of
 #: these themselves, so Python's values are the only ones.
@@ -52,10 +56,14 @@ LUA_CONSTANTS: dict[str, object] = {
     "MAX_SLICE": limits.MAX_SLICE,
     "FLUSH_AT_FLOOR": limits.FLUSH_AT_FLOOR,
     "INLINE_MAX_RECORDS": limits.INLINE_MAX_RECORDS,
+    "DIGEST_ID_LENGTH": limits.DIGEST_ID_LENGTH,
+    "OPEN_NONCE_LENGTH": limits.OPEN_NONCE_LENGTH,
     # the letter a meta records, by the reason's name in lower case (CAUSES.flush_at)
     "CAUSES": {reason.lower(): letter for reason, letter in limits.CAUSES.items()},
     # the operation of each code of ds_add's packed controls: its position, from 1
     "CONTROL_CODES": CONTROLS,
+    # the wire protocol: formats, widths, key suffixes and layouts, reply positions
+    **protocol.lua_constants(),
 }
 
 _INTRO = """\
@@ -63,10 +71,12 @@ _INTRO = """\
 -- digest-stream store: every timeline/schedule state transition, one atomic
 -- function per operation (see docs/store.md for the command table).
 -- Assembled by digest_stream/store/redis/library.py: the constants below come from
--- Python (store/limits.py), then the parts of store/redis/lua/ in library.PARTS order.
+-- Python (store/limits.py, store/redis/protocol.py), then the parts of store/redis/lua/ in
+-- library.PARTS order, the command files of lua/commands/, and their registrations.
 """
 
-_PLAIN_TEXT = re.compile(r"^[A-Za-z0-9_.-]*$")
+#: Printable ASCII but the quote and the backslash: written between quotes as it is.
+_PLAIN_TEXT = re.compile(r"^[ !-&(-\[\]-~]*$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -90,22 +100,42 @@ def lua_literal(value: object) -> str:
 
 
 def part_source(name: str) -> str:
-    """The text of one part of ``store/redis/lua/``."""
+    """The text of one part of ``store/redis/lua/`` (``commands/<function>``: a command's)."""
     folder = resources.files("digest_stream.store.redis").joinpath("lua")
     return folder.joinpath(f"{name}.lua").read_text("utf-8")
 
 
-def assemble(parts: Mapping[str, str]) -> str:
-    """The library: the ``#!lua`` line, the constants, then ``parts`` in ``PARTS`` order."""
+def command_source(function: str) -> str:
+    """The text of one command's file, ``lua/commands/<function>.lua``."""
+    return part_source(f"commands/{function}")
+
+
+def registrations() -> str:
+    """One ``redis.register_function`` per command of the protocol, read-only ones flagged."""
+    return "".join(
+        f"redis.register_function{{function_name = '{command.function}', "
+        f"callback = {command.callback}"
+        + (", flags = {'no-writes'}" if command.read_only else "")
+        + "}\n"
+        for command in protocol.COMMANDS
+    )
+
+
+def assemble(parts: Mapping[str, str], commands: Mapping[str, str]) -> str:
+    """The library: the ``#!lua`` line, the constants, ``parts`` in ``PARTS`` order, the
+    ``commands`` in ``COMMANDS`` order, then their registrations."""
     constants = "".join(
         f"local {name} = {lua_literal(value)}\n" for name, value in LUA_CONSTANTS.items()
     )
-    body = "\n".join(parts[name] for name in PARTS)
-    return f"#!lua name={NAME}\n{_INTRO}\n{constants}\n{body}"
+    body = "\n".join([*(parts[name] for name in PARTS), *(commands[name] for name in COMMANDS)])
+    return f"#!lua name={NAME}\n{_INTRO}\n{constants}\n{body}\n{registrations()}"
 
 
 #: The library's code as loaded on every primary (and compared byte for byte with theirs).
-SOURCE = assemble({name: part_source(name) for name in PARTS})
+SOURCE = assemble(
+    {name: part_source(name) for name in PARTS},
+    {name: command_source(name) for name in COMMANDS},
+)
 
 
 def fingerprint(code: str) -> str:

@@ -27,6 +27,7 @@ from digest_stream.store.base import (
 )
 from digest_stream.store.errors import InvalidArgument, InvalidState
 from digest_stream.store.limits import CAUSES
+from digest_stream.store.redis import protocol
 
 #: A reply piece, before it is checked.
 Reply = object
@@ -117,25 +118,31 @@ def map_error(error: ResponseError) -> Exception:
     return error
 
 
-# Whole replies of the library's functions ------------------------------------------
+# Whole replies of the library's functions (positions: protocol.py's replies) ----------
+
+_ADD = protocol.ADD_REPLY.at
+_OPEN = protocol.OPEN_REPLY.at
+_DUE = protocol.DUE_REPLY.at
+_INSPECT = protocol.INSPECT_REPLY.at
+_STATS = protocol.STATS_REPLY.at
+_FENCE = protocol.FENCE_REPLY.at
 
 
 def add_result(reply: Reply, records: Sequence[NewRecord], now: float) -> AddResult:
-    """``ds_add``: {ready[], added, skipped, dropped, fence_before|nil, fence_after|nil,
-    fence_topic|nil, cancelled, {timeline, digest id, ...} led}; ``records`` and ``now``:
-    the call's (a led digest holds its timeline's records of the call, not sent back)."""
+    """``ds_add`` (protocol.ADD_REPLY); ``records`` and ``now``: the call's (a led digest
+    holds its timeline's records of the call, not sent back)."""
     values = array(reply)
-    led = array(values[8]) if len(values) > 8 else []
-    fence_before = optional_integer(values[4])
+    led = array(values[_ADD["led"]])
+    fence_before = optional_integer(values[_ADD["fence_before"]])
     return AddResult(
-        ready=[text(name) for name in array(values[0])],
-        added=integer(values[1]),
-        skipped=integer(values[2]),
-        dropped=integer(values[3]),
+        ready=[text(name) for name in array(values[_ADD["ready"]])],
+        added=integer(values[_ADD["added"]]),
+        skipped=integer(values[_ADD["skipped"]]),
+        dropped=integer(values[_ADD["dropped"]]),
         fence_before=fence_before,
-        fence_after=optional_integer(values[5]),
-        fence_topic=optional_text(values[6]),
-        cancelled=integer(values[7]),
+        fence_after=optional_integer(values[_ADD["fence_after"]]),
+        fence_topic=optional_text(values[_ADD["fence_topic"]]),
+        cancelled=integer(values[_ADD["cancelled"]]),
         opened=led_digests(led, records, fence_before, now) if led else [],
     )
 
@@ -164,66 +171,70 @@ def led_digests(
 
 
 def fence(reply: Reply) -> Fence:
-    """``ds_fence_get``: {offset|nil, topic id|nil}."""
+    """``ds_fence_get`` (protocol.FENCE_REPLY)."""
     values = array(reply)
-    return Fence(optional_integer(values[0]), optional_text(values[1]))
+    return Fence(
+        optional_integer(values[_FENCE["offset"]]), optional_text(values[_FENCE["topic_id"]])
+    )
 
 
 def due_batch(reply: Reply) -> DueBatch:
-    """``ds_schedule`` / ``ds_maintenance``: {{timeline, due, ...}, more}."""
+    """``ds_schedule`` / ``ds_maintenance`` (protocol.DUE_REPLY): moved {timeline, due, ...}."""
     values = array(reply)
-    flat = array(values[0])
+    flat = array(values[_DUE["moved"]])
     return DueBatch(
         (DueTimeline(text(flat[i]), number(flat[i + 1])) for i in range(0, len(flat), 2)),
-        more=integer(values[1]) == 1,
+        more=integer(values[_DUE["more"]]) == 1,
     )
 
 
 def open_digest(timeline: str, reply: Reply) -> OpenDigest:
-    """``ds_open``: {id, opened_at, dropped, {id, timestamp, payload, ...}, expired}."""
+    """``ds_open`` (protocol.OPEN_REPLY): records {id, timestamp, payload, ...}."""
     values = array(reply)
-    flat = array(values[3])
+    flat = array(values[_OPEN["records"]])
     records = [
         StoredRecord(text(flat[i]), number(flat[i + 1]), raw_bytes(flat[i + 2]))
         for i in range(0, len(flat), 3)
     ]
     return OpenDigest(
-        id=text(values[0]),
+        id=text(values[_OPEN["id"]]),
         timeline=timeline,
         records=records,
-        dropped=integer(values[2]),
-        opened_at=number(values[1]),
-        expired=integer(values[4]) == 1,
-        reason=cause(values[5]) or "IMMEDIATE",
+        dropped=integer(values[_OPEN["dropped"]]),
+        opened_at=number(values[_OPEN["opened_at"]]),
+        expired=integer(values[_OPEN["expired"]]) == 1,
+        reason=cause(values[_OPEN["cause"]]) or "IMMEDIATE",
     )
 
 
 def timeline_info(timeline: str, reply: Reply) -> TimelineInfo:
-    """``ds_inspect``: {state, due, last_delivery, pending, digest id, open records, dropped}."""
+    """``ds_inspect`` (protocol.INSPECT_REPLY)."""
     values = array(reply)
-    digest = values[4]
-    state = text(values[0])
-    last_delivery = optional_number(values[2])
+    digest = values[_INSPECT["digest_id"]]
+    state = text(values[_INSPECT["state"]])
+    last_delivery = optional_number(values[_INSPECT["last_delivery"]])
     return TimelineInfo(
         timeline=timeline,
         state=state,
-        due=optional_number(values[1]),
+        due=optional_number(values[_INSPECT["due"]]),
         last_delivery=last_delivery,
-        pending=integer(values[3]),
+        pending=integer(values[_INSPECT["pending"]]),
         open_digest=None if digest is None else text(digest),
-        open_records=integer(values[5]),
-        dropped=integer(values[6]),
-        reason=None if state == "absent" else reason_of(cause(values[7]), last_delivery),
+        open_records=integer(values[_INSPECT["open_records"]]),
+        dropped=integer(values[_INSPECT["dropped"]]),
+        reason=None
+        if state == "absent"
+        else reason_of(cause(values[_INSPECT["cause"]]), last_delivery),
     )
 
 
 def partition_stats(partition: int, reply: Reply) -> PartitionStats:
-    """``ds_stats``: {waiting, ready, oldest_due|nil, fence|nil}."""
+    """``ds_stats`` (protocol.STATS_REPLY)."""
     values = array(reply)
     return PartitionStats(
         partition=partition,
-        waiting=integer(values[0]),
-        ready=integer(values[1]),
-        oldest_due=optional_number(values[2]),
-        applied_offset=optional_integer(values[3]),
+        waiting=integer(values[_STATS["waiting"]]),
+        ready=integer(values[_STATS["ready"]]),
+        oldest_due=optional_number(values[_STATS["oldest_due"]]),
+        applied_offset=optional_integer(values[_STATS["fence"]]),
     )

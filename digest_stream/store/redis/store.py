@@ -8,7 +8,6 @@ that tag. One FCALL per operation per partition batch, never one per record.
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Sequence
 
 from digest_stream.store import validate
@@ -20,22 +19,21 @@ from digest_stream.store.base import (
     NewRecord,
 )
 from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
-from digest_stream.store.redis import keys, replies
+from digest_stream.store.redis import keys, protocol, replies
 from digest_stream.store.redis.admin import RedisAdmin
 from digest_stream.store.redis.digests import RedisDigests
 from digest_stream.store.redis.replies import arg
 
-#: Packed forms of ds_add's timelines and records (TIMELINE_FORMAT and RECORD_FORMAT in
-#: lua/add.lua), written without their variable-length strings, which follow each head.
-#: One argument per record field cost the client more than the Lua did (bench.lua_cost).
-_TIMELINE_HEAD = struct.Struct(">IH").pack  # policy index, name length; then the name
-_RECORD_HEAD = struct.Struct(">IH").pack  # timeline index, id length; then the id
-_RECORD_TAIL = struct.Struct(">ddI").pack  # timestamp, offset, payload length; then payload
-#: A control operation (CONTROL_FORMAT): records before it, offset, operation code, timeline
-#: name length; then the name, the record id's length (_NAME_LENGTH) and the id.
-_CONTROL_HEAD = struct.Struct(">IdBH").pack
-_NAME_LENGTH = struct.Struct(">H").pack
-#: Operation codes of CONTROL_FORMAT: each control's position in CONTROLS, from 1 (the Lua's
+#: Packed forms of ds_add's timelines, records and controls (protocol.TIMELINE, RECORD and
+#: CONTROL, which the Lua reads as TIMELINE_FORMAT, ...), each a struct per fixed run up to a
+#: string's length, the string's bytes after it. One argument per record field cost the
+#: client more than the Lua did (bench.lua_cost).
+(_TIMELINE_HEAD,) = (head.pack for head in protocol.TIMELINE.heads)  # policy index, name length
+# timeline index, id length; then timestamp, offset, payload length
+_RECORD_HEAD, _RECORD_TAIL = (head.pack for head in protocol.RECORD.heads)
+# records before it, offset, operation code, timeline name length; then the id's length
+_CONTROL_HEAD, _NAME_LENGTH = (head.pack for head in protocol.CONTROL.heads)
+#: Operation codes of CONTROL: each control's position in CONTROLS, from 1 (the Lua's
 #: CONTROL_CODES is written from the same tuple).
 CONTROL_CODES = {control: code for code, control in enumerate(CONTROLS, start=1)}
 
@@ -161,8 +159,8 @@ class RedisStore(RedisDigests, RedisAdmin):
             )
         reply = self._fcall(
             "ds_add",
-            [keys.fence_key(tag), keys.waiting_key(tag), keys.ready_key(tag)],
-            [
+            keys.command_keys(protocol.DS_ADD, tag),
+            [  # protocol.DS_ADD.args, in order
                 arg(now),
                 arg(self.policy.ttl),
                 str(self.inline_records),
@@ -184,7 +182,9 @@ class RedisStore(RedisDigests, RedisAdmin):
         tag = self._tag(partition)
         now = validate.time_value(now, "now")
         args = [arg(now), arg(self.policy.ttl), str(validate.limit(limit))]
-        return replies.due_batch(self._fcall("ds_schedule", keys.partition_keys(tag), args))
+        return replies.due_batch(
+            self._fcall("ds_schedule", keys.command_keys(protocol.DS_SCHEDULE, tag), args)
+        )
 
     def maintenance(
         self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE
@@ -194,4 +194,5 @@ class RedisStore(RedisDigests, RedisAdmin):
         deadline = validate.time_value(deadline, "deadline")
         now = validate.time_value(now, "now")
         args = [arg(deadline), arg(now), arg(self.policy.ttl), str(validate.limit(limit))]
-        return replies.due_batch(self._fcall("ds_maintenance", keys.partition_keys(tag), args))
+        call_keys = keys.command_keys(protocol.DS_MAINTENANCE, tag)
+        return replies.due_batch(self._fcall("ds_maintenance", call_keys, args))

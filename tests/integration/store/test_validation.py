@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +16,7 @@ from digest_stream.store import (
     RedisStore,
     TimelinePolicy,
 )
+from digest_stream.store.redis import protocol
 from digest_stream.store.redis.keys import (
     digest_key,
     fence_key,
@@ -142,21 +142,13 @@ def policy_args(
 
 
 def packed_timelines(*timelines: tuple[int, str]) -> bytes:
-    """ds_add's packed timelines: (policy index, name) each (TIMELINE_FORMAT in lua/add.lua)."""
-    return b"".join(
-        struct.pack(">IH", index, len(name.encode())) + name.encode() for index, name in timelines
-    )
+    """ds_add's packed timelines: (policy index, name) each (protocol.TIMELINE)."""
+    return b"".join(protocol.TIMELINE.pack(*timeline) for timeline in timelines)
 
 
 def packed_records(*records: tuple[int, str, float, float, bytes]) -> bytes:
     """ds_add's packed records: (timeline index, id, timestamp, offset, payload) each."""
-    return b"".join(
-        struct.pack(">IH", index, len(record_id.encode()))
-        + record_id.encode()
-        + struct.pack(">ddI", timestamp, offset, len(payload))
-        + payload
-        for index, record_id, timestamp, offset, payload in records
-    )
+    return b"".join(protocol.RECORD.pack(*record) for record in records)
 
 
 ONE_TIMELINE = packed_timelines((1, "t"))
@@ -224,13 +216,7 @@ def test_lua_refuses_bad_records_and_writes_nothing(
 
 def packed_controls(*controls: tuple[int, float, int, str, str]) -> bytes:
     """ds_add's packed controls: (records before it, offset, operation code, timeline, id)."""
-    return b"".join(
-        struct.pack(">IdBH", before, offset, code, len(timeline.encode()))
-        + timeline.encode()
-        + struct.pack(">H", len(record_id.encode()))
-        + record_id.encode()
-        for before, offset, code, timeline, record_id in controls
-    )
+    return b"".join(protocol.CONTROL.pack(*control) for control in controls)
 
 
 @pytest.mark.parametrize(

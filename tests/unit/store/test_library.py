@@ -11,7 +11,7 @@ import pytest
 
 from digest_stream.store import limits
 from digest_stream.store.base import CONTROLS
-from digest_stream.store.redis import library
+from digest_stream.store.redis import library, protocol
 
 #: Lua 5.1 allows 200 local variables per function, the library's top level included.
 LUA_MAX_LOCALS = 200
@@ -50,8 +50,14 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
         f"local MAX_SLICE = {limits.MAX_SLICE}",
         f"local FLUSH_AT_FLOOR = {limits.FLUSH_AT_FLOOR!r}",
         f"local INLINE_MAX_RECORDS = {limits.INLINE_MAX_RECORDS}",
+        f"local DIGEST_ID_LENGTH = {limits.DIGEST_ID_LENGTH}",
+        f"local OPEN_NONCE_LENGTH = {limits.OPEN_NONCE_LENGTH}",
         "local CAUSES = {" + causes + "}",
         "local CONTROL_CODES = {" + ", ".join(f"'{c}'" for c in CONTROLS) + "}",
+        *(
+            f"local {name} = {library.lua_literal(value)}"
+            for name, value in protocol.lua_constants().items()
+        ),
     ]
     head = library.SOURCE[: _first_part_at()]
     lines = [line for line in head.splitlines() if line and not line.startswith("--")]
@@ -59,23 +65,120 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
     assert library.SOURCE.startswith(expected[0] + "\n")
 
 
-def test_the_parts_follow_in_their_order_each_once() -> None:
+def _files() -> list[tuple[str, str]]:
+    """Every Lua file in the order the library joins them: (name, text)."""
+    return [
+        *((name, library.part_source(name)) for name in library.PARTS),
+        *((name, library.command_source(name)) for name in library.COMMANDS),
+    ]
+
+
+def test_the_files_follow_in_their_order_each_once() -> None:
     folder = resources.files("digest_stream.store.redis").joinpath("lua")
-    shipped = {entry.name.removesuffix(".lua") for entry in folder.iterdir()}
+    shipped = {entry.name.removesuffix(".lua") for entry in folder.iterdir() if entry.is_file()}
     assert sorted(library.PARTS) == sorted(shipped)  # every part listed, and only once
-    parts = [library.part_source(name) for name in library.PARTS]
-    assert library.SOURCE[_first_part_at() :] == "\n".join(parts)
-    for name, text in zip(library.PARTS, parts, strict=True):
+    commands = {entry.name.removesuffix(".lua") for entry in folder.joinpath("commands").iterdir()}
+    assert sorted(library.COMMANDS) == sorted(commands)  # a file per command, no other
+    texts = [text for _, text in _files()]
+    assert library.SOURCE[_first_part_at() :] == "\n".join(texts) + "\n" + library.registrations()
+    for name, text in zip(library.PARTS, texts, strict=False):
         assert text.startswith(f"-- {name}.lua: "), f"{name}.lua opens without its header"
-        assert library.SOURCE.count(text) == 1, name
-    # the command table closes the library: nothing runs after the registrations
-    assert library.PARTS[-1] == "commands"
-    assert all("register_function" not in text for text in parts[:-1])
+    for name, text in zip(library.COMMANDS, texts[len(library.PARTS) :], strict=True):
+        assert text.startswith(f"-- {name}: "), f"commands/{name}.lua opens without its header"
+    for _, text in _files():
+        assert library.SOURCE.count(text) == 1
+        # the registrations close the library: nothing runs after them
+        assert "register_function" not in text
+    assert library.SOURCE.endswith(library.registrations())
+
+
+def _header(text: str) -> list[str]:
+    """A file's opening comment (up to its first line of code), each line without its ``--``."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line[3:])
+    return lines
+
+
+def _header_field(text: str, label: str) -> str | None:
+    """One field of a file's header (``label: ...`` and its indented continuation lines)."""
+    found: list[str] | None = None
+    for line in _header(text):
+        if found is not None and line.startswith("  "):
+            found.append(line.strip())
+        elif found is not None:
+            break
+        elif line.startswith(f"{label}: "):
+            found = [line.removeprefix(f"{label}: ").strip()]
+    return None if found is None else " ".join(found)
+
+
+def test_each_command_file_lists_its_keys_argv_and_reply_as_the_protocol_declares() -> None:
+    for command in protocol.COMMANDS:
+        text = library.command_source(command.function)
+        where = f"commands/{command.function}.lua"
+        assert _header_field(text, "KEYS") == (", ".join(command.key_names) or "none"), where
+        assert _header_field(text, "ARGV") == command.render_args(), where
+        assert _header_field(text, "Reply") == command.reply.render(), where
+        assert re.search(rf"^local function {command.callback}\(", text, re.MULTILINE), where
+        registered = f"function_name = '{command.function}', callback = {command.callback}"
+        assert registered in library.SOURCE
+
+
+def _own_names(code: str) -> set[str]:
+    """Names a file declares for itself: locals, function parameters, loop variables."""
+    own = set(re.findall(r"\blocal\s+function\s+(\w+)", code))
+    for group in re.findall(r"\blocal\s+(?!function)([\w\s,]+?)\s*(?:=|\n)", code):
+        own |= {name.strip() for name in group.split(",") if name.strip()}
+    for group in re.findall(r"\bfunction\s*[\w.]*\s*\(([^)]*)\)", code):
+        own |= {name.strip() for name in group.split(",") if name.strip()}
+    for group in re.findall(r"\bfor\s+([\w\s,]+?)\s+(?:=|in)\b", code):
+        own |= {name.strip() for name in group.split(",") if name.strip()}
+    return own
+
+
+def _needs(text: str) -> dict[str, str]:
+    """A file's ``Needs:`` header: each name and where it says it comes from (``Python``: a
+    constant Python writes; else the part that declares it). ``nothing``: none."""
+    field = _header_field(text, "Needs")
+    assert field is not None, "no Needs: line"
+    if field == "nothing.":
+        return {}
+    needs: dict[str, str] = {}
+    for group in field.rstrip(".").split(";"):
+        found = re.fullmatch(r"\s*([\w\s,]+?)\s*\((\w+)\)\s*", group)
+        assert found is not None, f"Needs group {group!r} is not 'names (owner)'"
+        for name in found.group(1).split(","):
+            needs[name.strip()] = found.group(2)
+    return needs
+
+
+def test_each_files_needs_are_what_it_reads_of_the_files_before_it() -> None:
+    # "Needs:" names each name a file reads from outside it, with the file (or Python's
+    # constants) declaring it: checked both ways, so the header cannot go stale.
+    declared: dict[str, str] = {name: "Python" for name in library.LUA_CONSTANTS}
+    for name, text in _files():
+        code = _code(text)
+        needs = _needs(text)
+        for needed, owner in needs.items():
+            assert declared.get(needed) == owner, (
+                f"{name}: needs {needed} ({owner}), declared by {declared.get(needed)}"
+            )
+        read = set(re.findall(r"(?<![.\w])([A-Za-z_]\w*)\b(?!\s*=[^=])", code))
+        outside = {used for used in read - _own_names(code) if used in declared}
+        assert outside == set(needs), (
+            f"{name}: reads {sorted(outside - set(needs))} not in its Needs; "
+            f"Needs lists {sorted(set(needs) - outside)} it does not read"
+        )
+        for local in _top_level_locals(text):
+            declared[local] = name
 
 
 def test_no_part_defines_a_constant_python_writes() -> None:
-    for name in library.PARTS:
-        code = _code(library.part_source(name))
+    for name, text in _files():
+        code = _code(text)
         for constant in library.LUA_CONSTANTS:
             assert not re.search(rf"^\s*local\s+{constant}\b", code, re.MULTILINE), (
                 f"{name}.lua declares {constant}"
@@ -97,14 +200,12 @@ def test_top_level_locals_stay_under_the_lua_limit() -> None:
 def test_each_part_reads_only_names_declared_before_it() -> None:
     # A local read before its declaration is compiled as a global read: nil, or an error in
     # Redis. So a part may use the names of the parts before it, never of the parts after it.
-    declared_by = {
-        name: part
-        for part in library.PARTS
-        for name in _top_level_locals(library.part_source(part))
-    }
-    for index, part in enumerate(library.PARTS):
-        code = _code(library.part_source(part))
-        later = {name for name, owner in declared_by.items() if owner in library.PARTS[index + 1 :]}
+    files = _files()
+    names = [name for name, _ in files]
+    declared_by = {local: name for name, text in files for local in _top_level_locals(text)}
+    for index, (part, text) in enumerate(files):
+        code = _code(text)
+        later = {name for name, owner in declared_by.items() if owner in names[index + 1 :]}
         # identifiers read: not a field (.name) nor a table key or assignment target (name =)
         read = set(re.findall(r"(?<![.\w])([A-Za-z_]\w*)\b(?!\s*=[^=])", code))
         own = set(re.findall(r"\blocal\s+(?:function\s+)?(\w+)", code))

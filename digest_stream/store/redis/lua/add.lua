@@ -1,27 +1,18 @@
--- add.lua: ds_add, the one command that stores records (and applies a batch's controls).
--- KEYS and ARGV are listed above `add`, at the end of this part.
--- Holds: TIMELINE_FORMAT, RECORD_FORMAT, CONTROL_FORMAT, POLICY_WIDTH, new_timeline, the
---   four steps (parse_add, begin_timelines + apply_record, write_back, advance_fence),
---   add_run, add_with_controls, parse_open_nonce and add.
--- Needs: CAUSES, CONTROL_CODES, FLUSH_AT_FLOOR, INLINE_MAX_RECORDS, MAX_NAME_BYTES, MAX_OFFSET
---   (written from Python); guards, keys, encoding, helpers, containers; apply_control
---   (controls); lead, begin_leading, end_leading (leading).
+-- add.lua: the steps of ds_add (lua/commands/ds_add.lua), the one command that stores records
+-- (and applies a batch's controls).
+-- Holds: new_timeline, unpacked, parse_timelines, parse_records, parse_controls,
+--   begin_timelines, schedule_record, apply_flush_at, apply_record, write_back,
+--   advance_fence, add_run, fresh_timelines, add_with_controls.
+-- Needs: CAUSES, CONTROL_CODES, CONTROL_FORMAT, FLUSH_AT_FLOOR, MAX_NAME_BYTES, MAX_OFFSET,
+--   RECORD_FORMAT, TIMELINE_FORMAT (Python); invalid_argument, parse_integer, parse_name,
+--   parse_time (guards); digest_key, ready_key, timeline_key, waiting_key (keys); format_float,
+--   format_integer, format_timeline_meta, parse_timeline_meta (encoding); call_chunked,
+--   call_listed, write_fence (helpers); held_count, last_delivery_of, mark_cause, read_head,
+--   store_batch (containers); apply_control (controls); lead (leading).
 
--- ds_add takes its timelines and its records each as ONE packed argument (struct formats,
--- big-endian): one argument per record field cost the client more than the Lua did.
--- A timeline: policy index (1-based), name length, name.
-local TIMELINE_FORMAT = '>I4Hc0'
--- A record: timeline index (1-based), id length, id, timestamp, offset (a double: exact
--- up to MAX_OFFSET), payload length, payload.
-local RECORD_FORMAT = '>I4Hc0ddI4c0'
--- A control operation of an add call (its optional last argument): how many of the call's
--- records come before it, its offset, its operation (CONTROL_CODES), timeline name length,
--- name, record id length, id.
-local CONTROL_FORMAT = '>I4dBHc0Hc0'
-
--- Fields of one distinct policy of an add call: minimum, increment, maximum, ttl,
--- capacity, flush_at (0 = off), next_fire ("" = no calendar schedule).
-local POLICY_WIDTH = 7
+-- ds_add takes its timelines, its records and its controls each as ONE packed argument
+-- (TIMELINE_FORMAT, RECORD_FORMAT and CONTROL_FORMAT, declared in store/redis/protocol.py):
+-- one argument per record field cost the client more than the Lua did.
 
 -- A timeline of an add call: its own state and its (shared) policy, not a copy of the
 -- policy's values (at one record per timeline, every per-timeline field is per-record
@@ -146,61 +137,6 @@ local function parse_controls(packed, record_count, through_offset)
         end
     end, 'controls')
     return controls
-end
-
--- The leading edge's nonce ("" = not asked): 24 lowercase hex characters, to which the
--- add appends each opened digest's number (8 hex) to make its 32-character id.
-local function parse_open_nonce(value)
-    if value == nil or value == '' then
-        return nil
-    end
-    if #value ~= 24 or not string.match(value, '^[0-9a-f]+$') then
-        invalid_argument('open nonce must be 24 lowercase hex characters')
-    end
-    return value
-end
-
--- Step 1: the whole call, checked before the first write: a refused batch must leave
--- no trace (Redis functions are not rolled back on error).
-local function parse_add(keys, args)
-    local tag = tag_of(keys[1])
-    expect_key(keys, 1, fence_key(tag))
-    expect_key(keys, 2, waiting_key(tag))
-    expect_key(keys, 3, ready_key(tag))
-    local call = {
-        tag = tag,
-        now = parse_time(args[1], 'now'),
-        partition_ttl = parse_ttl(args[2]),
-        inline_records = parse_integer(args[3], 'inline record limit', 0, INLINE_MAX_RECORDS),
-    }
-    if args[4] ~= '' then
-        call.expected_fence = parse_integer(args[4], 'expected fence', 0, MAX_OFFSET)
-    end
-    if args[5] ~= '' then
-        call.through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
-    end
-    call.topic = parse_topic_id(args[6])
-    call.open_nonce = parse_open_nonce(args[7])
-    local policy_count = parse_integer(args[8], 'policy count', 0, #args)
-    local packed = 9 + policy_count * POLICY_WIDTH -- the packed timelines; then the records
-    -- the controls argument, when sent, holds at least one (a plain add sends none)
-    if #args ~= packed + 1 and (#args ~= packed + 2 or args[packed + 2] == '') then
-        invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
-            .. ' packed timelines, the packed records and (optional) the packed controls')
-    end
-    local policies = {}
-    for i = 1, policy_count do
-        policies[i] = parse_policy(args, 9 + (i - 1) * POLICY_WIDTH)
-        -- its containers' TTL as the text Redis reads: a number argument of redis.call is
-        -- formatted (%.17g) on every call
-        policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
-    end
-    local timelines = parse_timelines(args[packed], tag, policies)
-    call.records = parse_records(args[packed + 1], timelines, call.through_offset)
-    if args[packed + 2] ~= nil then
-        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset)
-    end
-    return call
 end
 
 -- Step 2a, for the timelines the batch touches: each one's state (READY, WAITING with a
@@ -465,56 +401,4 @@ local function add_with_controls(call, fence, totals)
         fence = add_run(call, done + 1, #records, fence, totals)
     end
     return fence
-end
-
-
--- KEYS: fence, waiting, ready.
--- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
---       topic_id|"", open_nonce|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
---       each), records (packed, RECORD_FORMAT each)[, controls (packed, CONTROL_FORMAT
---       each)].
--- controls: flush | cancel | cancel_all operations among the records, applied at their
--- place (the records before each one first), fenced like records; they count in neither
--- added nor skipped. A batch with controls is one call like any other: all or nothing.
--- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
--- Redis lost writes: nothing is applied and the caller replays from the fence found.
--- through_offset: the batch's last offset; the fence advances to it even for input
--- the caller never handed over (dead letters).
--- topic_id: the id of the topic the records were read from; a fence of another topic
--- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
--- is applied and the caller decides (on_state_loss). "" = not known: no check.
--- open_nonce: the leading edge (leading.lua): every timeline this call finds with no
--- container and makes READY gets its digest in this call (id: the nonce and its number, 8
--- hex) opened, as ds_open would leave it, instead of being listed as ready; "" =
--- announce. A batch holding controls announces.
--- Returns {ready timelines, added, skipped, dropped, fence_before|nil, fence_after|nil,
--- topic id of the fence found|nil, cancelled, {timeline, digest id, ...} led}: a led
--- timeline's digest holds its records of this call (the caller has them).
-local function add(keys, args)
-    local call = parse_add(keys, args)
-    local tag = call.tag
-    local fence_before, topic_before = read_fence(tag)
-    if call.topic ~= nil and topic_before ~= nil and topic_before ~= call.topic then
-        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before, 0}
-    end
-    if call.expected_fence ~= nil
-            and (fence_before == nil or fence_before < call.expected_fence) then
-        return {{}, 0, 0, 0, fence_before or false, fence_before or false, topic_before or false,
-            0}
-    end
-    local totals = {ready = {}, added = 0, skipped = 0, dropped = 0, cancelled = 0,
-        partition_ttl = call.partition_ttl}
-    call.leading = begin_leading(call)
-    local fence
-    if call.controls == nil then
-        fence = add_run(call, 1, #call.records, fence_before or -1, totals)
-    else
-        fence = add_with_controls(call, fence_before or -1, totals)
-    end
-    local fence_after = advance_fence(tag, fence_before, topic_before,
-        math.max(fence, call.through_offset or -1), call.topic)
-    refresh_partition_ttl(tag, totals.partition_ttl)
-    local ready, opened = end_leading(call, totals)
-    return {ready, totals.added, totals.skipped, totals.dropped, fence_before or false,
-        fence_after or false, topic_before or false, totals.cancelled, opened}
 end

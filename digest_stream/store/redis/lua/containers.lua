@@ -15,8 +15,9 @@
 -- Holds: META, INLINE_MAX_BYTES, HEAD_READ, reading (read_container, read_meta, read_head,
 --   record_count, held_count, ...), writing (write_meta, write_hash, append_inline,
 --   store_batch) and mark_cause.
--- Needs: invalid_state (guards); digest_key (keys); the encoding part (WRITTEN_WIDTH,
---   format_written, ...); call_chunked, sort_records (helpers).
+-- Needs: invalid_state (guards); digest_key (keys); decode_field, encode_field,
+--   format_timeline_meta, format_written, parse_digest_meta, parse_timeline_meta, WRITTEN_WIDTH
+--   (encoding); call_chunked, sort_records (helpers).
 
 -- The meta field name: record ids must be non-empty, so "" never collides.
 local META = ''

@@ -1,8 +1,9 @@
 -- controls.lua: the control operations a batch may hold (flush, cancel, cancel_all),
 -- applied by ds_add at their place among the records.
 -- Holds: cancel_records, flush_timeline, apply_control.
--- Needs: CAUSES (written from Python); the keys, encoding and containers parts;
---   call_chunked (helpers).
+-- Needs: CAUSES (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
+--   format_float, format_timeline_meta, parse_timeline_meta (encoding); call_chunked (helpers);
+--   encode_inline, mark_cause, META, read_container, record_count (containers).
 
 -- Removes pending records of a timeline container (all of them, or the one `id`), keeping
 -- its meta (last delivery, marks, cause). Returns how many it removed.

@@ -1,30 +1,34 @@
--- digests.lua: opening and closing digests: ds_open, ds_close and their many-target forms.
--- Holds: timeline_keys (also used by admin), digest_reply, open_target, open, OPEN_WIDTH,
---   CLOSE_WIDTH, many_targets, open_many, new_moves, moves_float, digest_id_and_records,
---   apply_moves, close_target,
---   parse_next_fire, close, close_many.
--- Needs: CAUSES, FLUSH_AT_FLOOR, MAX_OFFSET (written from Python); guards, keys, encoding,
---   containers; call_chunked, refresh_partition_ttl, sort_records (helpers).
+-- digests.lua: opening and closing digests: what ds_open, ds_close and their many-target
+-- forms (lua/commands/) share.
+-- Holds: timeline_keys (also used by admin commands), digest_reply, open_target, many_targets,
+--   new_moves, moves_float, digest_id_and_records, apply_moves, close_target, parse_next_fire.
+-- Needs: CAUSES, FLUSH_AT_FLOOR, OPEN_REPLY (Python); invalid_argument, parse_name, parse_time
+--   (guards); call_tag, digest_key, ready_key, timeline_key, waiting_key (keys);
+--   format_digest_meta, format_float, format_timeline_meta, parse_digest_meta,
+--   parse_timeline_meta, ttl_ms (encoding); call_chunked, sort_records (helpers);
+--   encode_inline, held_count, holds_no_records, META, read_container, read_head, read_meta,
+--   write_meta (containers).
 
+-- The tag and timeline of a timeline-level call (its first argument: the timeline).
 local function timeline_keys(keys, args)
-    local tag = tag_of(keys[1])
     local timeline = parse_name(args[1], 'timeline')
-    expect_key(keys, 1, timeline_key(tag, timeline))
-    expect_key(keys, 2, digest_key(tag, timeline))
-    expect_key(keys, 3, waiting_key(tag))
-    expect_key(keys, 4, ready_key(tag))
-    return tag, timeline
+    return call_tag(keys, 'timeline', timeline), timeline
 end
 
 local function digest_reply(tag, meta, records)
-    local flat = {}
+    local flat, n = {}, 0
     for _, record in ipairs(sort_records(tag, records, true)) do
-        table.insert(flat, record.id)
-        table.insert(flat, format_float(record.timestamp))
-        table.insert(flat, record.payload)
+        flat[n + 1], flat[n + 2], flat[n + 3] = record.id, format_float(record.timestamp),
+            record.payload
+        n = n + 3
     end
-    return {meta.id, format_float(meta.opened_at), meta.dropped, flat, meta.expired and 1 or 0,
-        meta.cause or (meta.last_delivery ~= nil and CAUSES.cooldown or CAUSES.immediate)}
+    return {
+        [OPEN_REPLY.id] = meta.id, [OPEN_REPLY.opened_at] = format_float(meta.opened_at),
+        [OPEN_REPLY.dropped] = meta.dropped, [OPEN_REPLY.records] = flat,
+        [OPEN_REPLY.expired] = meta.expired and 1 or 0,
+        [OPEN_REPLY.cause] = meta.cause
+            or (meta.last_delivery ~= nil and CAUSES.cooldown or CAUSES.immediate),
+    }
 end
 
 -- Opens (or reopens) one READY timeline's digest; nil when the timeline is not READY (nothing
@@ -79,57 +83,14 @@ local function open_target(tag, timeline, digest_id, now, ttl)
     return digest_reply(tag, digest_meta, container.records)
 end
 
--- KEYS: timeline, digest, waiting, ready. ARGV: timeline, digest_id, now, ttl.
--- Returns open_target's reply; a timeline that is not READY is refused (invalid_state).
-local function open(keys, args)
-    local tag, timeline = timeline_keys(keys, args)
-    local digest_id = parse_digest_id(args[2])
-    local now = parse_time(args[3], 'now')
-    local ttl = parse_ttl(args[4])
-    local reply = open_target(tag, timeline, digest_id, now, ttl)
-    if reply == nil then
-        invalid_state('timeline is not ready: ' .. timeline)
-    end
-    return reply
-end
-
--- Fields of one target of ds_open_many: timeline, digest_id, ttl.
-local OPEN_WIDTH = 3
--- Fields of one target of ds_close_many: timeline, digest_id, minimum, ttl, next_fire|"",
--- flush_at (0 = off).
-local CLOSE_WIDTH = 6
-
 -- The tag of a call on several timelines of one partition (KEYS: waiting, ready), and its
 -- targets: ARGV from `first` on, `width` fields each, checked before anything is written.
 local function many_targets(keys, args, first, width)
-    local tag = tag_of(keys[1])
-    expect_key(keys, 1, waiting_key(tag))
-    expect_key(keys, 2, ready_key(tag))
+    local tag = call_tag(keys, 'many')
     if (#args - first + 1) % width ~= 0 then
         invalid_argument('expects ' .. width .. ' fields per target')
     end
     return tag
-end
-
--- KEYS: waiting, ready. ARGV: now, N x (timeline, digest_id, ttl).
--- ds_open for each target in order (a repeated timeline reopens), in one call. Returns one
--- reply per target: open_target's, or 0 for a timeline that is not READY (not an error: the
--- other targets are still opened).
-local function open_many(keys, args)
-    local tag = many_targets(keys, args, 2, OPEN_WIDTH)
-    local now = parse_time(args[1], 'now')
-    local targets = {}
-    for base = 2, #args, OPEN_WIDTH do
-        targets[#targets + 1] = {
-            parse_name(args[base], 'timeline'), parse_digest_id(args[base + 1]),
-            parse_ttl(args[base + 2]),
-        }
-    end
-    local replies = {}
-    for i, target in ipairs(targets) do
-        replies[i] = open_target(tag, target[1], target[2], now, target[3]) or 0
-    end
-    return replies
 end
 
 -- The schedule changes of a close call's targets, written once after all of them (one
@@ -232,74 +193,4 @@ local function parse_next_fire(value)
         return parse_time(value, 'next fire')
     end
     return nil
-end
-
--- KEYS: timeline, digest, waiting, ready.
--- ARGV: timeline, digest_id, now, minimum_delay, ttl, partition_ttl, next_fire|"", flush_at.
--- next_fire: the calendar schedule's next fire time; the timeline waits for it instead of
--- a cool-down. flush_at: 0 = off. Returns 1 when that digest was closed, 0 for an unknown or
--- already closed id.
-local function close(keys, args)
-    local tag, timeline = timeline_keys(keys, args)
-    local digest_id = parse_digest_id(args[2])
-    local now = parse_time(args[3], 'now')
-    local minimum = parse_time(args[4], 'minimum_delay')
-    local ttl = parse_ttl(args[5])
-    local partition_ttl = parse_ttl(args[6])
-    local next_fire = parse_next_fire(args[7])
-    local moves = new_moves()
-    local closed, waits = close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire,
-        parse_integer(args[8], 'flush_at', 0, MAX_OFFSET), moves)
-    apply_moves(tag, moves)
-    if waits then
-        refresh_partition_ttl(tag, math.max(ttl, partition_ttl))
-    end
-    return closed
-end
-
--- KEYS: waiting, ready. ARGV: now, partition_ttl, N x (timeline, digest_id, minimum_delay,
--- ttl, next_fire|"", flush_at). ds_close for each target in order, in one call; the partition
--- keys' TTL is refreshed once, to the longest that any close asked for. Returns 1/0 per target.
-local function close_many(keys, args)
-    local tag = many_targets(keys, args, 3, CLOSE_WIDTH)
-    local now = parse_time(args[1], 'now')
-    local partition_ttl = parse_ttl(args[2])
-    local targets = {}
-    -- The policy fields repeat across targets (most timelines share a policy): each distinct
-    -- text is parsed (and checked) once.
-    local minimums, ttls, fires, flush_ats = {}, {}, {}, {}
-    for base = 3, #args, CLOSE_WIDTH do
-        local minimum, ttl, fire, flush_at = args[base + 2], args[base + 3], args[base + 4],
-            args[base + 5]
-        if minimums[minimum] == nil then
-            minimums[minimum] = parse_time(minimum, 'minimum_delay')
-        end
-        if ttls[ttl] == nil then
-            ttls[ttl] = parse_ttl(ttl)
-        end
-        if fires[fire] == nil then
-            fires[fire] = parse_next_fire(fire) or false
-        end
-        if flush_ats[flush_at] == nil then
-            flush_ats[flush_at] = parse_integer(flush_at, 'flush_at', 0, MAX_OFFSET)
-        end
-        targets[#targets + 1] = {
-            parse_name(args[base], 'timeline'), parse_digest_id(args[base + 1]),
-            minimums[minimum], ttls[ttl], fires[fire] or nil, flush_ats[flush_at],
-        }
-    end
-    local replies, refresh, moves = {}, nil, new_moves()
-    for i, target in ipairs(targets) do
-        local closed, waits = close_target(tag, target[1], target[2], now, target[3], target[4],
-            target[5], target[6], moves)
-        replies[i] = closed
-        if waits then
-            refresh = math.max(refresh or partition_ttl, target[4])
-        end
-    end
-    apply_moves(tag, moves)
-    if refresh ~= nil then
-        refresh_partition_ttl(tag, refresh)
-    end
-    return replies
 end

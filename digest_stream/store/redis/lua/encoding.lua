@@ -3,7 +3,7 @@
 -- Holds: format_float, format_integer, format_count, WRITTEN_WIDTH, format_written, ttl_ms,
 --   encode_field, decode_field, split_meta, optional_float, mark_suffix, optional_cause,
 --   parse_timeline_meta, format_timeline_meta, parse_digest_meta, format_digest_meta.
--- Needs: nothing of the earlier parts.
+-- Needs: nothing.
 
 local function format_float(number)
     -- 17 significant digits round-trip any double exactly.

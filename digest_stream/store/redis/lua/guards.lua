@@ -2,7 +2,7 @@
 -- first (store/validate.py); these refuse the same inputs again, before anything is written.
 -- Holds: invalid_argument, invalid_state, parse_number, parse_time, parse_integer, parse_name,
 --   parse_topic_id, parse_digest_id, parse_ttl, parse_policy.
--- Needs: MAX_NAME_BYTES, MAX_OFFSET, MAX_TOPIC_ID_BYTES, MAX_TTL (written from Python).
+-- Needs: DIGEST_ID_LENGTH, MAX_NAME_BYTES, MAX_OFFSET, MAX_TOPIC_ID_BYTES, MAX_TTL (Python).
 
 -- Errors ---------------------------------------------------------------------
 
@@ -64,8 +64,10 @@ local function parse_topic_id(value)
 end
 
 local function parse_digest_id(value)
-    if type(value) ~= 'string' or #value ~= 32 or not string.find(value, '^[0-9a-f]+$') then
-        invalid_argument('digest id must be 32 lowercase hex characters, got ' .. tostring(value))
+    if type(value) ~= 'string' or #value ~= DIGEST_ID_LENGTH
+            or not string.find(value, '^[0-9a-f]+$') then
+        invalid_argument('digest id must be ' .. DIGEST_ID_LENGTH
+            .. ' lowercase hex characters, got ' .. tostring(value))
     end
     return value
 end
@@ -81,7 +83,7 @@ local function parse_ttl(value)
     return ttl
 end
 
--- The POLICY_WIDTH fields of a policy from args[base].
+-- The POLICY_WIDTH fields of a policy from args[base] (protocol.POLICY_BLOCK's order).
 local function parse_policy(args, base)
     local policy = {
         minimum = parse_time(args[base], 'minimum_delay'),

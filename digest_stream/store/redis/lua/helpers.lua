@@ -3,7 +3,7 @@
 -- and moving a slice of a schedule set.
 -- Holds: UNPACK_CHUNK, bytes_less, older, newer, LUA_SORT_MAX, call_chunked, call_listed,
 --   sort_records, extend_ttl, refresh_partition_ttl, read_fence, write_fence, move_range.
--- Needs: invalid_state (guards); scratch_key, waiting_key, ready_key, fence_key (keys);
+-- Needs: invalid_state (guards); fence_key, ready_key, scratch_key, waiting_key (keys);
 --   format_float, format_integer, ttl_ms (encoding).
 
 -- Redis caps the number of Lua stack slots unpack() may use; chunk below it.

@@ -1,10 +1,11 @@
--- keys.lua: key names, mirrored in store/redis/keys.py; the guards refuse KEYS these would not build.
+-- keys.lua: key names (their suffixes and each command's KEYS come from store/redis/protocol.py,
+-- as KEY_SUFFIXES and KEY_LAYOUTS); the guards refuse KEYS these would not build.
 --
 -- All keys of one input partition share the hash tag "{<namespace>:<p>}", so each call
 -- touches a single cluster slot. Callers pass the partition-level keys they know in KEYS
 -- (for routing and declaration); per-timeline key names are derived from the tag here.
 --
--- Layout per partition tag T:
+-- Layout per partition tag T (suffixes as KEY_SUFFIXES holds them today):
 --   T:w        zset    timeline -> due time             (WAITING)
 --   T:r        zset    timeline -> time it became READY (READY)
 --   T:o        string  the fence: "<offset>|<topic id>", the last applied Kafka
@@ -15,9 +16,10 @@
 --   T:d:<tl>   record container: the open digest's records and its meta
 --   T:s        zset    scratch: exists only inside one call (sort_records)
 --
--- Holds: tag_of, waiting_key, scratch_key, ready_key, fence_key, timeline_key, digest_key,
---   expect_key, partition_tag_of.
--- Needs: invalid_argument (guards).
+-- Holds: tag_of, WAITING_SUFFIX, READY_SUFFIX, FENCE_SUFFIX, SCRATCH_SUFFIX, TIMELINE_INFIX,
+--   DIGEST_INFIX, waiting_key, scratch_key, ready_key, fence_key, timeline_key, digest_key,
+--   expect_key, key_of, call_tag.
+-- Needs: KEY_LAYOUTS, KEY_SUFFIXES (Python); invalid_argument (guards).
 
 local function tag_of(key)
     -- The tag is the leading "{namespace:partition}" of any of our keys.
@@ -31,13 +33,21 @@ local function tag_of(key)
     return tag
 end
 
-local function waiting_key(tag) return tag .. ':w' end
+-- Each key is its tag and its suffix (a timeline's: and its name), the separators made once.
+local WAITING_SUFFIX = ':' .. KEY_SUFFIXES.waiting
+local READY_SUFFIX = ':' .. KEY_SUFFIXES.ready
+local FENCE_SUFFIX = ':' .. KEY_SUFFIXES.fence
+local SCRATCH_SUFFIX = ':' .. KEY_SUFFIXES.scratch
+local TIMELINE_INFIX = ':' .. KEY_SUFFIXES.timeline .. ':'
+local DIGEST_INFIX = ':' .. KEY_SUFFIXES.digest .. ':'
+
+local function waiting_key(tag) return tag .. WAITING_SUFFIX end
 -- A sorted set that exists only inside one call (sort_records): never left behind.
-local function scratch_key(tag) return tag .. ':s' end
-local function ready_key(tag) return tag .. ':r' end
-local function fence_key(tag) return tag .. ':o' end
-local function timeline_key(tag, timeline) return tag .. ':t:' .. timeline end
-local function digest_key(tag, timeline) return tag .. ':d:' .. timeline end
+local function scratch_key(tag) return tag .. SCRATCH_SUFFIX end
+local function ready_key(tag) return tag .. READY_SUFFIX end
+local function fence_key(tag) return tag .. FENCE_SUFFIX end
+local function timeline_key(tag, timeline) return tag .. TIMELINE_INFIX .. timeline end
+local function digest_key(tag, timeline) return tag .. DIGEST_INFIX .. timeline end
 
 local function expect_key(keys, index, expected)
     if keys[index] ~= expected then
@@ -45,12 +55,22 @@ local function expect_key(keys, index, expected)
     end
 end
 
--- The tag of a partition-level call, whose KEYS are waiting, ready and fence (ds_add has
--- its own order).
-local function partition_tag_of(keys)
+-- The key of a kind KEY_LAYOUTS names (a KEY_SUFFIXES name), for the tag and timeline.
+local function key_of(kind, tag, timeline)
+    if kind == 'timeline' then
+        return timeline_key(tag, timeline)
+    elseif kind == 'digest' then
+        return digest_key(tag, timeline)
+    end
+    return tag .. ':' .. KEY_SUFFIXES[kind]
+end
+
+-- The tag of a call whose KEYS follow KEY_LAYOUTS[layout], each key checked (`timeline`: the
+-- timeline a timeline-level call names).
+local function call_tag(keys, layout, timeline)
     local tag = tag_of(keys[1])
-    expect_key(keys, 1, waiting_key(tag))
-    expect_key(keys, 2, ready_key(tag))
-    expect_key(keys, 3, fence_key(tag))
+    for index, kind in ipairs(KEY_LAYOUTS[layout]) do
+        expect_key(keys, index, key_of(kind, tag, timeline))
+    end
     return tag
 end

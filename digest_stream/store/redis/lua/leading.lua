@@ -1,8 +1,9 @@
 -- leading.lua: the leading edge: an add with an open nonce opens a new timeline's first
 -- digest in the same call.
 -- Holds: leading_records, lead, begin_leading, end_leading.
--- Needs: CAUSES (written from Python); guards, keys, encoding, containers (encode_inline,
---   distinct_records).
+-- Needs: CAUSES, DIGEST_ID_LENGTH, OPEN_NONCE_LENGTH (Python); digest_key (keys);
+--   format_digest_meta, format_integer (encoding); distinct_records, encode_inline
+--   (containers).
 --
 -- A timeline an add finds with nothing stored gets its first digest in that same add, in
 -- exactly the state ds_open leaves: the digest (id: the nonce and its number) holds the
@@ -12,6 +13,9 @@
 -- whatever comes for the timeline (records, a flush, flush_at) waits behind it. A publish
 -- that fails, or a caller that is gone, leaves it open: an announcement (the caller's, a
 -- take-over's, maintenance's) makes delivery reopen that very digest, same id.
+
+-- A leading digest's number after its nonce: the rest of its id, zero-padded hex.
+local LEADING_NUMBER_FORMAT = '%0' .. (DIGEST_ID_LENGTH - OPEN_NONCE_LENGTH) .. 'x'
 
 -- The records of a timeline's first batch as its digest holds them (a repeated id keeps
 -- its first place and its last value, as store_batch does), or nil when the policy's
@@ -36,7 +40,7 @@ local function lead(call, timeline)
     end
     local leading, policy, name = call.leading, timeline.policy, timeline.timeline
     leading.count = leading.count + 1
-    local id = call.open_nonce .. string.format('%08x', leading.count)
+    local id = call.open_nonce .. string.format(LEADING_NUMBER_FORMAT, leading.count)
     -- the digest meta format_digest_meta would write: only the id and count vary
     local meta = id .. leading.meta_middle .. format_integer(#records) .. leading.meta_end
     redis.call('SET', digest_key(call.tag, name), encode_inline(meta, records),

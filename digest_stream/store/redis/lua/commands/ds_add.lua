@@ -1,0 +1,134 @@
+-- ds_add: stores a batch of records of one partition (and applies the batch's controls), fenced
+-- by offset.
+-- KEYS: fence, waiting, ready
+-- ARGV: now, partition_ttl, inline_records, expected_fence, through_offset, topic_id,
+--   open_nonce, policy_count, policies*, timelines, records, controls?
+-- Reply: ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled, led
+-- Holds: parse_open_nonce, parse_add, add.
+-- Needs: ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET, OPEN_NONCE_LENGTH, POLICY_WIDTH (Python);
+--   invalid_argument, parse_integer, parse_policy, parse_time, parse_topic_id, parse_ttl
+--   (guards); call_tag (keys); format_integer, ttl_ms (encoding); read_fence,
+--   refresh_partition_ttl (helpers); begin_leading, end_leading (leading); add_run,
+--   add_with_controls, advance_fence, parse_controls, parse_records, parse_timelines (add).
+--
+-- expected_fence, through_offset, topic_id, open_nonce: "" = none. policies*: policy_count
+-- blocks of POLICY_WIDTH arguments (parse_policy). timelines, records, controls: packed
+-- (TIMELINE_FORMAT, RECORD_FORMAT and CONTROL_FORMAT each); controls only when the batch
+-- holds any.
+-- controls: flush | cancel | cancel_all operations among the records, applied at their
+-- place (the records before each one first), fenced like records; they count in neither
+-- added nor skipped. A batch with controls is one call like any other: all or nothing.
+-- expected_fence: the fence the caller left; if the stored one is behind it (or gone),
+-- Redis lost writes: nothing is applied and the caller replays from the fence found.
+-- through_offset: the batch's last offset; the fence advances to it even for input
+-- the caller never handed over (dead letters).
+-- topic_id: the id of the topic the records were read from; a fence of another topic
+-- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
+-- is applied and the caller decides (on_state_loss). "" = not known: no check.
+-- open_nonce: the leading edge (leading.lua): every timeline this call finds with no
+-- container and makes READY gets its digest in this call (id: the nonce and its number in
+-- hex) opened, as ds_open would leave it, instead of being listed as ready; "" =
+-- announce. A batch holding controls announces.
+-- Reply: the timelines made READY, the records added and skipped (at or below the fence),
+-- dropped (capacity), the fence before and after (nil: none), the topic id of the fence
+-- found (nil: none), the records cancelled, and led: {timeline, digest id, ...}, a led
+-- timeline's digest holding its records of this call (the caller has them).
+
+-- The leading edge's nonce ("" = not asked): OPEN_NONCE_LENGTH lowercase hex characters, to
+-- which the add appends each opened digest's number to make its DIGEST_ID_LENGTH id.
+local function parse_open_nonce(value)
+    if value == nil or value == '' then
+        return nil
+    end
+    if #value ~= OPEN_NONCE_LENGTH or not string.match(value, '^[0-9a-f]+$') then
+        invalid_argument('open nonce must be ' .. OPEN_NONCE_LENGTH
+            .. ' lowercase hex characters')
+    end
+    return value
+end
+
+-- Step 1: the whole call, checked before the first write: a refused batch must leave
+-- no trace (Redis functions are not rolled back on error).
+local function parse_add(keys, args)
+    local tag = call_tag(keys, 'add')
+    local call = {
+        tag = tag,
+        now = parse_time(args[1], 'now'),
+        partition_ttl = parse_ttl(args[2]),
+        inline_records = parse_integer(args[3], 'inline record limit', 0, INLINE_MAX_RECORDS),
+    }
+    if args[4] ~= '' then
+        call.expected_fence = parse_integer(args[4], 'expected fence', 0, MAX_OFFSET)
+    end
+    if args[5] ~= '' then
+        call.through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
+    end
+    call.topic = parse_topic_id(args[6])
+    call.open_nonce = parse_open_nonce(args[7])
+    local policy_count = parse_integer(args[8], 'policy count', 0, #args)
+    local packed = 9 + policy_count * POLICY_WIDTH -- the packed timelines; then the records
+    -- the controls argument, when sent, holds at least one (a plain add sends none)
+    if #args ~= packed + 1 and (#args ~= packed + 2 or args[packed + 2] == '') then
+        invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
+            .. ' packed timelines, the packed records and (optional) the packed controls')
+    end
+    local policies = {}
+    for i = 1, policy_count do
+        policies[i] = parse_policy(args, 9 + (i - 1) * POLICY_WIDTH)
+        -- its containers' TTL as the text Redis reads: a number argument of redis.call is
+        -- formatted (%.17g) on every call
+        policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
+    end
+    local timelines = parse_timelines(args[packed], tag, policies)
+    call.records = parse_records(args[packed + 1], timelines, call.through_offset)
+    if args[packed + 2] ~= nil then
+        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset)
+    end
+    return call
+end
+
+-- The reply of an add that applied nothing: the fence found is of another topic, or behind
+-- the caller's.
+local function add_refused(fence_before, topic_before)
+    return {
+        [ADD_REPLY.ready] = {}, [ADD_REPLY.added] = 0, [ADD_REPLY.skipped] = 0,
+        [ADD_REPLY.dropped] = 0, [ADD_REPLY.fence_before] = fence_before or false,
+        [ADD_REPLY.fence_after] = fence_before or false,
+        [ADD_REPLY.fence_topic] = topic_before or false, [ADD_REPLY.cancelled] = 0,
+        [ADD_REPLY.led] = {},
+    }
+end
+
+local function add(keys, args)
+    local call = parse_add(keys, args)
+    local tag = call.tag
+    local fence_before, topic_before = read_fence(tag)
+    if call.topic ~= nil and topic_before ~= nil and topic_before ~= call.topic then
+        return add_refused(fence_before, topic_before)
+    end
+    if call.expected_fence ~= nil
+            and (fence_before == nil or fence_before < call.expected_fence) then
+        return add_refused(fence_before, topic_before)
+    end
+    local totals = {ready = {}, added = 0, skipped = 0, dropped = 0, cancelled = 0,
+        partition_ttl = call.partition_ttl}
+    call.leading = begin_leading(call)
+    local fence
+    if call.controls == nil then
+        fence = add_run(call, 1, #call.records, fence_before or -1, totals)
+    else
+        fence = add_with_controls(call, fence_before or -1, totals)
+    end
+    local fence_after = advance_fence(tag, fence_before, topic_before,
+        math.max(fence, call.through_offset or -1), call.topic)
+    refresh_partition_ttl(tag, totals.partition_ttl)
+    local ready, opened = end_leading(call, totals)
+    return {
+        [ADD_REPLY.ready] = ready, [ADD_REPLY.added] = totals.added,
+        [ADD_REPLY.skipped] = totals.skipped, [ADD_REPLY.dropped] = totals.dropped,
+        [ADD_REPLY.fence_before] = fence_before or false,
+        [ADD_REPLY.fence_after] = fence_after or false,
+        [ADD_REPLY.fence_topic] = topic_before or false,
+        [ADD_REPLY.cancelled] = totals.cancelled, [ADD_REPLY.led] = opened,
+    }
+end

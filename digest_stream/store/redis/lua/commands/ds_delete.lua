@@ -1,0 +1,18 @@
+-- ds_delete: removes a timeline and everything it owns.
+-- KEYS: timeline, digest, waiting, ready
+-- ARGV: timeline
+-- Reply: removed
+-- Needs: digest_key, ready_key, timeline_key, waiting_key (keys); timeline_keys (digests).
+--
+-- Reply: 1 when anything of the timeline existed, else 0.
+
+local function delete(keys, args)
+    local tag, timeline = timeline_keys(keys, args)
+    local removed = redis.call('DEL', timeline_key(tag, timeline), digest_key(tag, timeline))
+        + redis.call('ZREM', ready_key(tag), timeline)
+        + redis.call('ZREM', waiting_key(tag), timeline)
+    if removed > 0 then
+        return 1
+    end
+    return 0
+end

@@ -1,0 +1,39 @@
+-- ds_inspect: describes one timeline (read-only).
+-- KEYS: timeline, digest, waiting, ready
+-- ARGV: timeline
+-- Reply: state, due, last_delivery, pending, digest_id, open_records, dropped, cause
+-- Needs: INSPECT_REPLY (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
+--   format_float, parse_digest_meta, parse_timeline_meta (encoding); last_delivery_of,
+--   read_meta, record_count (containers); timeline_keys (digests).
+--
+-- Reply: due, last_delivery, digest_id and cause nil when none; cause is the letter recorded
+-- with its records, else with its open digest.
+
+local function inspect(keys, args)
+    local tag, timeline = timeline_keys(keys, args)
+    local source = timeline_key(tag, timeline)
+    local state, due = 'absent', nil
+    local ready_since = redis.call('ZSCORE', ready_key(tag), timeline)
+    local waiting_due = redis.call('ZSCORE', waiting_key(tag), timeline)
+    if ready_since ~= false then
+        state, due = 'ready', ready_since
+    elseif waiting_due ~= false then
+        state, due = 'waiting', waiting_due
+    end
+    local meta = parse_timeline_meta(read_meta(source))
+    local digest = parse_digest_meta(read_meta(digest_key(tag, timeline)))
+    local last_delivery = last_delivery_of(tag, timeline, meta, digest or false)
+    if last_delivery ~= nil then
+        last_delivery = format_float(last_delivery)
+    end
+    return {
+        [INSPECT_REPLY.state] = state,
+        [INSPECT_REPLY.due] = due or false,
+        [INSPECT_REPLY.last_delivery] = last_delivery or false,
+        [INSPECT_REPLY.pending] = record_count(source),
+        [INSPECT_REPLY.digest_id] = digest and digest.id or false,
+        [INSPECT_REPLY.open_records] = digest and digest.records or 0,
+        [INSPECT_REPLY.dropped] = meta.dropped,
+        [INSPECT_REPLY.cause] = meta.cause or (digest and digest.cause) or false,
+    }
+end

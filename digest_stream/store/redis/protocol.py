@@ -1,0 +1,280 @@
+"""The store's wire protocol, declared once: every function of the Lua library, its keys, its
+arguments (with the packed formats) and its reply.
+
+Python packs and decodes from these declarations (``store.py``, ``digests.py``, ``keys.py``,
+``replies.py``); ``library.py`` writes what the Lua needs of them (formats, widths, key
+suffixes and layouts, reply positions) as constants at the top of the library, and registers
+each command's callback from ``COMMANDS``. Each command's Lua file (``lua/commands/``) opens
+with its KEYS, ARGV and Reply, which a unit test compares with ``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import cast
+
+# Keys -------------------------------------------------------------------------------------
+
+#: The suffix of each key of a partition tag T (``T:<suffix>``; a timeline's keys
+#: ``T:<suffix>:<timeline>``). One letter keeps key names, and so memory per key, short.
+KEY_SUFFIXES = {
+    "waiting": "w",  # zset: timeline -> due time
+    "ready": "r",  # zset: timeline -> time it became ready
+    "fence": "o",  # string: last applied Kafka offset of the partition and its topic id
+    "timeline": "t",  # record container (lua/containers.lua): pending records + meta
+    "digest": "d",  # record container of the open digest, same encodings
+    "scratch": "s",  # zset that exists only inside one call: Redis sorts large digests in it
+}
+#: Keys that name a timeline (``T:<suffix>:<timeline>``); the others are the partition's.
+TIMELINE_KEYS = ("timeline", "digest")
+
+#: The KEYS a command takes, in order, by layout name.
+KEY_LAYOUTS = {
+    "add": ("fence", "waiting", "ready"),
+    "partition": ("waiting", "ready", "fence"),
+    "timeline": ("timeline", "digest", "waiting", "ready"),
+    "many": ("waiting", "ready"),
+    "fence": ("fence",),
+    "none": (),
+}
+
+# Packed arguments -------------------------------------------------------------------------
+
+#: The struct letter of each field kind, in Lua's ``struct`` (Redis's) and in Python's.
+#: ``str16`` and ``str32`` are a byte string after its length (2 or 4 bytes).
+_LUA_KIND = {
+    "u8": "B",
+    "u16": "H",
+    "u32": "I4",
+    "u64": "I8",
+    "f64": "d",
+    "str16": "Hc0",
+    "str32": "I4c0",
+}
+_PY_KIND = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q", "f64": "d", "str16": "H", "str32": "I"}
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One argument packing a run of entries, each these fields (name, kind), big-endian."""
+
+    name: str
+    fields: tuple[tuple[str, str], ...]
+
+    @property
+    def lua_format(self) -> str:
+        """Its ``struct.unpack`` format for one entry, as the Lua reads it."""
+        return ">" + "".join(_LUA_KIND[kind] for _, kind in self.fields)
+
+    @property
+    def heads(self) -> tuple[struct.Struct, ...]:
+        """Python's structs of an entry: each fixed run up to a string's length (the string's
+        bytes follow it), then the run after the last string (if any)."""
+        runs, current = [], ">"
+        for _, kind in self.fields:
+            current += _PY_KIND[kind]
+            if kind.startswith("str"):
+                runs.append(current)
+                current = ">"
+        if current != ">":
+            runs.append(current)
+        return tuple(struct.Struct(run) for run in runs)
+
+    def pack(self, *values: object) -> bytes:
+        """One entry (the hot paths use ``heads`` directly; this serves tests and tools)."""
+        if len(values) != len(self.fields):
+            raise ValueError(f"{self.name} takes {len(self.fields)} fields")
+        heads = iter(self.heads)
+        out: list[bytes] = []
+        run: list[object] = []
+        for value, (_, kind) in zip(values, self.fields, strict=True):
+            if kind.startswith("str"):
+                data = value.encode() if isinstance(value, str) else bytes(cast(bytes, value))
+                out += [next(heads).pack(*run, len(data)), data]
+                run = []
+            else:
+                run.append(value)
+        if run:
+            out.append(next(heads).pack(*run))
+        return b"".join(out)
+
+
+#: A timeline of an add: the policy it follows (index from 1 among the call's policies), name.
+TIMELINE = Packed("TIMELINE", (("policy", "u32"), ("timeline", "str16")))
+#: A record of an add: its timeline (index from 1), id, timestamp, offset (a double: exact up to
+#: MAX_OFFSET; an 8-byte integer measured no cheaper to read), payload.
+RECORD = Packed(
+    "RECORD",
+    (
+        ("timeline", "u32"),
+        ("id", "str16"),
+        ("timestamp", "f64"),
+        ("offset", "f64"),
+        ("payload", "str32"),
+    ),
+)
+#: A control operation of an add: how many of the call's records come before it, its offset,
+#: its operation (CONTROL_CODES, from 1), its timeline, the record id it cancels ("" = none).
+CONTROL = Packed(
+    "CONTROL",
+    (
+        ("before", "u32"),
+        ("offset", "f64"),
+        ("operation", "u8"),
+        ("timeline", "str16"),
+        ("id", "str16"),
+    ),
+)
+
+#: The arguments of one timeline policy as an add sends it (one block per distinct policy of
+#: the call). The policy's own declaration (store/policy.py) owns these fields and their
+#: packing; the protocol only carries them as one block of POLICY_WIDTH arguments.
+POLICY_BLOCK = (
+    "minimum_delay", "increment_delay", "maximum_delay", "ttl", "capacity", "flush_at", "next_fire",
+)  # fmt: skip
+
+# Commands ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A command's reply: an array of these fields by position (``fields``), or one value
+    (``value``); ``each``: one such reply per target of the call."""
+
+    name: str = ""
+    fields: tuple[str, ...] = ()
+    value: str = ""
+    each: bool = False
+
+    @property
+    def at(self) -> dict[str, int]:
+        """Each field's position from 0 (Python's index)."""
+        return {name: index for index, name in enumerate(self.fields)}
+
+    def render(self) -> str:
+        """As a command file's header lists it."""
+        shape = ", ".join(self.fields) if self.fields else self.value
+        return f"per target: {shape}" if self.each else shape
+
+
+@dataclass(frozen=True)
+class Command:
+    """One function of the library: its name, the layout of its KEYS, its ARGV by name and its
+    reply. ARGV names: ``name*`` a block repeated by a count (``policies*``: POLICY_WIDTH
+    arguments each), ``name?`` optional and last, ``targets*`` the per-target fields
+    (``target``, repeated to the end)."""
+
+    function: str
+    keys: str
+    args: tuple[str, ...]
+    reply: Reply
+    read_only: bool = False
+    target: tuple[str, ...] = field(default=())
+
+    @property
+    def callback(self) -> str:
+        """The Lua function that serves it (declared in ``lua/commands/<function>.lua``)."""
+        return self.function.removeprefix("ds_")
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """Its KEYS, in order."""
+        return KEY_LAYOUTS[self.keys]
+
+    def render_args(self) -> str:
+        """Its ARGV as a command file's header lists it."""
+        target = f" x ({', '.join(self.target)})" if self.target else ""
+        return ", ".join(self.args) + target if self.args or target else "none"
+
+
+ADD_REPLY = Reply(
+    "ADD_REPLY",
+    (
+        "ready", "added", "skipped", "dropped", "fence_before", "fence_after", "fence_topic",
+        "cancelled", "led",
+    ),
+)  # fmt: skip
+#: An opened digest: its records flat (id, timestamp, payload, ...) newest first, ``expired``
+#: 1 when earlier records had expired, ``cause`` the letter saying why it was due.
+OPEN_REPLY = Reply("OPEN_REPLY", ("id", "opened_at", "dropped", "records", "expired", "cause"))
+#: Timelines moved (flat: timeline, score, ...) and ``more`` (1: more remain for the next call).
+DUE_REPLY = Reply("DUE_REPLY", ("moved", "more"))
+INSPECT_REPLY = Reply(
+    "INSPECT_REPLY",
+    ("state", "due", "last_delivery", "pending", "digest_id", "open_records", "dropped", "cause"),
+)
+STATS_REPLY = Reply("STATS_REPLY", ("waiting", "ready", "oldest_due", "fence"))
+FENCE_REPLY = Reply("FENCE_REPLY", ("offset", "topic_id"))
+
+#: Fields of one target of ds_open_many and of ds_close_many.
+OPEN_TARGET = ("timeline", "digest_id", "ttl")
+CLOSE_TARGET = ("timeline", "digest_id", "minimum_delay", "ttl", "next_fire", "flush_at")
+
+DS_VERSION = Command("ds_version", "none", (), Reply(value="version"), read_only=True)
+DS_ADD = Command(
+    "ds_add",
+    "add",
+    (
+        "now", "partition_ttl", "inline_records", "expected_fence", "through_offset", "topic_id",
+        "open_nonce", "policy_count", "policies*", "timelines", "records", "controls?",
+    ),
+    ADD_REPLY,
+)  # fmt: skip
+DS_SCHEDULE = Command("ds_schedule", "partition", ("now", "partition_ttl", "limit"), DUE_REPLY)
+DS_MAINTENANCE = Command(
+    "ds_maintenance", "partition", ("deadline", "now", "partition_ttl", "limit"), DUE_REPLY
+)
+DS_OPEN = Command("ds_open", "timeline", ("timeline", "digest_id", "now", "ttl"), OPEN_REPLY)
+DS_CLOSE = Command(
+    "ds_close",
+    "timeline",
+    (
+        "timeline", "digest_id", "now", "minimum_delay", "ttl", "partition_ttl", "next_fire",
+        "flush_at",
+    ),
+    Reply(value="closed"),
+)  # fmt: skip
+DS_OPEN_MANY = Command(
+    "ds_open_many",
+    "many",
+    ("now",),
+    Reply("OPEN_REPLY", OPEN_REPLY.fields, each=True),
+    target=OPEN_TARGET,
+)
+DS_CLOSE_MANY = Command(
+    "ds_close_many",
+    "many",
+    ("now", "partition_ttl"),
+    Reply(value="closed", each=True),
+    target=CLOSE_TARGET,
+)
+DS_DELETE = Command("ds_delete", "timeline", ("timeline",), Reply(value="removed"))
+DS_INSPECT = Command("ds_inspect", "timeline", ("timeline",), INSPECT_REPLY, read_only=True)
+DS_STATS = Command("ds_stats", "partition", (), STATS_REPLY, read_only=True)
+DS_FENCE_GET = Command("ds_fence_get", "fence", (), FENCE_REPLY, read_only=True)
+DS_FENCE_SET = Command("ds_fence_set", "fence", ("offset", "topic_id"), Reply(value="1"))
+
+#: Every function the library registers, in the order it registers them.
+COMMANDS = (
+    DS_VERSION, DS_ADD, DS_SCHEDULE, DS_MAINTENANCE, DS_OPEN, DS_CLOSE, DS_OPEN_MANY,
+    DS_CLOSE_MANY, DS_DELETE, DS_INSPECT, DS_STATS, DS_FENCE_GET, DS_FENCE_SET,
+)  # fmt: skip
+
+
+def lua_constants() -> dict[str, object]:
+    """What the Lua reads of the protocol, by name (written as ``local NAME = value``)."""
+    replies: Mapping[str, Reply] = {
+        reply.name: reply for command in COMMANDS if (reply := command.reply).fields
+    }
+    return {
+        "KEY_SUFFIXES": dict(KEY_SUFFIXES),
+        "KEY_LAYOUTS": {name: layout for name, layout in KEY_LAYOUTS.items() if layout},
+        **{f"{packed.name}_FORMAT": packed.lua_format for packed in (TIMELINE, RECORD, CONTROL)},
+        "POLICY_WIDTH": len(POLICY_BLOCK),
+        "OPEN_WIDTH": len(OPEN_TARGET),
+        "CLOSE_WIDTH": len(CLOSE_TARGET),
+        # each reply's positions from 1, by field name
+        **{name: {f: i for i, f in enumerate(r.fields, start=1)} for name, r in replies.items()},
+    }
