@@ -75,32 +75,36 @@ end
 -- Per record, the checks run inline and the parse_* helpers only raise the error:
 -- this loop is the one part of the library that runs once per record.
 local function parse_records(packed, timelines, through_offset)
-    local records = {}
+    local records, count = {}, 0
+    -- the loop's library functions and limits as locals: read once per call, not per record
+    local unpack, huge, last = struct.unpack, math.huge, through_offset or MAX_OFFSET
     unpacked(function()
         local position, size = 1, #packed
         while position <= size do
             local index, id, timestamp, offset, payload
             index, id, timestamp, offset, payload, position =
-                struct.unpack(RECORD_FORMAT, packed, position)
+                unpack(RECORD_FORMAT, packed, position)
             -- a table lookup: nil unless an integer in 1..#timelines
             local timeline = timelines[index]
             if timeline == nil then
                 parse_integer(index, 'timeline index', 1, #timelines)
             end
-            if #id == 0 or #id > MAX_NAME_BYTES then
+            local length = #id
+            if length == 0 or length > MAX_NAME_BYTES then
                 parse_name(id, 'record id')
             end
-            if not (timestamp >= 0 and timestamp < math.huge) then
+            if not (timestamp >= 0 and timestamp < huge) then
                 parse_time(timestamp, 'record timestamp')
             end
-            if not (offset >= 0 and offset <= MAX_OFFSET) or offset ~= math.floor(offset) then
+            -- an integer (a whole double: `% 1` is an operator, math.floor a call) up to the
+            -- through offset; else the precise error
+            if not (offset >= 0 and offset <= last) or offset % 1 ~= 0 then
                 parse_integer(offset, 'offset', 0, MAX_OFFSET)
-            end
-            if through_offset ~= nil and offset > through_offset then
                 invalid_argument('record offset ' .. format_integer(offset)
                     .. ' is past through_offset ' .. format_integer(through_offset))
             end
-            records[#records + 1] = {
+            count = count + 1
+            records[count] = {
                 timeline = timeline,
                 id = id,
                 timestamp = timestamp,

@@ -11,16 +11,22 @@
 local function open_many(keys, args)
     local tag = many_targets(keys, args, 2, OPEN_WIDTH)
     local now = parse_time(args[1], 'now')
-    local targets = {}
+    -- every target checked before the first open; the ttl repeats across targets (most
+    -- timelines share a policy): each distinct text is parsed once
+    local ttls = {}
     for base = 2, #args, OPEN_WIDTH do
-        targets[#targets + 1] = {
-            parse_name(args[base], 'timeline'), parse_digest_id(args[base + 1]),
-            parse_ttl(args[base + 2]),
-        }
+        parse_name(args[base], 'timeline')
+        parse_digest_id(args[base + 1])
+        local ttl = args[base + 2]
+        if ttls[ttl] == nil then
+            ttls[ttl] = parse_ttl(ttl)
+        end
     end
-    local replies = {}
-    for i, target in ipairs(targets) do
-        replies[i] = open_target(tag, target[1], target[2], now, target[3]) or 0
+    local replies, count = {}, 0
+    for base = 2, #args, OPEN_WIDTH do
+        count = count + 1
+        replies[count] = open_target(tag, args[base], args[base + 1], now, ttls[args[base + 2]])
+            or 0
     end
     return replies
 end
