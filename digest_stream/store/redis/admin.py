@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from digest_stream.store import validate
 from digest_stream.store.base import Fence, PartitionStats, TimelineInfo
-from digest_stream.store.redis import keys, protocol, replies, routing
+from digest_stream.store.redis import protocol, replies, routing
 from digest_stream.store.redis.calls import RedisCalls
 from digest_stream.store.redis.replies import integer
 
@@ -16,26 +16,18 @@ class RedisAdmin(RedisCalls):
         """Remove the timeline and everything it owns; False when it did not exist."""
         tag = self._tag(partition)
         validate.name(timeline, "timeline")
-        call_keys = keys.command_keys(protocol.DS_DELETE, tag, timeline)
-        return integer(self._fcall("ds_delete", call_keys, [timeline])) == 1
+        return integer(self._command(protocol.DS_DELETE, tag, [timeline], timeline)) == 1
 
     def inspect(self, partition: int, timeline: str) -> TimelineInfo:
         """Describe one timeline (read-only)."""
         tag = self._tag(partition)
         validate.name(timeline, "timeline")
-        reply = self._fcall(
-            "ds_inspect",
-            keys.command_keys(protocol.DS_INSPECT, tag, timeline),
-            [timeline],
-            read_only=protocol.DS_INSPECT.read_only,
-        )
+        reply = self._command(protocol.DS_INSPECT, tag, [timeline], timeline)
         return replies.timeline_info(timeline, reply)
 
     def stats(self, partition: int) -> PartitionStats:
         """Count WAITING and READY timelines of a partition (read-only)."""
-        tag = self._tag(partition)
-        call_keys = keys.command_keys(protocol.DS_STATS, tag)
-        reply = self._fcall("ds_stats", call_keys, [], read_only=protocol.DS_STATS.read_only)
+        reply = self._command(protocol.DS_STATS, self._tag(partition), [])
         return replies.partition_stats(partition, reply)
 
     def server_time(self) -> float:
@@ -54,12 +46,7 @@ class RedisAdmin(RedisCalls):
 
     def fence(self, partition: int) -> Fence:
         """The partition's fence with the topic id it belongs to."""
-        tag = self._tag(partition)
-        call_keys = keys.command_keys(protocol.DS_FENCE_GET, tag)
-        reply = self._fcall(
-            "ds_fence_get", call_keys, [], read_only=protocol.DS_FENCE_GET.read_only
-        )
-        return replies.fence(reply)
+        return replies.fence(self._command(protocol.DS_FENCE_GET, self._tag(partition), []))
 
     def set_applied_offset(
         self, partition: int, offset: int | None, *, topic_id: str | None = None
@@ -68,4 +55,5 @@ class RedisAdmin(RedisCalls):
         tag = self._tag(partition)
         value = "" if offset is None else str(validate.offset(offset))
         topic = validate.topic_id(topic_id) or ""
-        self._fcall("ds_fence_set", keys.command_keys(protocol.DS_FENCE_SET, tag), [value, topic])
+        args = protocol.DS_FENCE_SET.arguments(offset=value, topic_id=topic)
+        self._command(protocol.DS_FENCE_SET, tag, args)

@@ -15,7 +15,7 @@ from digest_stream.store import validate
 from digest_stream.store.errors import InvalidArgument, LibraryVersionMismatch
 from digest_stream.store.limits import INLINE_MAX_RECORDS
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
-from digest_stream.store.redis import keys, library, routing
+from digest_stream.store.redis import keys, library, protocol, routing
 from digest_stream.store.redis.replies import Reply, map_error, text
 from digest_stream.store.redis.routing import RedisClient
 
@@ -147,6 +147,18 @@ class RedisCalls:
                 except ResponseError as retry_error:
                     raise map_error(retry_error) from retry_error
             raise map_error(error) from error
+
+    def _command(
+        self,
+        command: protocol.Command,
+        tag: str,
+        args: Sequence[str | bytes],
+        timeline: str = "",
+    ) -> Reply:
+        """One call of a declared command: its keys for the tag (and timeline), FCALL_RO when
+        it is read-only."""
+        call_keys = keys.command_keys(command, tag, timeline)
+        return self._fcall(command.function, call_keys, args, read_only=command.read_only)
 
     def _tag(self, partition: int) -> str:
         return keys.partition_tag(self.namespace, validate.partition(partition))

@@ -183,6 +183,12 @@ class Command:
         """Its KEYS, in order."""
         return KEY_LAYOUTS[self.keys]
 
+    def arguments(self, **values: str | bytes) -> list[str | bytes]:
+        """Its ARGV from values by name, in the declared order (commands of fixed ARGV)."""
+        if set(values) != set(self.args):
+            raise TypeError(f"{self.function} takes {', '.join(self.args)}")
+        return [values[name] for name in self.args]
+
     def render_args(self) -> str:
         """Its ARGV as a command file's header lists it."""
         target = f" x ({', '.join(self.target)})" if self.target else ""

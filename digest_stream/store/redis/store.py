@@ -19,7 +19,7 @@ from digest_stream.store.base import (
     NewRecord,
 )
 from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
-from digest_stream.store.redis import keys, protocol, replies
+from digest_stream.store.redis import protocol, replies
 from digest_stream.store.redis.admin import RedisAdmin
 from digest_stream.store.redis.digests import RedisDigests
 from digest_stream.store.redis.replies import arg
@@ -157,9 +157,9 @@ class RedisStore(RedisDigests, RedisAdmin):
                 _RECORD_TAIL(timestamp, offset, len(payload)),
                 payload,
             )
-        reply = self._fcall(
-            "ds_add",
-            keys.command_keys(protocol.DS_ADD, tag),
+        reply = self._command(
+            protocol.DS_ADD,
+            tag,
             [  # protocol.DS_ADD.args, in order
                 arg(now),
                 arg(self.policy.ttl),
@@ -181,10 +181,10 @@ class RedisStore(RedisDigests, RedisAdmin):
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
         tag = self._tag(partition)
         now = validate.time_value(now, "now")
-        args = [arg(now), arg(self.policy.ttl), str(validate.limit(limit))]
-        return replies.due_batch(
-            self._fcall("ds_schedule", keys.command_keys(protocol.DS_SCHEDULE, tag), args)
+        args = protocol.DS_SCHEDULE.arguments(
+            now=arg(now), partition_ttl=arg(self.policy.ttl), limit=str(validate.limit(limit))
         )
+        return replies.due_batch(self._command(protocol.DS_SCHEDULE, tag, args))
 
     def maintenance(
         self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE
@@ -193,6 +193,10 @@ class RedisStore(RedisDigests, RedisAdmin):
         tag = self._tag(partition)
         deadline = validate.time_value(deadline, "deadline")
         now = validate.time_value(now, "now")
-        args = [arg(deadline), arg(now), arg(self.policy.ttl), str(validate.limit(limit))]
-        call_keys = keys.command_keys(protocol.DS_MAINTENANCE, tag)
-        return replies.due_batch(self._fcall("ds_maintenance", call_keys, args))
+        args = protocol.DS_MAINTENANCE.arguments(
+            deadline=arg(deadline),
+            now=arg(now),
+            partition_ttl=arg(self.policy.ttl),
+            limit=str(validate.limit(limit)),
+        )
+        return replies.due_batch(self._command(protocol.DS_MAINTENANCE, tag, args))
