@@ -21,14 +21,8 @@ from hypothesis import strategies as st
 
 from digest_stream.store import InvalidArgument, MemoryStore, NewRecord, RedisStore
 from digest_stream.store import validate as v
-from digest_stream.store.redis.keys import (
-    digest_key,
-    fence_key,
-    partition_tag,
-    ready_key,
-    timeline_key,
-    waiting_key,
-)
+from digest_stream.store.redis import protocol
+from digest_stream.store.redis.keys import command_keys, partition_tag
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
 from tests.support import unique
@@ -246,22 +240,13 @@ lua_args = st.lists(
     ),
     max_size=20,
 )
-FUNCTIONS = [
-    "ds_version", "ds_add", "ds_schedule", "ds_maintenance", "ds_open", "ds_close",
-    "ds_delete", "ds_inspect", "ds_stats", "ds_fence_get", "ds_fence_set",
-]  # fmt: skip
+#: Every function the library registers (protocol.COMMANDS), each given its declared KEYS.
+COMMANDS = {command.function: command for command in protocol.COMMANDS}
+FUNCTIONS = list(COMMANDS)
 
 
 def _keys_for(function: str, tag: str) -> list[str]:
-    if function in {"ds_add"}:
-        return [fence_key(tag), waiting_key(tag), ready_key(tag)]
-    if function in {"ds_schedule", "ds_maintenance", "ds_stats"}:
-        return [waiting_key(tag), ready_key(tag), fence_key(tag)]
-    if function in {"ds_open", "ds_close", "ds_delete", "ds_inspect"}:
-        return [timeline_key(tag, "t"), digest_key(tag, "t"), waiting_key(tag), ready_key(tag)]
-    if function in {"ds_fence_get", "ds_fence_set"}:
-        return [fence_key(tag)]
-    return []
+    return command_keys(COMMANDS[function], tag, "t")
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
