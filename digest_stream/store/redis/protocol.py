@@ -228,6 +228,8 @@ DS_ADD = Command(
     ),
     ADD_REPLY,
 )  # fmt: skip
+#: ds_add's ARGV before its policy blocks (the policies and the packed arguments follow).
+ADD_HEAD = DS_ADD.args[: DS_ADD.args.index("policies*")]
 DS_SCHEDULE = Command("ds_schedule", "partition", ("now", "partition_ttl", "limit"), DUE_REPLY)
 DS_MAINTENANCE = Command(
     "ds_maintenance", "partition", ("deadline", "now", "partition_ttl", "limit"), DUE_REPLY
@@ -278,6 +280,8 @@ def lua_constants() -> dict[str, object]:
         "KEY_SUFFIXES": dict(KEY_SUFFIXES),
         "KEY_LAYOUTS": {name: layout for name, layout in KEY_LAYOUTS.items() if layout},
         **{f"{packed.name}_FORMAT": packed.lua_format for packed in (TIMELINE, RECORD, CONTROL)},
+        # ds_add's ARGV by name, up to its first policy block (the packed ones follow them)
+        "ADD_ARGS": {name: index for index, name in enumerate((*ADD_HEAD, "policies"), 1)},
         "POLICY_WIDTH": len(POLICY_BLOCK),
         "OPEN_WIDTH": len(OPEN_TARGET),
         "CLOSE_WIDTH": len(CLOSE_TARGET),

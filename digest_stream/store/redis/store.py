@@ -157,18 +157,21 @@ class RedisStore(RedisDigests, RedisAdmin):
                 _RECORD_TAIL(timestamp, offset, len(payload)),
                 payload,
             )
+        head = {
+            "now": arg(now),
+            "partition_ttl": arg(self.policy.ttl),
+            "inline_records": str(self.inline_records),
+            "expected_fence": "" if expected is None else str(expected),
+            "through_offset": "" if through is None else str(through),
+            "topic_id": topic or "",
+            "open_nonce": nonce or "",
+            "policy_count": str(len(policies)),
+        }
         reply = self._command(
             protocol.DS_ADD,
             tag,
-            [  # protocol.DS_ADD.args, in order
-                arg(now),
-                arg(self.policy.ttl),
-                str(self.inline_records),
-                "" if expected is None else str(expected),
-                "" if through is None else str(through),
-                topic or "",
-                nonce or "",
-                str(len(policies)),
+            [
+                *(head[name] for name in protocol.ADD_HEAD),
                 *policy_args,
                 b"".join(timeline_parts),
                 b"".join(record_parts),

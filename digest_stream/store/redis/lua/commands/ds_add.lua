@@ -4,10 +4,10 @@
 -- ARGV: now, partition_ttl, inline_records, expected_fence, through_offset, topic_id,
 --   open_nonce, policy_count, policies*, timelines, records, controls?
 -- Reply: ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled, led
--- Holds: parse_open_nonce, parse_add, add.
--- Needs: ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET, OPEN_NONCE_LENGTH, POLICY_WIDTH (Python);
---   invalid_argument, parse_integer, parse_policy, parse_time, parse_topic_id, parse_ttl
---   (guards); call_tag (keys); format_integer, ttl_ms (encoding); read_fence,
+-- Holds: parse_open_nonce, parse_add, add_refused, add.
+-- Needs: ADD_ARGS, ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET, OPEN_NONCE_LENGTH, POLICY_WIDTH
+--   (Python); invalid_argument, parse_integer, parse_policy, parse_time, parse_topic_id,
+--   parse_ttl (guards); call_tag (keys); format_integer, ttl_ms (encoding); read_fence,
 --   refresh_partition_ttl (helpers); begin_leading, end_leading (leading); add_run,
 --   add_with_controls, advance_fence, parse_controls, parse_records, parse_timelines (add).
 --
@@ -51,22 +51,27 @@ end
 -- no trace (Redis functions are not rolled back on error).
 local function parse_add(keys, args)
     local tag = call_tag(keys, 'add')
+    local at = ADD_ARGS
     local call = {
         tag = tag,
-        now = parse_time(args[1], 'now'),
-        partition_ttl = parse_ttl(args[2]),
-        inline_records = parse_integer(args[3], 'inline record limit', 0, INLINE_MAX_RECORDS),
+        now = parse_time(args[at.now], 'now'),
+        partition_ttl = parse_ttl(args[at.partition_ttl]),
+        inline_records = parse_integer(args[at.inline_records], 'inline record limit', 0,
+            INLINE_MAX_RECORDS),
     }
-    if args[4] ~= '' then
-        call.expected_fence = parse_integer(args[4], 'expected fence', 0, MAX_OFFSET)
+    if args[at.expected_fence] ~= '' then
+        call.expected_fence = parse_integer(args[at.expected_fence], 'expected fence', 0,
+            MAX_OFFSET)
     end
-    if args[5] ~= '' then
-        call.through_offset = parse_integer(args[5], 'through offset', 0, MAX_OFFSET)
+    if args[at.through_offset] ~= '' then
+        call.through_offset = parse_integer(args[at.through_offset], 'through offset', 0,
+            MAX_OFFSET)
     end
-    call.topic = parse_topic_id(args[6])
-    call.open_nonce = parse_open_nonce(args[7])
-    local policy_count = parse_integer(args[8], 'policy count', 0, #args)
-    local packed = 9 + policy_count * POLICY_WIDTH -- the packed timelines; then the records
+    call.topic = parse_topic_id(args[at.topic_id])
+    call.open_nonce = parse_open_nonce(args[at.open_nonce])
+    local policy_count = parse_integer(args[at.policy_count], 'policy count', 0, #args)
+    -- the packed timelines, after the policies; then the records
+    local packed = at.policies + policy_count * POLICY_WIDTH
     -- the controls argument, when sent, holds at least one (a plain add sends none)
     if #args ~= packed + 1 and (#args ~= packed + 2 or args[packed + 2] == '') then
         invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
@@ -74,7 +79,7 @@ local function parse_add(keys, args)
     end
     local policies = {}
     for i = 1, policy_count do
-        policies[i] = parse_policy(args, 9 + (i - 1) * POLICY_WIDTH)
+        policies[i] = parse_policy(args, at.policies + (i - 1) * POLICY_WIDTH)
         -- its containers' TTL as the text Redis reads: a number argument of redis.call is
         -- formatted (%.17g) on every call
         policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
