@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         connection.pack_command("FCALL", function, len(call_keys), *call_keys, *call_args)
         return [[], BATCH, 0, 0, None, BATCH - 1, None, 0]  # ds_add's reply
 
-    setattr(store, "_fcall", fake_fcall)  # noqa: B010 - an instance attribute, on purpose
+    setattr(store.calls, "fcall", fake_fcall)  # noqa: B010 - an instance attribute, on purpose
     producer = Producer({"bootstrap.servers": env.bootstrap})
     _, ingest = ingest_role(settings, store, SystemClock(), Metrics(), producer)
     now = time.time()

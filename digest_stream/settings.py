@@ -24,6 +24,7 @@ from pydantic_settings import (
 )
 
 from digest_stream.store import calendar
+from digest_stream.store.base import NAMESPACE_PATTERN
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.limits import MAX_TTL
 from digest_stream.store.policy import (
@@ -104,7 +105,7 @@ class Settings(BaseSettings):
         '`{"basic.auth.user.info": "user:secret"}`, `ssl.ca.location`).',
     )
     namespace: str = Field(
-        "d", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description="Redis key namespace."
+        "d", min_length=1, pattern=NAMESPACE_PATTERN.pattern, description="Redis key namespace."
     )
 
     # -- topics and groups

@@ -18,20 +18,19 @@ from digest_stream.cli.common import (
 from digest_stream.settings import env_name
 
 if TYPE_CHECKING:  # the store (and redis-py) loads only for the commands that use it
-    from digest_stream.store.base import TimelineInfo
+    from digest_stream.store.base import DigestStore, TimelineInfo
     from digest_stream.store.policy import TimelinePolicy
-    from digest_stream.store.redis import RedisStore
 
 
 def _find(
     timeline: str, partition: int | None, flags: dict[str, Any]
-) -> tuple[RedisStore, dict[int, TimelineInfo]]:
+) -> tuple[DigestStore, dict[int, TimelineInfo]]:
     """The store and the timeline's state per input partition (all partitions unless given)."""
-    from digest_stream.app import connect_store
     from digest_stream.ops.admin import find_timeline
+    from digest_stream.store import connect
 
     settings = load_settings(flags)
-    store = connect_store(settings)
+    store = connect(settings)
     candidates = [partition] if partition is not None else event_partitions(settings)
     return store, find_timeline(store, candidates, timeline)
 
@@ -69,11 +68,11 @@ def replay(partition: int, from_offset: int, yes: bool, **flags: Any) -> None:
 
     The ingest group must be inactive (every instance stopped).
     """
-    from digest_stream.app import connect_store
     from digest_stream.ops.admin import AdminError, apply_replay, plan_replay
+    from digest_stream.store import connect
 
     settings = load_settings(flags)
-    store = connect_store(settings)
+    store = connect(settings)
     check_kafka(
         settings,
         topics=(settings.events_topic,),
@@ -120,10 +119,10 @@ def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
 @settings_options
 def stats(**flags: Any) -> None:
     """Per input partition: waiting and ready timelines, oldest due time, fence."""
-    from digest_stream.app import connect_store
+    from digest_stream.store import connect
 
     settings = load_settings(flags)
-    store = connect_store(settings)
+    store = connect(settings)
     partitions = event_partitions(settings)
     now = time.time()
     click.echo(f"{'partition':>9} {'waiting':>8} {'ready':>6} {'oldest due':>26} "

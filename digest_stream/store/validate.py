@@ -6,7 +6,13 @@ import math
 import re
 from collections.abc import Sequence
 
-from digest_stream.store.base import CONTROLS, DIGEST_ID_PATTERN, OPEN_NONCE_PATTERN, NewRecord
+from digest_stream.store.base import (
+    CONTROLS,
+    DIGEST_ID_PATTERN,
+    NAMESPACE_PATTERN,
+    OPEN_NONCE_PATTERN,
+    NewRecord,
+)
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.limits import (
     MAX_NAME_BYTES,
@@ -16,14 +22,13 @@ from digest_stream.store.limits import (
     MAX_TTL,
 )
 from digest_stream.store.policy import TimelinePolicy
-from digest_stream.store.redis.keys import NAMESPACE_PATTERN
 
 #: Partitions are Kafka partition numbers (int32).
 MAX_PARTITION = 2**31 - 1
 
 
 def namespace(value: object) -> str:
-    """A namespace that fits inside the hash tag."""
+    """A namespace (NAMESPACE_PATTERN)."""
     if not isinstance(value, str) or not NAMESPACE_PATTERN.match(value):
         raise InvalidArgument(f"namespace must match {NAMESPACE_PATTERN.pattern}, got {value!r}")
     return value

@@ -88,8 +88,8 @@ def test_an_event_size_that_could_never_be_published_is_refused_at_start() -> No
 
 def test_redis_tls_files_reach_both_clients_and_need_rediss() -> None:
     # Issue 28, item 5: the CA of a rediss:// server, and a client certificate for mTLS.
-    from digest_stream.app import redis_options
     from digest_stream.ops.config import masked_settings
+    from digest_stream.store.redis.client import redis_options
 
     for cluster in (False, True):
         settings = Settings(

@@ -15,7 +15,6 @@ import functools
 import logging
 from collections.abc import Sequence
 
-import redis
 from confluent_kafka import Message, Producer, TopicPartition
 
 from digest_stream.clock import Clock
@@ -29,7 +28,7 @@ from digest_stream.roles.publish import DigestPublisher, Pending
 from digest_stream.roles.runner import Runner, highest_offsets
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, OpenDigest
-from digest_stream.store.errors import InvalidState, unavailable
+from digest_stream.store.errors import BackendError, InvalidState, unavailable
 from digest_stream.wire import codec
 from digest_stream.wire.schedule_fields import ScheduleFields, decode_schedule_fields
 
@@ -120,7 +119,7 @@ class Delivery:
             overlap.close(digests, positions, times)
             if self._ahead is None:
                 overlap.settle()
-        except redis.RedisError as exc:
+        except BackendError as exc:
             if not unavailable(exc) or not self._kafka.stopping():
                 raise
             # Asked to stop while Redis is unreachable: a graceful stop, not a failure. The
@@ -140,7 +139,7 @@ class Delivery:
             self._overlap.drop(ahead)
         try:
             self._overlap.settle()
-        except redis.RedisError as exc:  # given up (stopping): its entries are redelivered
+        except BackendError as exc:  # given up (stopping): its entries are redelivered
             log.warning("the last batch was not closed (%s); it will be redelivered", exc)
         self._overlap.shutdown()
         self._producer.flush(COMMIT_TIMEOUT)

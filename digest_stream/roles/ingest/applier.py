@@ -12,8 +12,6 @@ import logging
 import time
 from collections.abc import Callable
 
-import redis
-
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest import fence
 from digest_stream.roles.ingest.ledger import Ledger
@@ -22,7 +20,7 @@ from digest_stream.roles.ingest.topic import TopicProbe
 from digest_stream.roles.ingest.worker import Batch
 from digest_stream.roles.runner import Runner
 from digest_stream.store.base import AddResult, DigestStore
-from digest_stream.store.errors import unavailable
+from digest_stream.store.errors import BackendError, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +190,7 @@ class Applier:
                 errors=self._metrics.redis_errors,
                 recovered=self._after_outage,
             )
-        except redis.RedisError as exc:
+        except BackendError as exc:
             if not unavailable(exc):
                 raise
             if self._ledger.owns(batch.partition):
@@ -245,7 +243,7 @@ class Applier:
                 give_up=lambda: self._kafka.stopping() or not self._ledger.owns(partition),
                 errors=self._metrics.redis_errors,
             )
-        except redis.RedisError as exc:
+        except BackendError as exc:
             if not unavailable(exc):
                 raise
             log.error("partition %d: the fence could not be reset (%s)", partition, exc)

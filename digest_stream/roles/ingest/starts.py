@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 
-import redis
 from confluent_kafka import OFFSET_INVALID, TopicPartition
 
 from digest_stream.roles.ingest import fence
@@ -19,7 +18,7 @@ from digest_stream.roles.ingest.topic import TopicProbe
 from digest_stream.roles.ingest.worker import Batch
 from digest_stream.roles.runner import Runner
 from digest_stream.store.base import DigestStore
-from digest_stream.store.errors import unavailable
+from digest_stream.store.errors import BackendError, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +64,7 @@ class Starts:
     def _starting(self, partition: int, committed: int, end: int | None) -> fence.Decision:
         try:
             found = self._store.fence(partition)
-        except redis.RedisError as exc:  # the first add checks the fence instead
+        except BackendError as exc:  # the first add checks the fence instead
             if not unavailable(exc):
                 raise
             log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)

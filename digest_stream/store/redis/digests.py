@@ -26,22 +26,25 @@ def _close_policy(policy: TimelinePolicy, now: float) -> tuple[str, str]:
     return "" if fire is None else arg(fire), str(policy.flush_at or 0)
 
 
-class RedisDigests(RedisCalls):
+class RedisDigests:
     """``open``, ``close`` and their batch forms of ``RedisStore``."""
+
+    def __init__(self, calls: RedisCalls) -> None:
+        self.calls = calls
 
     def _checked(
         self, target: DigestTarget, now: float
     ) -> tuple[list[str], list[str | bytes], TimelinePolicy]:
         """A digest call's keys, its leading arguments (timeline, id, now) and the policy."""
         partition, timeline, digest_id = target
-        tag = self._tag(partition)
+        tag = self.calls.tag(partition)
         validate.name(timeline, "timeline")
         validate.digest_id(digest_id)
         now = validate.time_value(now, "now")
         return (
             keys.timeline_keys(tag, timeline),
             [timeline, digest_id, arg(now)],
-            self._policy(timeline),
+            self.calls.timeline_policy(timeline),
         )
 
     def _open_call(self, target: DigestTarget, now: float) -> Call:
@@ -54,19 +57,19 @@ class RedisDigests(RedisCalls):
             *args,
             arg(policy.minimum_delay),
             arg(policy.ttl),
-            arg(self.policy.ttl),
+            arg(self.calls.policy.ttl),
             *_close_policy(policy, now),
         ]
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
         """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
         call = self._open_call((partition, timeline, digest_id), now)
-        return replies.open_digest(timeline, self._fcall("ds_open", *call))
+        return replies.open_digest(timeline, self.calls.fcall("ds_open", *call))
 
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
         """Close that digest; False when the id is unknown or already closed."""
         call = self._close_call((partition, timeline, digest_id), now)
-        return integer(self._fcall("ds_close", *call)) == 1
+        return integer(self.calls.fcall("ds_close", *call)) == 1
 
     def open_many(
         self, targets: Sequence[DigestTarget], now: float
@@ -100,14 +103,14 @@ class RedisDigests(RedisCalls):
                 tail = [arg(policy.minimum_delay), arg(policy.ttl), *_close_policy(policy, now)]
                 formatted[policy] = tail
             fields.append([timeline, digest_id, *tail])
-        found = self._many("ds_close_many", targets, [arg(now), arg(self.policy.ttl)], fields)
+        found = self._many("ds_close_many", targets, [arg(now), arg(self.calls.policy.ttl)], fields)
         return [integer(reply) == 1 for reply in found]
 
     def _target(self, target: DigestTarget) -> tuple[str, str, TimelinePolicy]:
         _, timeline, digest_id = target
         validate.name(timeline, "timeline")
         validate.digest_id(digest_id)
-        return timeline, digest_id, self._policy(timeline)
+        return timeline, digest_id, self.calls.timeline_policy(timeline)
 
     def _many(
         self,
@@ -124,7 +127,7 @@ class RedisDigests(RedisCalls):
         calls: list[Call] = []
         members: list[list[int]] = []
         for partition, indexes in groups.items():
-            tag = self._tag(partition)
+            tag = self.calls.tag(partition)
             call_keys = [keys.waiting_key(tag), keys.ready_key(tag)]
             for first in range(0, len(indexes), MANY_CHUNK):
                 chunk = indexes[first : first + MANY_CHUNK]
@@ -143,17 +146,17 @@ class RedisDigests(RedisCalls):
         """Pipelined FCALLs, one round trip per node, replies in call order.
 
         A reply the pipeline cannot settle (the library missing on a node, a cluster
-        redirection while slots move) is redone by _fcall, which handles both.
+        redirection while slots move) is redone by RedisCalls.fcall, which handles both.
         """
         found: list[Reply] = []
         for call, reply in zip(
-            calls, routing.fcall_pipelined(self.client, function, calls), strict=True
+            calls, routing.fcall_pipelined(self.calls.client, function, calls), strict=True
         ):
             if isinstance(reply, ResponseError):
                 mapped = map_error(reply)
                 if mapped is not reply:
                     raise mapped from reply
-                found.append(self._fcall(function, *call))
+                found.append(self.calls.fcall(function, *call))
             elif isinstance(reply, Exception):
                 raise reply
             else:

@@ -6,11 +6,6 @@ so all of them live in one Redis Cluster slot and one function call can touch th
 
 from __future__ import annotations
 
-import re
-
-#: Namespaces go inside the hash tag: no braces, colons or spaces allowed.
-NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
-
 # One-letter suffixes keep key names (and so memory per key) short.
 _WAITING = "w"  # zset: timeline -> due time
 _READY = "r"  # zset: timeline -> time it became ready

@@ -24,6 +24,7 @@ from digest_stream.ops.failures import (
 from digest_stream.settings import Settings
 from digest_stream.store.errors import LibraryVersionMismatch
 from digest_stream.store.redis.library import VERSION
+from tests.support.store_errors import raised
 
 SASL = {
     "security.protocol": "SASL_SSL",
@@ -312,6 +313,16 @@ def test_each_redis_error_has_its_line(
 ) -> None:
     assert explain(error, settings) == Failure(kind, line)  # type: ignore[arg-type]
     assert "secret-pw" not in line
+
+
+@pytest.mark.parametrize(("settings", "error", "kind", "line"), REDIS_CASES)
+def test_the_stores_error_has_the_line_of_the_redis_error_it_translates(
+    settings: Settings, error: redis.RedisError, kind: str, line: str
+) -> None:
+    # What the service meets: RedisStore raises the store's error, chained to redis-py's.
+    translated = raised(error)
+    assert not isinstance(translated, redis.RedisError)
+    assert explain(translated, settings) == Failure(kind, line)  # type: ignore[arg-type]
 
 
 def test_the_cluster_clients_wrapped_error_is_explained_by_its_cause() -> None:

@@ -1,8 +1,5 @@
-"""RedisStore: the digest store over the ``digest_stream`` Redis Functions library.
-
-Works unchanged over ``redis.Redis`` and ``redis.cluster.RedisCluster``: every call
-touches the keys of one input partition (one hash tag, one slot) and is routed by
-that tag. One FCALL per operation per partition batch, never one per record.
+"""Adding records and the schedule over Redis: one FCALL per operation per partition batch,
+never one per record (``RedisWrites``, a part of RedisStore).
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ from digest_stream.store.base import (
 )
 from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
 from digest_stream.store.redis import keys, replies
-from digest_stream.store.redis.admin import RedisAdmin
-from digest_stream.store.redis.digests import RedisDigests
+from digest_stream.store.redis.calls import RedisCalls
 from digest_stream.store.redis.replies import arg
 
 #: Packed forms of ds_add's timelines and records (TIMELINE_FORMAT and RECORD_FORMAT in
@@ -45,12 +41,11 @@ def _short_ascii(value: object) -> bool:
     return type(value) is str and value.isascii() and 0 < len(value) <= MAX_NAME_BYTES
 
 
-class RedisStore(RedisDigests, RedisAdmin):
-    """``DigestStore`` over Redis 7 Functions, single node or Redis Cluster.
+class RedisWrites:
+    """``add``, ``schedule`` and ``maintenance`` of ``RedisStore``."""
 
-    Construction and the library check: ``RedisCalls``; open/close: ``RedisDigests``;
-    inspect, admin and the fence: ``RedisAdmin``; adding and the schedule here.
-    """
+    def __init__(self, calls: RedisCalls) -> None:
+        self.calls = calls
 
     def add(
         self,
@@ -66,7 +61,7 @@ class RedisStore(RedisDigests, RedisAdmin):
         """Store a batch of records of one partition, fenced by offset: one FCALL, control
         operations included (applied in offset order among the records), the leading
         edge's digests opened in it when ``open_nonce`` asks."""
-        tag = self._tag(partition)
+        tag = self.calls.tag(partition)
         now = validate.time_value(now, "now")
         expected, through = validate.fence_arguments(expected_fence, through_offset)
         topic = validate.topic_id(topic_id)
@@ -132,7 +127,7 @@ class RedisStore(RedisDigests, RedisAdmin):
             position = index.get(timeline)
             if position is None:
                 position = index[timeline] = len(index) + 1
-                resolved = self._resolver(timeline)
+                resolved = self.calls.resolver(timeline)
                 cached = formatted.get(id(resolved))
                 if cached is None:
                     policy = validate.policy(resolved, timeline)
@@ -159,13 +154,13 @@ class RedisStore(RedisDigests, RedisAdmin):
                 _RECORD_TAIL(timestamp, offset, len(payload)),
                 payload,
             )
-        reply = self._fcall(
+        reply = self.calls.fcall(
             "ds_add",
             [keys.fence_key(tag), keys.waiting_key(tag), keys.ready_key(tag)],
             [
                 arg(now),
-                arg(self.policy.ttl),
-                str(self.inline_records),
+                arg(self.calls.policy.ttl),
+                str(self.calls.inline_records),
                 "" if expected is None else str(expected),
                 "" if through is None else str(through),
                 topic or "",
@@ -181,17 +176,17 @@ class RedisStore(RedisDigests, RedisAdmin):
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
-        tag = self._tag(partition)
+        tag = self.calls.tag(partition)
         now = validate.time_value(now, "now")
-        args = [arg(now), arg(self.policy.ttl), str(validate.limit(limit))]
-        return replies.due_batch(self._fcall("ds_schedule", keys.partition_keys(tag), args))
+        args = [arg(now), arg(self.calls.policy.ttl), str(validate.limit(limit))]
+        return replies.due_batch(self.calls.fcall("ds_schedule", keys.partition_keys(tag), args))
 
     def maintenance(
         self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE
     ) -> DueBatch:
         """Move up to ``limit`` stale READY timelines back to WAITING; ``.more`` if more remain."""
-        tag = self._tag(partition)
+        tag = self.calls.tag(partition)
         deadline = validate.time_value(deadline, "deadline")
         now = validate.time_value(now, "now")
-        args = [arg(deadline), arg(now), arg(self.policy.ttl), str(validate.limit(limit))]
-        return replies.due_batch(self._fcall("ds_maintenance", keys.partition_keys(tag), args))
+        args = [arg(deadline), arg(now), arg(self.calls.policy.ttl), str(validate.limit(limit))]
+        return replies.due_batch(self.calls.fcall("ds_maintenance", keys.partition_keys(tag), args))
