@@ -1,5 +1,5 @@
-"""Connecting the store the settings name, and telling its backend's errors (the one place
-above ``store/redis/`` that knows which backend there is)."""
+"""The store's backends: connecting the one the settings name, and telling its client's
+errors (the one module above ``store/redis/`` that knows which backends there are)."""
 
 from __future__ import annotations
 
