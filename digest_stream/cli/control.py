@@ -92,7 +92,7 @@ def _send(
     ) as producer:
         for target in targets:
             if command == "flush":
-                producer.flush(timeline, partition=target)
+                producer.flush_timeline(timeline, partition=target)
             else:
                 producer.cancel(timeline, record, partition=target)
 

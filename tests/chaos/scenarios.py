@@ -1393,7 +1393,7 @@ def output_refused(
             w1, w2 = f"{load.prefix}-w1", f"{load.prefix}-w2"
             acc.extra[w1] = send_one(load, warm, w1)
             acc.extra[w2] = send_one(load, warm, w2)
-            sender.flush(warm)
+            sender.flush_timeline(warm)
             out({w1, w2}, f"{warm}'s two events out")
             with output_refusing(pair, topic, output, dlq) as since:
                 acc.extra[e1] = send_one(load, timeline, e1)
@@ -1401,7 +1401,7 @@ def output_refused(
                 # cool-down would find X quiet and get a leading digest of its own)
                 pace(settings.minimum_delay / 3, output, dlq)
                 acc.extra[e2] = send_one(load, timeline, e2)
-                sender.flush(timeline)
+                sender.flush_timeline(timeline)
                 pace(since + 2 * message_timeout - time.monotonic(), output, dlq)
                 refused.append(time.monotonic() - since)
             acc.fault_ended()

@@ -1,6 +1,6 @@
 """Where each input partition is read from: at assignment, and when the consumer went back.
 
-The fence policy (fence.py) decides; this piece gathers what it needs (the group's commit, the
+The fence rules (fence.py) decide; this piece gathers what it needs (the group's commit, the
 store's fence and its topic id, the broker's topic id and the partition's end) and carries the
 decision out through the ledger and the applier.
 """
@@ -29,15 +29,15 @@ class Starts:
     def __init__(
         self,
         store: DigestStore,
-        policy: fence.StateLoss,
-        kafka: Runner,
+        on_state_loss: fence.StateLoss,
+        runner: Runner,
         ledger: Ledger,
         applier: Applier,
         topics: TopicProbe,
     ) -> None:
         self._store = store
-        self._policy = policy
-        self._kafka = kafka
+        self._on_state_loss = on_state_loss
+        self._runner = runner
         self._ledger = ledger
         self._applier = applier
         self._topics = topics
@@ -52,12 +52,12 @@ class Starts:
         starts = []
         # One bounded round trip for the topic id and every partition's end (topic.py).
         ends = self._topics.refresh([tp.partition for tp in partitions])
-        for tp in self._kafka.committed(partitions):
+        for tp in self._runner.committed(partitions):
             decision = self._starting(tp.partition, tp.offset, ends.get(tp.partition))
             offset = self._act_at_start(tp.partition, decision)
             if offset == OFFSET_INVALID and tp.error is None:
                 # No commit (just read): where auto.offset.reset would start, said at once.
-                offset = self._kafka.reset_start
+                offset = self._runner.reset_start
             starts.append(TopicPartition(tp.topic, tp.partition, offset))
         return starts
 
@@ -73,7 +73,7 @@ class Starts:
             partition,
             committed,
             found.offset,
-            self._policy,
+            self._on_state_loss,
             fence_topic=found.topic_id,
             topic=self._topics.topic,
             end=end,
@@ -107,7 +107,7 @@ class Starts:
         end = self._topics.refresh([partition]).get(partition)
         decision = fence.foreign(
             partition,
-            self._policy,
+            self._on_state_loss,
             fence=self._ledger.expected(partition),
             fence_topic=self._ledger.topic(partition),
             topic=self._topics.topic,
