@@ -3,7 +3,9 @@
 Every command and ``run`` print these lines instead of a traceback (``--debug`` or
 ``DIGEST_STREAM_DEBUG=1`` shows it). One table for both backends: authentication,
 authorization (with the resource), TLS (an untrusted certificate, plaintext against TLS and
-TLS against plaintext), unreachable, timed out, and the Functions library a user may not load.
+TLS against plaintext), unreachable, timed out, the Functions library a user may not load, and
+a Redis that refuses calls for a while (OOM, READONLY, BUSY, LOADING, a failover, a cluster
+moving slots), from the store's errors and their kind.
 A failure of kind ``authentication``, ``authorization``, ``tls`` or ``library`` is a setting
 to fix, not an outage to wait out: commands and the service's start stop on it.
 """
@@ -23,7 +25,9 @@ from digest_stream.settings import Settings, env_name
 from digest_stream.store import SERVER_CODE, backend_error
 from digest_stream.store.errors import BackendError, LibraryVersionMismatch
 
-Kind = Literal["authentication", "authorization", "tls", "unreachable", "timeout", "library"]
+Kind = Literal[
+    "authentication", "authorization", "tls", "unreachable", "timeout", "library", "refusing"
+]
 
 #: Kinds that waiting does not cure: a command exits on them, the service refuses to start.
 FATAL_KINDS: frozenset[Kind] = frozenset({"authentication", "authorization", "tls", "library"})
@@ -297,7 +301,25 @@ def _store(error: BackendError, top: BaseException, settings: Settings | None) -
         return Failure("authorization", _redis_permission(error, where, settings))
     if error.kind in ("tls", "unreachable", "timeout"):
         return _redis_connection(error, top, where)
+    refusing = _REFUSING.get(error.kind)
+    if refusing is not None:
+        return Failure("refusing", f"Redis at {where.address} {refusing} ({error.detail})")
     return None
+
+
+#: What a Redis that refuses calls for a while is doing, and what ends it (the service waits).
+_REFUSING = {
+    "oom": "is out of memory and refuses writes (OOM: maxmemory under noeviction): free "
+    "memory or raise maxmemory; the service waits meanwhile",
+    "readonly": f"is a read-only replica (READONLY): check that {_REDIS_URL} names the "
+    "primary, or wait for the failover to end",
+    "busy": "is busy running a script (BUSY): it answers once the script ends",
+    "loading": "is loading its data set (LOADING): it answers once loaded",
+    "failover": "has lost its primary or its replicas (MASTERDOWN, NOREPLICAS): it answers "
+    "once the failover ends",
+    "cluster": "says its cluster is down or moving slots (CLUSTERDOWN, TRYAGAIN): it answers "
+    "once the cluster is OK",
+}
 
 
 def _redis_permission(error: BackendError, where: _Where, settings: Settings | None) -> str:
