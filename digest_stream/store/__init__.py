@@ -8,7 +8,7 @@ interface and semantics. Every store raises only the errors of ``store.errors``.
 
 from __future__ import annotations
 
-from digest_stream.store.backends import SERVER_CODE, backend_error, connect
+from digest_stream.store.backends import SERVER_CODE, StoreSettings, backend_error, connect
 from digest_stream.store.base import (
     DEFAULT_SLICE,
     DIGEST_ID_PATTERN,
@@ -23,7 +23,6 @@ from digest_stream.store.base import (
     PartitionStats,
     Readiness,
     StoredRecord,
-    StoreSettings,
     TimelineInfo,
 )
 from digest_stream.store.errors import (

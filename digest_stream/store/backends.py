@@ -3,11 +3,14 @@ errors (the one module above ``store/redis/`` that knows which backends there ar
 
 from __future__ import annotations
 
-from digest_stream.store.base import DigestStore, StoreSettings
+from digest_stream.store.base import DigestStore
 from digest_stream.store.errors import BackendError
 from digest_stream.store.redis import errors as redis_errors
 from digest_stream.store.redis import library
-from digest_stream.store.redis.client import connect_redis
+from digest_stream.store.redis.client import RedisSettings, connect_redis
+
+#: What connecting a store reads of the service's settings (today: the Redis store's).
+StoreSettings = RedisSettings
 
 #: The name and version of the server-side code the store needs (the Functions library), for
 #: the lines that tell an operator how to load it.

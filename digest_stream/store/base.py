@@ -13,7 +13,6 @@ from typing import NamedTuple, Protocol
 
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import CAUSES
-from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 
 #: Why a timeline is (or was) due: the ``reason`` of its next digest, as the store knows it.
 #: The delivery role adds RECOVERED (a digest re-announced by maintenance or a take-over).
@@ -199,46 +198,6 @@ class Readiness:
         """The nodes that run another version (or none), with what they run."""
         return {node: found or "absent" for node, found in self.versions.items()
                 if found != self.expected}  # fmt: skip
-
-
-class StoreSettings(Protocol):
-    """What connecting a store reads of the service's settings (``store.connect``)."""
-
-    @property
-    def redis_url(self) -> str:
-        """redis:// or rediss:// URL."""
-
-    @property
-    def redis_cluster(self) -> bool:
-        """The URL names one node of a Redis Cluster."""
-
-    @property
-    def redis_ssl_ca_certs(self) -> str | None:
-        """CA file for rediss://."""
-
-    @property
-    def redis_ssl_certfile(self) -> str | None:
-        """Client certificate for rediss://."""
-
-    @property
-    def redis_ssl_keyfile(self) -> str | None:
-        """Client key for rediss://."""
-
-    @property
-    def redis_load_library(self) -> bool:
-        """Load the Functions library where it is missing or differs."""
-
-    @property
-    def namespace(self) -> str:
-        """Every key of the store is in this namespace."""
-
-    def policy(self) -> TimelinePolicy:
-        """The default timeline policy."""
-        ...
-
-    def resolver(self) -> PolicyResolver:
-        """timeline -> its policy."""
-        ...
 
 
 #: (partition, timeline, digest id): one digest to open or close in a batch.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import redis
 from redis.cluster import RedisCluster
 
-from digest_stream.store.base import StoreSettings
+from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 from digest_stream.store.redis.adapter import RedisStore
 from digest_stream.store.redis.errors import translated
 from digest_stream.store.redis.routing import RedisClient
@@ -15,7 +17,47 @@ REDIS_SOCKET_TIMEOUT = 10.0
 REDIS_CONNECT_TIMEOUT = 2.0
 
 
-def redis_client(settings: StoreSettings) -> RedisClient:
+class RedisSettings(Protocol):
+    """What connecting the Redis store reads of the service's settings (``store.connect``)."""
+
+    @property
+    def redis_url(self) -> str:
+        """redis:// or rediss:// URL."""
+
+    @property
+    def redis_cluster(self) -> bool:
+        """The URL names one node of a Redis Cluster."""
+
+    @property
+    def redis_ssl_ca_certs(self) -> str | None:
+        """CA file for rediss://."""
+
+    @property
+    def redis_ssl_certfile(self) -> str | None:
+        """Client certificate for rediss://."""
+
+    @property
+    def redis_ssl_keyfile(self) -> str | None:
+        """Client key for rediss://."""
+
+    @property
+    def redis_load_library(self) -> bool:
+        """Load the Functions library where it is missing or differs."""
+
+    @property
+    def namespace(self) -> str:
+        """Every key of the store is in this namespace."""
+
+    def policy(self) -> TimelinePolicy:
+        """The default timeline policy."""
+        ...
+
+    def resolver(self) -> PolicyResolver:
+        """timeline -> its policy."""
+        ...
+
+
+def redis_client(settings: RedisSettings) -> RedisClient:
     """A Redis (or Redis Cluster) client for the settings."""
     options = redis_options(settings)
     if settings.redis_cluster:
@@ -23,7 +65,7 @@ def redis_client(settings: StoreSettings) -> RedisClient:
     return redis.Redis.from_url(settings.redis_url, health_check_interval=30, **options)
 
 
-def redis_options(settings: StoreSettings) -> dict[str, object]:
+def redis_options(settings: RedisSettings) -> dict[str, object]:
     """The client options besides the URL: timeouts, and the TLS files for rediss://."""
     options: dict[str, object] = {
         "socket_timeout": REDIS_SOCKET_TIMEOUT,
@@ -41,7 +83,7 @@ def redis_options(settings: StoreSettings) -> dict[str, object]:
 
 
 @translated
-def connect_redis(settings: StoreSettings) -> RedisStore:
+def connect_redis(settings: RedisSettings) -> RedisStore:
     """The Redis store of the settings, with its Functions library loaded and checked."""
     return RedisStore(
         redis_client(settings),  # a cluster client connects here: its errors are translated
