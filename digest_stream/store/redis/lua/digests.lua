@@ -30,7 +30,7 @@ end
 -- written). Returns {id, opened_at, dropped, {id, timestamp, payload, ...} newest first,
 -- expired, cause}: expired is 1 when the timeline was scheduled but its earlier records had
 -- expired; cause is the letter saying why the timeline was due.
-local function open_target(tag, timeline, digest_id, now, ttl)
+local function open_target(tag, timeline, digest_id, now, policy)
     if redis.call('ZSCORE', ready_key(tag), timeline) == false then
         return nil
     end
@@ -39,7 +39,7 @@ local function open_target(tag, timeline, digest_id, now, ttl)
     if existing ~= nil then
         -- Reopen: the very same digest, whatever was added since stays pending. Its
         -- TTL restarts: a digest nobody manages to close must not expire meanwhile.
-        redis.call('PEXPIRE', digest, ttl_ms(ttl))
+        redis.call('PEXPIRE', digest, ttl_ms(policy.ttl))
         return digest_reply(tag, existing, read_container(digest).records)
     end
 
@@ -74,7 +74,7 @@ local function open_target(tag, timeline, digest_id, now, ttl)
     else
         redis.call('SET', digest, encode_inline(format_digest_meta(digest_meta), container.records))
     end
-    redis.call('PEXPIRE', digest, ttl_ms(ttl))
+    redis.call('PEXPIRE', digest, ttl_ms(policy.ttl))
     return digest_reply(tag, digest_meta, container.records)
 end
 
@@ -86,7 +86,7 @@ local function open(keys, args)
     local digest_id = parse_digest_id(args[2])
     local now = parse_time(args[3], 'now')
     local policy = parse_policy(args, 4)
-    local reply = open_target(tag, timeline, digest_id, now, policy.ttl)
+    local reply = open_target(tag, timeline, digest_id, now, policy)
     if reply == nil then
         invalid_state('timeline is not ready: ' .. timeline)
     end
@@ -128,7 +128,7 @@ local function open_many(keys, args)
     local tag, targets = many_targets(keys, args, 2)
     local replies = {}
     for i, target in ipairs(targets) do
-        replies[i] = open_target(tag, target[1], target[2], now, target[3].ttl) or 0
+        replies[i] = open_target(tag, target[1], target[2], now, target[3]) or 0
     end
     return replies
 end
