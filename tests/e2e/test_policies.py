@@ -200,7 +200,9 @@ def test_a_recovered_digest_says_so_and_explains_its_next_delivery(
     out.wait_for(lambda: bool(out.digests), 30, "the recovered digest")
     (digest,) = out.digests
     assert (digest.reason, digest.total) == (DigestReason.RECOVERED, 1)
-    assert _near(digest.next_delivery_at, digest.opened_at / 1000 + pipe.settings.minimum_delay)
+    assert _near(
+        digest.next_delivery_at, digest.opened_at / 1000 + pipe.settings.policy().minimum_delay
+    )
     out.close()
 
 
@@ -263,7 +265,8 @@ def test_the_cli_flushes_cancels_after_asking_and_inspect_explains(
 
     wait_until(lambda: "pending        2 records" in inspected(), 20, "two pending records")
     shown = inspected()
-    assert "cool-down 60s +30s per event, at most 60s; flush at 50 records" in shown
+    assert "minimum_delay 60s, increment_delay 30s, maximum_delay 60s, " in shown
+    assert ", flush_at 50, schedule off, " in shown
     assert "(COOLDOWN)" in shown
     # Without --yes it asks; "n" sends nothing.
     refused = runner.invoke(main, ["cancel", "cli", "--record", "a", *flags], input="n\n")

@@ -126,5 +126,5 @@ def ingest_parts(
 
 def _longest_maximum_delay(settings: Settings) -> float:
     """The longest maximum_delay of any timeline: the default's or an override's."""
-    overrides = (o.maximum_delay or 0.0 for o in settings.overrides.values())
-    return max([settings.maximum_delay, *overrides])
+    overrides = (settings.policy_for(pattern) for pattern in settings.overrides)
+    return max(policy.maximum_delay for policy in (settings.policy(), *overrides))

@@ -12,18 +12,13 @@ from digest_stream.store.errors import InvalidState
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.store.redis import keys, replies, routing
 from digest_stream.store.redis.calls import RedisCalls
+from digest_stream.store.redis.policy_wire import PolicyTable, pack
 from digest_stream.store.redis.replies import Reply, arg, array, integer, map_error
 from digest_stream.store.redis.routing import Call
 
 #: Targets per ds_open_many / ds_close_many call: one partition's share of a delivery batch
 #: in one call, yet a bound on how long one call (with large digests) holds Redis.
 MANY_CHUNK = 256
-
-
-def _close_policy(policy: TimelinePolicy, now: float) -> tuple[str, str]:
-    """The last two close arguments: the schedule's next fire ("" = none), flush_at (0 = off)."""
-    fire = policy.next_fire(now)
-    return "" if fire is None else arg(fire), str(policy.flush_at or 0)
 
 
 class RedisDigests:
@@ -49,17 +44,11 @@ class RedisDigests:
 
     def _open_call(self, target: DigestTarget, now: float) -> Call:
         call_keys, args, policy = self._checked(target, now)
-        return call_keys, [*args, arg(policy.ttl)]
+        return call_keys, [*args, *pack(policy, now)]
 
     def _close_call(self, target: DigestTarget, now: float) -> Call:
         call_keys, args, policy = self._checked(target, now)
-        return call_keys, [
-            *args,
-            arg(policy.minimum_delay),
-            arg(policy.ttl),
-            arg(self.calls.policy.ttl),
-            *_close_policy(policy, now),
-        ]
+        return call_keys, [*args, arg(self.calls.policy.ttl), *pack(policy, now)]
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
         """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
@@ -77,11 +66,8 @@ class RedisDigests:
         """open() for several timelines: one FCALL per partition (ds_open_many), pipelined in
         one round trip per Redis node; each open atomic on its own, in order."""
         now = validate.time_value(now, "now")
-        fields: list[list[str | bytes]] = []
-        for target in targets:
-            timeline, digest_id, policy = self._target(target)
-            fields.append([timeline, digest_id, arg(policy.ttl)])
-        found = self._many("ds_open_many", targets, [arg(now)], fields)
+        policies, fields = self._targets(targets, now)
+        found = self._many("ds_open_many", targets, [arg(now), *policies.args()], fields)
         return [
             InvalidState(f"timeline is not ready: {target[1]}")
             if reply == 0
@@ -93,24 +79,23 @@ class RedisDigests:
         """close() for several digests: one FCALL per partition (ds_close_many), pipelined the
         same way."""
         now = validate.time_value(now, "now")
-        fields: list[list[str | bytes]] = []
-        # a policy's four close arguments, formatted once per call (most targets share one)
-        formatted: dict[TimelinePolicy, list[str | bytes]] = {}
-        for target in targets:
-            timeline, digest_id, policy = self._target(target)
-            tail = formatted.get(policy)
-            if tail is None:
-                tail = [arg(policy.minimum_delay), arg(policy.ttl), *_close_policy(policy, now)]
-                formatted[policy] = tail
-            fields.append([timeline, digest_id, *tail])
-        found = self._many("ds_close_many", targets, [arg(now), arg(self.calls.policy.ttl)], fields)
-        return [integer(reply) == 1 for reply in found]
+        policies, fields = self._targets(targets, now)
+        head = [arg(now), arg(self.calls.policy.ttl), *policies.args()]
+        return [integer(reply) == 1 for reply in self._many("ds_close_many", targets, head, fields)]
 
-    def _target(self, target: DigestTarget) -> tuple[str, str, TimelinePolicy]:
-        _, timeline, digest_id = target
-        validate.name(timeline, "timeline")
-        validate.digest_id(digest_id)
-        return timeline, digest_id, self.calls.timeline_policy(timeline)
+    def _targets(
+        self, targets: Sequence[DigestTarget], now: float
+    ) -> tuple[PolicyTable, list[list[str | bytes]]]:
+        """The policies of a many-target call (each sent once) and each target's fields:
+        timeline, digest id, the index of its policy."""
+        policies = PolicyTable(now)
+        fields: list[list[str | bytes]] = []
+        for _, timeline, digest_id in targets:
+            validate.name(timeline, "timeline")
+            validate.digest_id(digest_id)
+            number = policies.index(self.calls.resolver(timeline), timeline)
+            fields.append([timeline, digest_id, str(number)])
+        return policies, fields
 
     def _many(
         self,

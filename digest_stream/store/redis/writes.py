@@ -19,6 +19,7 @@ from digest_stream.store.base import (
 from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
 from digest_stream.store.redis import keys, replies
 from digest_stream.store.redis.calls import RedisCalls
+from digest_stream.store.redis.policy_wire import PolicyTable
 from digest_stream.store.redis.replies import arg
 
 #: Packed forms of ds_add's timelines and records (TIMELINE_FORMAT and RECORD_FORMAT in
@@ -80,16 +81,12 @@ class RedisWrites:
     ) -> AddResult:
         """One ds_add, a batch holding controls included (packed as its last argument)."""
         index: dict[str, int] = {}
-        policy_args: list[str | bytes] = []
+        # Hot path (bench/hotpath_bench.py): a batch's timelines mostly share one policy
+        # object (the default); the table checks and packs each object once per call.
+        policies = PolicyTable(now)
         timeline_parts: list[bytes] = []
         record_parts: list[bytes] = []
         control_parts: list[bytes] = []
-        # Hot path (bench/hotpath_bench.py): a batch's timelines mostly share one policy
-        # object (the default), so each object is checked and formatted once per call, not
-        # once per timeline. The dict holds the object, so its id cannot be reused meanwhile.
-        formatted: dict[int, tuple[object, int]] = {}
-        # Equal policies of distinct objects are sent once too: their index by fields.
-        policies: dict[tuple[str, ...], int] = {}
         last = MAX_OFFSET if through is None else through
         checked = False  # validate.records ran over the whole batch
         for record in records:
@@ -127,26 +124,9 @@ class RedisWrites:
             position = index.get(timeline)
             if position is None:
                 position = index[timeline] = len(index) + 1
-                resolved = self.calls.resolver(timeline)
-                cached = formatted.get(id(resolved))
-                if cached is None:
-                    policy = validate.policy(resolved, timeline)
-                    fields = (
-                        arg(policy.minimum_delay),
-                        arg(policy.increment_delay),
-                        arg(policy.maximum_delay),
-                        arg(policy.ttl),
-                        str(policy.capacity or 0),
-                        str(policy.flush_at or 0),
-                        "" if policy.schedule is None else arg(policy.next_fire(now) or now),
-                    )
-                    number = policies.get(fields)
-                    if number is None:
-                        number = policies[fields] = len(policies) + 1
-                        policy_args += fields
-                    cached = formatted[id(resolved)] = (resolved, number)
+                number = policies.index(self.calls.resolver(timeline), timeline)
                 name = timeline.encode()
-                timeline_parts += (_TIMELINE_HEAD(cached[1], len(name)), name)
+                timeline_parts += (_TIMELINE_HEAD(number, len(name)), name)
             encoded_id = record_id.encode()
             record_parts += (
                 _RECORD_HEAD(position, len(encoded_id)),
@@ -165,8 +145,7 @@ class RedisWrites:
                 "" if through is None else str(through),
                 topic or "",
                 nonce or "",
-                str(len(policies)),
-                *policy_args,
+                *policies.args(),
                 b"".join(timeline_parts),
                 b"".join(record_parts),
                 *((b"".join(control_parts),) if control_parts else ()),

@@ -11,6 +11,7 @@ import pytest
 
 from digest_stream.store import limits
 from digest_stream.store.base import CONTROLS
+from digest_stream.store.policy import PACKED
 from digest_stream.store.redis import library
 
 #: Lua 5.1 allows 200 local variables per function, the library's top level included.
@@ -52,6 +53,9 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
         f"local INLINE_MAX_RECORDS = {limits.INLINE_MAX_RECORDS}",
         "local CAUSES = {" + causes + "}",
         "local CONTROL_CODES = {" + ", ".join(f"'{c}'" for c in CONTROLS) + "}",
+        "local POLICY_FIELDS = {"
+        + ", ".join(f"{{'{spec.name}', '{spec.kind.packed}'}}" for spec in PACKED)
+        + "}",
     ]
     head = library.SOURCE[: _first_part_at()]
     lines = [line for line in head.splitlines() if line and not line.startswith("--")]

@@ -1,6 +1,6 @@
 -- add.lua: ds_add, the one command that stores records (and applies a batch's controls).
 -- KEYS and ARGV are listed above `add`, at the end of this part.
--- Holds: TIMELINE_FORMAT, RECORD_FORMAT, CONTROL_FORMAT, POLICY_WIDTH, new_timeline, the
+-- Holds: TIMELINE_FORMAT, RECORD_FORMAT, CONTROL_FORMAT, new_timeline, the
 --   four steps (parse_add, begin_timelines + apply_record, write_back, advance_fence),
 --   add_run, add_with_controls, parse_open_nonce and add.
 -- Needs: CAUSES, CONTROL_CODES, FLUSH_AT_FLOOR, INLINE_MAX_RECORDS, MAX_NAME_BYTES, MAX_OFFSET
@@ -18,10 +18,6 @@ local RECORD_FORMAT = '>I4Hc0ddI4c0'
 -- records come before it, its offset, its operation (CONTROL_CODES), timeline name length,
 -- name, record id length, id.
 local CONTROL_FORMAT = '>I4dBHc0Hc0'
-
--- Fields of one distinct policy of an add call: minimum, increment, maximum, ttl,
--- capacity, flush_at (0 = off), next_fire ("" = no calendar schedule).
-local POLICY_WIDTH = 7
 
 -- A timeline of an add call: its own state and its (shared) policy, not a copy of the
 -- policy's values (at one record per timeline, every per-timeline field is per-record
@@ -181,19 +177,17 @@ local function parse_add(keys, args)
     end
     call.topic = parse_topic_id(args[6])
     call.open_nonce = parse_open_nonce(args[7])
-    local policy_count = parse_integer(args[8], 'policy count', 0, #args)
-    local packed = 9 + policy_count * POLICY_WIDTH -- the packed timelines; then the records
+    -- the packed timelines follow the policies; then the records
+    local policies, packed = parse_policies(args, 8)
     -- the controls argument, when sent, holds at least one (a plain add sends none)
     if #args ~= packed + 1 and (#args ~= packed + 2 or args[packed + 2] == '') then
         invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
             .. ' packed timelines, the packed records and (optional) the packed controls')
     end
-    local policies = {}
-    for i = 1, policy_count do
-        policies[i] = parse_policy(args, 9 + (i - 1) * POLICY_WIDTH)
+    for _, policy in ipairs(policies) do
         -- its containers' TTL as the text Redis reads: a number argument of redis.call is
         -- formatted (%.17g) on every call
-        policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
+        policy.ttl_ms_text = format_integer(ttl_ms(policy.ttl))
     end
     local timelines = parse_timelines(args[packed], tag, policies)
     call.records = parse_records(args[packed + 1], timelines, call.through_offset)
@@ -265,7 +259,7 @@ local function schedule_record(timeline)
     if timeline.due ~= nil then
         return
     end
-    timeline.due = timeline.policy.next_fire
+    timeline.due = timeline.policy.schedule -- its next fire time
     timeline.due_changed = true
     if timeline.head.kind == 'none' then
         -- the container is new: its first write carries the cause
@@ -314,7 +308,7 @@ local function apply_record(timeline, record, ready)
     if timeline.ready then
         return
     end
-    if timeline.policy.next_fire ~= nil then
+    if timeline.policy.schedule ~= nil then
         schedule_record(timeline)
         return
     end
@@ -327,7 +321,8 @@ local function apply_record(timeline, record, ready)
     local due
     if timeline.last_delivery ~= nil then
         local policy = timeline.policy
-        due = math.min(timeline.due + policy.increment, timeline.last_delivery + policy.maximum)
+        due = math.min(timeline.due + policy.increment_delay,
+            timeline.last_delivery + policy.maximum_delay)
     else
         due = math.min(timeline.due, record.timestamp)
     end
@@ -470,9 +465,9 @@ end
 
 -- KEYS: fence, waiting, ready.
 -- ARGV: now, partition_ttl, inline_records, expected_fence|"", through_offset|"",
---       topic_id|"", open_nonce|"", P, P x policy (POLICY_WIDTH), timelines (packed, TIMELINE_FORMAT
---       each), records (packed, RECORD_FORMAT each)[, controls (packed, CONTROL_FORMAT
---       each)].
+--       topic_id|"", open_nonce|"", P, P x policy (POLICY_WIDTH each: parse_policy),
+--       timelines (packed, TIMELINE_FORMAT each), records (packed, RECORD_FORMAT each)[,
+--       controls (packed, CONTROL_FORMAT each)].
 -- controls: flush | cancel | cancel_all operations among the records, applied at their
 -- place (the records before each one first), fenced like records; they count in neither
 -- added nor skipped. A batch with controls is one call like any other: all or nothing.

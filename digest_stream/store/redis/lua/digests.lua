@@ -1,9 +1,8 @@
 -- digests.lua: opening and closing digests: ds_open, ds_close and their many-target forms.
--- Holds: timeline_keys (also used by admin), digest_reply, open_target, open, OPEN_WIDTH,
---   CLOSE_WIDTH, many_targets, open_many, new_moves, moves_float, digest_id_and_records,
---   apply_moves, close_target,
---   parse_next_fire, close, close_many.
--- Needs: CAUSES, FLUSH_AT_FLOOR, MAX_OFFSET (written from Python); guards, keys, encoding,
+-- Holds: timeline_keys (also used by admin), digest_reply, open_target, open, TARGET_WIDTH,
+--   many_targets, open_many, new_moves, moves_float, digest_id_and_records, apply_moves,
+--   close_target, close, close_many.
+-- Needs: CAUSES, FLUSH_AT_FLOOR (written from Python); guards, keys, encoding,
 --   containers; call_chunked, refresh_partition_ttl, sort_records (helpers).
 
 local function timeline_keys(keys, args)
@@ -31,7 +30,7 @@ end
 -- written). Returns {id, opened_at, dropped, {id, timestamp, payload, ...} newest first,
 -- expired, cause}: expired is 1 when the timeline was scheduled but its earlier records had
 -- expired; cause is the letter saying why the timeline was due.
-local function open_target(tag, timeline, digest_id, now, ttl)
+local function open_target(tag, timeline, digest_id, now, policy)
     if redis.call('ZSCORE', ready_key(tag), timeline) == false then
         return nil
     end
@@ -40,7 +39,7 @@ local function open_target(tag, timeline, digest_id, now, ttl)
     if existing ~= nil then
         -- Reopen: the very same digest, whatever was added since stays pending. Its
         -- TTL restarts: a digest nobody manages to close must not expire meanwhile.
-        redis.call('PEXPIRE', digest, ttl_ms(ttl))
+        redis.call('PEXPIRE', digest, ttl_ms(policy.ttl))
         return digest_reply(tag, existing, read_container(digest).records)
     end
 
@@ -75,56 +74,58 @@ local function open_target(tag, timeline, digest_id, now, ttl)
     else
         redis.call('SET', digest, encode_inline(format_digest_meta(digest_meta), container.records))
     end
-    redis.call('PEXPIRE', digest, ttl_ms(ttl))
+    redis.call('PEXPIRE', digest, ttl_ms(policy.ttl))
     return digest_reply(tag, digest_meta, container.records)
 end
 
--- KEYS: timeline, digest, waiting, ready. ARGV: timeline, digest_id, now, ttl.
+-- KEYS: timeline, digest, waiting, ready. ARGV: timeline, digest_id, now, policy
+-- (POLICY_WIDTH: parse_policy).
 -- Returns open_target's reply; a timeline that is not READY is refused (invalid_state).
 local function open(keys, args)
     local tag, timeline = timeline_keys(keys, args)
     local digest_id = parse_digest_id(args[2])
     local now = parse_time(args[3], 'now')
-    local ttl = parse_ttl(args[4])
-    local reply = open_target(tag, timeline, digest_id, now, ttl)
+    local policy = parse_policy(args, 4)
+    local reply = open_target(tag, timeline, digest_id, now, policy)
     if reply == nil then
         invalid_state('timeline is not ready: ' .. timeline)
     end
     return reply
 end
 
--- Fields of one target of ds_open_many: timeline, digest_id, ttl.
-local OPEN_WIDTH = 3
--- Fields of one target of ds_close_many: timeline, digest_id, minimum, ttl, next_fire|"",
--- flush_at (0 = off).
-local CLOSE_WIDTH = 6
+-- Fields of one target of ds_open_many and ds_close_many: timeline, digest_id, the index of
+-- its policy in the call's policies (parse_policies).
+local TARGET_WIDTH = 3
 
--- The tag of a call on several timelines of one partition (KEYS: waiting, ready), and its
--- targets: ARGV from `first` on, `width` fields each, checked before anything is written.
-local function many_targets(keys, args, first, width)
+-- A call on several timelines of one partition (KEYS: waiting, ready; ARGV from `first`:
+-- the policies, then the targets): its tag, policies and targets {timeline, digest_id,
+-- policy}, all checked before anything is written.
+local function many_targets(keys, args, first)
     local tag = tag_of(keys[1])
     expect_key(keys, 1, waiting_key(tag))
     expect_key(keys, 2, ready_key(tag))
-    if (#args - first + 1) % width ~= 0 then
-        invalid_argument('expects ' .. width .. ' fields per target')
+    local policies, base = parse_policies(args, first)
+    if (#args - base + 1) % TARGET_WIDTH ~= 0 then
+        invalid_argument('expects ' .. TARGET_WIDTH .. ' fields per target')
     end
-    return tag
+    local targets = {}
+    for at = base, #args, TARGET_WIDTH do
+        targets[#targets + 1] = {
+            parse_name(args[at], 'timeline'), parse_digest_id(args[at + 1]),
+            policy_at(policies, args[at + 2]),
+        }
+    end
+    return tag, targets
 end
 
--- KEYS: waiting, ready. ARGV: now, N x (timeline, digest_id, ttl).
+-- KEYS: waiting, ready. ARGV: now, P, P x policy (POLICY_WIDTH each), N x (timeline,
+-- digest_id, policy index).
 -- ds_open for each target in order (a repeated timeline reopens), in one call. Returns one
 -- reply per target: open_target's, or 0 for a timeline that is not READY (not an error: the
 -- other targets are still opened).
 local function open_many(keys, args)
-    local tag = many_targets(keys, args, 2, OPEN_WIDTH)
     local now = parse_time(args[1], 'now')
-    local targets = {}
-    for base = 2, #args, OPEN_WIDTH do
-        targets[#targets + 1] = {
-            parse_name(args[base], 'timeline'), parse_digest_id(args[base + 1]),
-            parse_ttl(args[base + 2]),
-        }
-    end
+    local tag, targets = many_targets(keys, args, 2)
     local replies = {}
     for i, target in ipairs(targets) do
         replies[i] = open_target(tag, target[1], target[2], now, target[3]) or 0
@@ -169,8 +170,7 @@ end
 -- Closes one digest, its schedule change listed in `moves`. Returns 1 when that digest was
 -- closed, 0 for an unknown or already closed id, and whether the partition keys' TTL needs
 -- a refresh (the timeline waits again).
-local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire, flush_at,
-        moves)
+local function close_target(tag, timeline, digest_id, now, policy, moves)
     local digest = digest_key(tag, timeline)
     local id, records = digest_id_and_records(digest)
     if id ~= digest_id then
@@ -191,10 +191,8 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
     local timeline_meta = parse_timeline_meta(head.meta)
     timeline_meta.last_delivery = now
     timeline_meta.behind_open = false -- that digest is closed: nothing waits behind it
-    local due, soon = now + minimum, nil
-    if next_fire ~= nil then
-        due = next_fire
-    end
+    local next_fire, flush_at = policy.schedule, policy.flush_at -- the schedule's next fire
+    local due, soon = next_fire or now + policy.minimum_delay, nil
     -- A flush that came while the digest was open (flush_timeline), or flush_at records that
     -- did (add leaves a READY timeline alone): due right after the floor, not a cool-down later.
     if timeline_meta.cause == CAUSES.flushed then
@@ -216,10 +214,10 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
             closed = encode_inline(format_timeline_meta(timeline_meta), {})
             moves.closed[timeline_meta.cause] = closed
         end
-        redis.call('SET', source, closed, 'PX', ttl_ms(ttl))
+        redis.call('SET', source, closed, 'PX', ttl_ms(policy.ttl))
     else
         write_meta(source, head, format_timeline_meta(timeline_meta))
-        redis.call('PEXPIRE', source, ttl_ms(ttl))
+        redis.call('PEXPIRE', source, ttl_ms(policy.ttl))
     end
     moves.unready[#moves.unready + 1] = timeline
     moves.wait[#moves.wait + 1] = moves_float(moves, due)
@@ -227,74 +225,40 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
     return 1, true
 end
 
-local function parse_next_fire(value)
-    if value ~= nil and value ~= '' then
-        return parse_time(value, 'next fire')
-    end
-    return nil
-end
-
 -- KEYS: timeline, digest, waiting, ready.
--- ARGV: timeline, digest_id, now, minimum_delay, ttl, partition_ttl, next_fire|"", flush_at.
--- next_fire: the calendar schedule's next fire time; the timeline waits for it instead of
--- a cool-down. flush_at: 0 = off. Returns 1 when that digest was closed, 0 for an unknown or
--- already closed id.
+-- ARGV: timeline, digest_id, now, partition_ttl, policy (POLICY_WIDTH: parse_policy).
+-- The policy's schedule (its next fire time): the timeline waits for it instead of a
+-- cool-down. Returns 1 when that digest was closed, 0 for an unknown or already closed id.
 local function close(keys, args)
     local tag, timeline = timeline_keys(keys, args)
     local digest_id = parse_digest_id(args[2])
     local now = parse_time(args[3], 'now')
-    local minimum = parse_time(args[4], 'minimum_delay')
-    local ttl = parse_ttl(args[5])
-    local partition_ttl = parse_ttl(args[6])
-    local next_fire = parse_next_fire(args[7])
+    local partition_ttl = parse_ttl(args[4])
+    local policy = parse_policy(args, 5)
     local moves = new_moves()
-    local closed, waits = close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire,
-        parse_integer(args[8], 'flush_at', 0, MAX_OFFSET), moves)
+    local closed, waits = close_target(tag, timeline, digest_id, now, policy, moves)
     apply_moves(tag, moves)
     if waits then
-        refresh_partition_ttl(tag, math.max(ttl, partition_ttl))
+        refresh_partition_ttl(tag, math.max(policy.ttl, partition_ttl))
     end
     return closed
 end
 
--- KEYS: waiting, ready. ARGV: now, partition_ttl, N x (timeline, digest_id, minimum_delay,
--- ttl, next_fire|"", flush_at). ds_close for each target in order, in one call; the partition
--- keys' TTL is refreshed once, to the longest that any close asked for. Returns 1/0 per target.
+-- KEYS: waiting, ready. ARGV: now, partition_ttl, P, P x policy (POLICY_WIDTH each),
+-- N x (timeline, digest_id, policy index). ds_close for each target in order, in one call;
+-- the partition keys' TTL is refreshed once, to the longest that any close asked for.
+-- Returns 1/0 per target.
 local function close_many(keys, args)
-    local tag = many_targets(keys, args, 3, CLOSE_WIDTH)
     local now = parse_time(args[1], 'now')
     local partition_ttl = parse_ttl(args[2])
-    local targets = {}
-    -- The policy fields repeat across targets (most timelines share a policy): each distinct
-    -- text is parsed (and checked) once.
-    local minimums, ttls, fires, flush_ats = {}, {}, {}, {}
-    for base = 3, #args, CLOSE_WIDTH do
-        local minimum, ttl, fire, flush_at = args[base + 2], args[base + 3], args[base + 4],
-            args[base + 5]
-        if minimums[minimum] == nil then
-            minimums[minimum] = parse_time(minimum, 'minimum_delay')
-        end
-        if ttls[ttl] == nil then
-            ttls[ttl] = parse_ttl(ttl)
-        end
-        if fires[fire] == nil then
-            fires[fire] = parse_next_fire(fire) or false
-        end
-        if flush_ats[flush_at] == nil then
-            flush_ats[flush_at] = parse_integer(flush_at, 'flush_at', 0, MAX_OFFSET)
-        end
-        targets[#targets + 1] = {
-            parse_name(args[base], 'timeline'), parse_digest_id(args[base + 1]),
-            minimums[minimum], ttls[ttl], fires[fire] or nil, flush_ats[flush_at],
-        }
-    end
+    local tag, targets = many_targets(keys, args, 3)
     local replies, refresh, moves = {}, nil, new_moves()
     for i, target in ipairs(targets) do
-        local closed, waits = close_target(tag, target[1], target[2], now, target[3], target[4],
-            target[5], target[6], moves)
+        local policy = target[3]
+        local closed, waits = close_target(tag, target[1], target[2], now, policy, moves)
         replies[i] = closed
         if waits then
-            refresh = math.max(refresh or partition_ttl, target[4])
+            refresh = math.max(refresh or partition_ttl, policy.ttl)
         end
     end
     apply_moves(tag, moves)

@@ -71,7 +71,7 @@ def test_new_timelines_are_published_by_the_ingest_and_closed_once_acknowledged(
         # closed: cooling down from the close, nothing open
         assert (info.state, info.open_digest, info.pending) == ("waiting", None, 0)
         assert info.last_delivery is not None
-        assert info.due == info.last_delivery + rig.settings.minimum_delay  # the cool-down
+        assert info.due == info.last_delivery + rig.settings.policy().minimum_delay  # the cool-down
     assert rig.metrics.value("digest_digests_published_total") == 5
     assert rig.consumer.committed_offsets[0] == 5
 
