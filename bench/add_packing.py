@@ -28,7 +28,8 @@ from digest_stream.store.redis.replies import Reply
 
 class Recorder:
     """Stands in for the client once the library is loaded: keeps the command `store.add`
-    hands to redis-py (through the store's own _fcall and routing) instead of sending it."""
+    hands to redis-py (through the store's own RedisCalls.fcall and routing) instead of sending
+    it."""
 
     sent: tuple[object, ...] = ()
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     client = redis.Redis.from_url(stack().redis_url)
     store = RedisStore(client, namespace=unique("pack"))
     recorder = Recorder()
-    store.client = cast(redis.Redis, recorder)
+    store.calls.client = cast(redis.Redis, recorder)  # the client every part calls through
     connection = client.connection_pool.get_connection()
     payload = os.urandom(200)
     try:

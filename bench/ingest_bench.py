@@ -348,7 +348,7 @@ def scaling(env: Stack, client: redis.Redis, count: int, reps: int) -> dict[str,
 BUCKETS = (
     ("waiting for the batch in flight (store worker)", ("result (",)),
     ("redis-py: packing the call", ("pack_command", "RespSerializer.pack", "pack_commands")),
-    ("redis: ds_add call (Lua + round trip)", ("recv_into", "_fcall", "read_response")),
+    ("redis: ds_add call (Lua + round trip)", ("recv_into", "fcall", "read_response")),
     ("decode: the event's id and timestamp", ("decode_event",)),
     ("record checks and NewRecord (check)", ("ingest/check.py",)),
     ("store.add: validation and arguments", ("(digest_stream/store/",)),

@@ -8,9 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-import redis
 from confluent_kafka import Producer
-from redis.cluster import RedisCluster
 
 from digest_stream.clock import Clock, SystemClock
 from digest_stream.kafka import ClientErrors, producer_config
@@ -25,8 +23,9 @@ from digest_stream.roles.ingest import Ingest, ingest_role
 from digest_stream.roles.publish import DigestPublisher
 from digest_stream.roles.runner import Role, Runner
 from digest_stream.settings import Settings
+from digest_stream.store import connect
 from digest_stream.store.base import DigestStore
-from digest_stream.store.redis import RedisStore
+from digest_stream.store.errors import BackendError
 from digest_stream.wire import codec, registry
 
 log = logging.getLogger(__name__)
@@ -36,9 +35,6 @@ ROLES = ("ingest", "scheduler", "delivery")
 # A stop must finish in-flight batches (bounded by PUBLISH_TIMEOUT and commit timeouts) and
 # leave the groups; past this, the threads are abandoned and the process exits anyway.
 STOP_TIMEOUT = 60.0
-# Redis socket timeouts: long enough for a 10,000-record digest, short enough to notice an outage.
-REDIS_SOCKET_TIMEOUT = 10.0
-REDIS_CONNECT_TIMEOUT = 2.0
 # Past this (seconds) a disagreement between this host's clock and Redis's is worth a warning.
 CLOCK_SKEW_WARNING = 1.0
 # Consumer lag is refreshed this often by each role loop (cheap local calls, but not per batch).
@@ -64,31 +60,6 @@ def parse_roles(text: str | Iterable[str]) -> frozenset[str]:
     return roles
 
 
-def redis_client(settings: Settings) -> redis.Redis | RedisCluster:
-    """A Redis (or Redis Cluster) client for the settings."""
-    options = redis_options(settings)
-    if settings.redis_cluster:
-        return RedisCluster.from_url(settings.redis_url, **options)
-    return redis.Redis.from_url(settings.redis_url, health_check_interval=30, **options)
-
-
-def redis_options(settings: Settings) -> dict[str, object]:
-    """The client options besides the URL: timeouts, and the TLS files for rediss://."""
-    options: dict[str, object] = {
-        "socket_timeout": REDIS_SOCKET_TIMEOUT,
-        "socket_connect_timeout": REDIS_CONNECT_TIMEOUT,
-    }
-    # rediss:// only (the settings refuse them otherwise): redis-py's plain connection class
-    # takes no ssl_* arguments.
-    tls = {
-        "ssl_ca_certs": settings.redis_ssl_ca_certs,
-        "ssl_certfile": settings.redis_ssl_certfile,
-        "ssl_keyfile": settings.redis_ssl_keyfile,
-    }
-    options.update({name: value for name, value in tls.items() if value})
-    return options
-
-
 def schedule_frame(settings: Settings) -> Callable[[bytes], bytes]:
     """How ScheduleEntries go on the wire: plain, or framed under their registered schema."""
     return registry.output_frame(
@@ -99,29 +70,22 @@ def schedule_frame(settings: Settings) -> Callable[[bytes], bytes]:
     )
 
 
-def connect_store(settings: Settings) -> RedisStore:
-    """The Redis store of the settings, with its Functions library loaded and checked."""
-    return RedisStore(
-        redis_client(settings),
-        namespace=settings.namespace,
-        policy=settings.policy(),
-        resolver=settings.resolver(),  # per-timeline-prefix overrides
-        load_library=settings.redis_load_library,
-    )
-
-
-def check_clock(store: RedisStore, clock: Clock, metrics: Metrics) -> float:
-    """Compare this host's clock with Redis's; warn when they disagree by over a second.
+def check_clock(store: DigestStore, clock: Clock, metrics: Metrics) -> float:
+    """Compare this host's clock with the store's; warn when they disagree by over a second.
 
     Due times are wall-clock and written by every host through Redis, so a host whose clock is
     S seconds off shifts the cool-downs it computes by S. NTP keeps this in milliseconds.
+    A store without a clock of its own (the model) has nothing to compare: 0.
     """
     try:
-        skew = clock.now() - store.server_time()
-    except redis.RedisError as exc:
+        server = store.server_time()
+    except BackendError as exc:
         # An ACL without +time, say: the skew goes unmeasured, the service runs.
         log.warning("cannot read Redis's clock (%s); clock skew not measured", exc)
         return 0.0
+    if server is None:
+        return 0.0
+    skew = clock.now() - server
     metrics.clock_skew.set(skew)
     if abs(skew) > CLOCK_SKEW_WARNING:
         log.warning(
@@ -161,10 +125,9 @@ class App:
 
     def start(self) -> None:
         """Connect, join the groups and start the role threads (and the metrics server)."""
-        store = self.store if self.store is not None else connect_store(self.settings)
+        store = self.store if self.store is not None else connect(self.settings)
         self.store = store
-        if isinstance(store, RedisStore):
-            check_clock(store, self.clock, self.metrics)
+        check_clock(store, self.clock, self.metrics)
         self.check_kafka()
         hooks = Hooks([*self.hooks, *load_hooks(self.settings.hooks, self.settings)])
         self._hooks = hooks

@@ -171,7 +171,7 @@ def reset_start(config: dict[str, object]) -> int:
     A handler that already read the group's commit and found none assigns this instead of
     OFFSET_INVALID: librdkafka would fetch the (absent) commit again and then look the reset
     offset up, which delays the first fetch of a new group by about 100 ms. OFFSET_INVALID
-    for "error" (or an unknown value): librdkafka then decides, as before.
+    for "error" (or an unknown value): librdkafka then decides.
     """
     return _RESET_STARTS.get(str(config.get("auto.offset.reset", "largest")), OFFSET_INVALID)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import time
@@ -24,14 +23,14 @@ from pydantic_settings import (
 )
 
 from digest_stream.store import calendar
+from digest_stream.store.base import NAMESPACE_PATTERN
 from digest_stream.store.errors import InvalidArgument
-from digest_stream.store.limits import MAX_TTL
 from digest_stream.store.policy import (
-    DEFAULT_CAPACITY,
-    DEFAULT_TTL,
+    OPTIONS,
     PolicyOverride,
     PolicyResolver,
     TimelinePolicy,
+    declare_fields,
     overridden,
     prefix_of,
     prefix_resolver,
@@ -42,9 +41,7 @@ ENV_PREFIX = "DIGEST_STREAM_"
 #: Room a digest message needs beside one record: its own fields, the key, carried headers.
 MESSAGE_OVERHEAD_BYTES = 16_384
 #: A TimelinePolicy field name in one of its error messages (each is also a setting).
-_POLICY_FIELD = re.compile(
-    r"\b(?:" + "|".join(f.name for f in dataclasses.fields(TimelinePolicy)) + r")\b"
-)
+_POLICY_FIELD = re.compile(r"\b(?:" + "|".join(spec.name for spec in OPTIONS) + r")\b")
 #: A librdkafka property value: confluent-kafka takes strings, numbers and booleans.
 KafkaValue = str | bool | int | float
 #: Env var naming the optional TOML settings file (also `--config PATH`); not a setting itself.
@@ -104,7 +101,7 @@ class Settings(BaseSettings):
         '`{"basic.auth.user.info": "user:secret"}`, `ssl.ca.location`).',
     )
     namespace: str = Field(
-        "d", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description="Redis key namespace."
+        "d", min_length=1, pattern=NAMESPACE_PATTERN.pattern, description="Redis key namespace."
     )
 
     # -- topics and groups
@@ -125,38 +122,9 @@ class Settings(BaseSettings):
         "digest-stream-delivery", description="Consumer group of the delivery role."
     )
 
-    # -- digest semantics (seconds)
-    minimum_delay: float = Field(300.0, ge=0, description="Cool-down after a digest.")
-    increment_delay: float = Field(30.0, ge=0, description="Delay added by each new event.")
-    maximum_delay: float = Field(1800.0, ge=0, description="Cap on delay after a delivery.")
-    ttl: float = Field(
-        DEFAULT_TTL,
-        gt=0,
-        le=MAX_TTL,
-        description="TTL of Redis keys, leak protection only (> maximum_delay + "
-        "maintenance_timeout + maintenance_interval, <= 10 years).",
-    )
-    capacity: int | None = Field(
-        DEFAULT_CAPACITY, ge=1, description="Max records per timeline (oldest dropped, counted)."
-    )
-    flush_at: int | None = Field(
-        None,
-        ge=1,
-        description="A timeline holding this many pending records is due at once (never "
-        "sooner than 1 s after its last digest); unset = off.",
-    )
-    schedule: str | None = Field(
-        None,
-        description="5-field cron: deliver at its fire times in `timezone` instead of after a "
-        'cool-down (no leading edge), e.g. `"0 9 * * *"`; unset = off.',
-    )
-    timezone: str = Field("UTC", description="IANA timezone of `schedule` (e.g. Europe/Berlin).")
-    collapse_by: str | None = Field(
-        None,
-        min_length=1,
-        description="Attribute name: a digest's records with the same value become one "
-        "(the newest, with count and first_seen); unset = off.",
-    )
+    # -- digest semantics: one setting per option of the timeline policy, declared (name,
+    # type, default, bounds, description) by TimelinePolicy in store/policy.py
+    declare_fields(locals())
     overrides: dict[str, PolicyOverride] = Field(
         default_factory=dict,
         description="Per-timeline-prefix policy, as JSON: "
@@ -289,17 +257,7 @@ class Settings(BaseSettings):
 
     def policy(self) -> TimelinePolicy:
         """The default timeline policy these settings describe."""
-        return TimelinePolicy(
-            minimum_delay=self.minimum_delay,
-            increment_delay=self.increment_delay,
-            maximum_delay=self.maximum_delay,
-            ttl=self.ttl,
-            capacity=self.capacity,
-            flush_at=self.flush_at,
-            schedule=self.schedule,
-            timezone=self.timezone,
-            collapse_by=self.collapse_by,
-        )
+        return TimelinePolicy(**{spec.name: getattr(self, spec.name) for spec in OPTIONS})
 
     def policy_for(self, pattern: str) -> TimelinePolicy:
         """The policy of timelines matching one override pattern."""

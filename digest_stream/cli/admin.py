@@ -16,22 +16,21 @@ from digest_stream.cli.common import (
     when,
 )
 from digest_stream.settings import env_name
+from digest_stream.store.policy import describe
 
 if TYPE_CHECKING:  # the store (and redis-py) loads only for the commands that use it
-    from digest_stream.store.base import TimelineInfo
-    from digest_stream.store.policy import TimelinePolicy
-    from digest_stream.store.redis import RedisStore
+    from digest_stream.store.base import DigestStore, TimelineInfo
 
 
 def _find(
     timeline: str, partition: int | None, flags: dict[str, Any]
-) -> tuple[RedisStore, dict[int, TimelineInfo]]:
+) -> tuple[DigestStore, dict[int, TimelineInfo]]:
     """The store and the timeline's state per input partition (all partitions unless given)."""
-    from digest_stream.app import connect_store
     from digest_stream.ops.admin import find_timeline
+    from digest_stream.store import connect
 
     settings = load_settings(flags)
-    store = connect_store(settings)
+    store = connect(settings)
     candidates = [partition] if partition is not None else event_partitions(settings)
     return store, find_timeline(store, candidates, timeline)
 
@@ -69,11 +68,11 @@ def replay(partition: int, from_offset: int, yes: bool, **flags: Any) -> None:
 
     The ingest group must be inactive (every instance stopped).
     """
-    from digest_stream.app import connect_store
     from digest_stream.ops.admin import AdminError, apply_replay, plan_replay
+    from digest_stream.store import connect
 
     settings = load_settings(flags)
-    store = connect_store(settings)
+    store = connect(settings)
     check_kafka(
         settings,
         topics=(settings.events_topic,),
@@ -99,7 +98,7 @@ def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
     """Show one timeline's state, due time, pending records and open digest."""
     _store, found = _find(timeline, partition, flags)
     policy = load_settings(flags).resolver()(timeline)
-    click.echo(f"policy         {describe_policy(policy)}")
+    click.echo(f"policy         {describe(policy)}")
     if not found:
         click.echo(f"timeline {timeline} has no state (absent)")
     # Normally one partition; more after the events topic was repartitioned.
@@ -120,10 +119,10 @@ def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
 @settings_options
 def stats(**flags: Any) -> None:
     """Per input partition: waiting and ready timelines, oldest due time, fence."""
-    from digest_stream.app import connect_store
+    from digest_stream.store import connect
 
     settings = load_settings(flags)
-    store = connect_store(settings)
+    store = connect(settings)
     partitions = event_partitions(settings)
     now = time.time()
     click.echo(f"{'partition':>9} {'waiting':>8} {'ready':>6} {'oldest due':>26} "
@@ -138,21 +137,3 @@ def stats(**flags: Any) -> None:
         click.echo(f"{p:>9} {s.waiting:>8} {s.ready:>6} {when(s.oldest_due):>26} "
                    f"{overdue:>9} {fence:>10}")  # fmt: skip
     click.echo(f"{'total':>9} {totals[0]:>8} {totals[1]:>6}")
-
-
-def describe_policy(policy: TimelinePolicy) -> str:
-    """The policy in force for a timeline, on one line."""
-    if policy.schedule is not None:
-        timing = f"schedule {policy.schedule!r} in {policy.timezone} (no leading edge)"
-    else:
-        timing = (
-            f"cool-down {policy.minimum_delay:g}s +{policy.increment_delay:g}s per event, "
-            f"at most {policy.maximum_delay:g}s"
-        )
-    parts = [timing]
-    if policy.flush_at is not None:
-        parts.append(f"flush at {policy.flush_at} records")
-    if policy.collapse_by is not None:
-        parts.append(f"collapse by {policy.collapse_by}")
-    parts.append(f"capacity {policy.capacity if policy.capacity is not None else 'unlimited'}")
-    return "; ".join(parts)

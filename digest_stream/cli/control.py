@@ -13,12 +13,11 @@ import sys
 from typing import Any
 
 import click
-from redis.exceptions import RedisError
 
 from digest_stream.cli.common import event_partitions, load_settings, settings_options
 from digest_stream.ops.failures import one_line
 from digest_stream.settings import Settings, env_name
-from digest_stream.store.errors import LibraryVersionMismatch
+from digest_stream.store.errors import BackendError, LibraryVersionMismatch
 from digest_stream.wire.partitioner import partition_for
 
 _PARTITION_HELP = (
@@ -29,8 +28,8 @@ _PARTITION_HELP = (
 
 def _targets(command: str, timeline: str, settings: Settings, partition: int | None) -> list[int]:
     """The partitions to send the control to; exits 1 when no partition holds the timeline."""
-    from digest_stream.app import connect_store
     from digest_stream.ops.admin import find_timeline
+    from digest_stream.store import connect
 
     partitions = event_partitions(settings)
     if partition is not None:
@@ -43,8 +42,8 @@ def _targets(command: str, timeline: str, settings: Settings, partition: int | N
             sys.exit(1)
         return [partition]
     try:
-        found = sorted(find_timeline(connect_store(settings), partitions, timeline))
-    except (RedisError, LibraryVersionMismatch) as exc:
+        found = sorted(find_timeline(connect(settings), partitions, timeline))
+    except (BackendError, LibraryVersionMismatch) as exc:
         click.echo(
             f"digest-stream {command}: cannot look up timeline {timeline} in the store "
             f"({one_line(exc, settings)}); nothing sent (--partition sends without looking)",
@@ -93,7 +92,7 @@ def _send(
     ) as producer:
         for target in targets:
             if command == "flush":
-                producer.flush(timeline, partition=target)
+                producer.flush_timeline(timeline, partition=target)
             else:
                 producer.cancel(timeline, record, partition=target)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -186,29 +187,33 @@ class EventProducer:
         what = f"cancel {record_id or '*'}"
         self._produce(self._open_producer(), timeline, key, value, what, _index(partition))
 
-    def flush(
-        self,
-        timeline: str | float | None = None,
-        timeout: float = 30.0,
-        *,
-        partition: int | None = None,
+    def flush_timeline(
+        self, timeline: str, timeout: float = 30.0, *, partition: int | None = None
     ) -> None:
-        """Wait until every queued event is delivered; raise DeliveryError for any that failed.
-
-        `flush(timeline)` first queues a flush of that timeline (deliver what is pending now,
-        in order after its events sent before), then waits the same way; it goes where
-        `cancel` goes (``partition`` likewise). A number as the first argument is the
-        timeout, as before. Raises TimeoutError when events are still queued after timeout
-        seconds.
-        """
+        """Queue a flush of ``timeline`` (deliver what is pending now, in order after its
+        events sent before), then wait like ``flush``; it goes where ``cancel`` goes
+        (``partition`` likewise)."""
         producer = self._open_producer()
-        if isinstance(timeline, str):
-            key = validate_timeline(timeline).encode("utf-8")
-            value = control.encode(control.Control("flush"))
-            self._produce(producer, timeline, key, value, "flush", _index(partition))
-        elif timeline is not None:
-            timeout = timeline
-        remaining = producer.flush(timeout)
+        key = validate_timeline(timeline).encode("utf-8")
+        value = control.encode(control.Control("flush"))
+        self._produce(producer, timeline, key, value, "flush", _index(partition))
+        self.flush(timeout)
+
+    def flush(self, timeout: str | float = 30.0, *, partition: int | None = None) -> None:
+        """Wait until every queued event is delivered; raise DeliveryError for any that failed,
+        TimeoutError when events are still queued after ``timeout`` seconds.
+
+        The Kafka meaning only: a timeline's flush control is ``flush_timeline``. A string
+        here is still taken as that timeline (deprecated, with a warning)."""
+        if isinstance(timeout, str):
+            warnings.warn(
+                "EventProducer.flush(timeline) is deprecated: use flush_timeline(timeline)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            self.flush_timeline(timeout, partition=partition)
+            return
+        remaining = self._open_producer().flush(timeout)
         self._raise_failures()
         if remaining:
             raise TimeoutError(

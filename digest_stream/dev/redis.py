@@ -46,19 +46,9 @@ def _redis_server() -> str:
 
 def redis_ping(port: int, cluster: bool = False) -> bool:
     """Whether the server on port answers (and, for a cluster node, its cluster is formed)."""
-    import redis
+    from digest_stream.store.redis.client import answers
 
-    try:
-        client = redis.Redis(host=HOST, port=port, socket_timeout=1)
-        if not client.ping():
-            return False
-        if cluster:
-            # redis-py parses CLUSTER INFO into a dict of str -> str.
-            info = client.execute_command("CLUSTER INFO")
-            return isinstance(info, dict) and info.get("cluster_state") == "ok"
-        return True
-    except redis.RedisError:
-        return False
+    return answers(f"redis://{HOST}:{port}/0", cluster_formed=cluster)
 
 
 def redis_start(

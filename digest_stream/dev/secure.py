@@ -277,14 +277,9 @@ def redis_url(user: str = SERVICE) -> str:
 
 def redis_answers() -> bool:
     """Readiness: the admin user gets a PONG over TLS."""
-    import redis
+    from digest_stream.store.redis.client import answers
 
-    try:
-        client = redis.Redis.from_url(redis_url(ADMIN), socket_timeout=1)
-        with client:
-            return bool(client.ping())
-    except redis.RedisError:
-        return False
+    return answers(redis_url(ADMIN))
 
 
 def _redis_config() -> Path:
@@ -328,15 +323,9 @@ def secure_redis_up() -> None:
 
 def load_library() -> None:
     """Load (or replace) the Functions library as admin, as production recommends."""
-    import redis
+    from digest_stream.store.redis.client import load_library as load
 
-    from digest_stream.store.redis import RedisStore
-
-    client = redis.Redis.from_url(redis_url(ADMIN))
-    try:
-        RedisStore(client, namespace="d", load_library=True)
-    finally:
-        client.close()
+    load(redis_url(ADMIN))
     say("secured redis: Functions library loaded by admin")
 
 

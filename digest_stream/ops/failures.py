@@ -3,7 +3,9 @@
 Every command and ``run`` print these lines instead of a traceback (``--debug`` or
 ``DIGEST_STREAM_DEBUG=1`` shows it). One table for both backends: authentication,
 authorization (with the resource), TLS (an untrusted certificate, plaintext against TLS and
-TLS against plaintext), unreachable, timed out, and the Functions library a user may not load.
+TLS against plaintext), unreachable, timed out, the Functions library a user may not load, and
+a Redis that refuses calls for a while (OOM, READONLY, BUSY, LOADING, a failover, a cluster
+moving slots), from the store's errors and their kind.
 A failure of kind ``authentication``, ``authorization``, ``tls`` or ``library`` is a setting
 to fix, not an outage to wait out: commands and the service's start stop on it.
 """
@@ -17,14 +19,15 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-import redis
 from confluent_kafka import KafkaError, KafkaException
 
 from digest_stream.settings import Settings, env_name
-from digest_stream.store.errors import SCRIPT_ACL_REFUSAL, LibraryVersionMismatch
-from digest_stream.store.redis import library
+from digest_stream.store import SERVER_CODE, backend_error
+from digest_stream.store.errors import BackendError, LibraryVersionMismatch
 
-Kind = Literal["authentication", "authorization", "tls", "unreachable", "timeout", "library"]
+Kind = Literal[
+    "authentication", "authorization", "tls", "unreachable", "timeout", "library", "refusing"
+]
 
 #: Kinds that waiting does not cure: a command exits on them, the service refuses to start.
 FATAL_KINDS: frozenset[Kind] = frozenset({"authentication", "authorization", "tls", "library"})
@@ -79,8 +82,10 @@ def explain(
             found = explain_kafka(error, settings, scope)
         elif isinstance(error, LibraryVersionMismatch):
             found = _library_mismatch(error, settings)
-        elif isinstance(error, redis.RedisError):
-            found = _redis(error, exc, settings)
+        else:
+            backend = backend_error(error)  # the store's, or its client's raw error
+            if backend is not None:
+                found = _store(backend, exc, settings)
         if found is not None:
             return found
     return None
@@ -98,7 +103,8 @@ def one_line(
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """The exception, then what caused it (redis-py's cluster client wraps the node's error)."""
+    """The exception, then what caused it (the store's error chains its client's, and a
+    cluster client's error the node's)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
@@ -259,7 +265,6 @@ _CA = env_name("redis_ssl_ca_certs")
 _CERT = env_name("redis_ssl_certfile")
 _KEY = env_name("redis_ssl_keyfile")
 _LOAD = env_name("redis_load_library")
-_NOPERM_COMMAND = re.compile(r"run the '([^']+)' command")
 
 
 @dataclass(frozen=True)
@@ -271,10 +276,9 @@ class _Where:
     tls: bool
 
     @classmethod
-    def of(cls, settings: Settings | None, error: BaseException) -> _Where:
+    def of(cls, settings: Settings | None, error: BackendError) -> _Where:
         if settings is None:
-            named = re.search(r"(\S+:\d+)", str(error))
-            return cls(named.group(1).rstrip(".") if named else "Redis", "default", False)
+            return cls(error.address or error.backend, "default", False)
         try:
             parts = urlsplit(settings.redis_url)
             address = f"{parts.hostname}:{parts.port or 6379}"
@@ -284,41 +288,57 @@ class _Where:
         return cls(address, user, settings.redis_url.startswith("rediss://"))
 
 
-def _redis(
-    error: redis.RedisError, top: BaseException, settings: Settings | None
-) -> Failure | None:
+def _store(error: BackendError, top: BaseException, settings: Settings | None) -> Failure | None:
     where = _Where.of(settings, error)
-    text = str(error)
-    if isinstance(error, redis.AuthenticationError) or text.startswith("WRONGPASS"):
+    if error.kind == "authentication":
         return Failure(
             "authentication",
             f"Redis at {where.address} refused the credentials of user {where.user!r} (wrong "
             f"password, or the user is unknown or disabled): check the user and password in "
             f"{_REDIS_URL}",
         )
-    if isinstance(error, redis.exceptions.NoPermissionError) or SCRIPT_ACL_REFUSAL in text:
-        return Failure("authorization", _redis_permission(text, where, settings))
-    if isinstance(error, redis.ConnectionError | redis.TimeoutError):
+    if error.kind == "authorization":
+        return Failure("authorization", _redis_permission(error, where, settings))
+    if error.kind in ("tls", "unreachable", "timeout"):
         return _redis_connection(error, top, where)
+    refusing = _REFUSING.get(error.kind)
+    if refusing is not None:
+        return Failure("refusing", f"Redis at {where.address} {refusing} ({error.detail})")
     return None
 
 
-def _redis_permission(text: str, where: _Where, settings: Settings | None) -> str:
-    command = _NOPERM_COMMAND.search(text)
-    if command is not None and command.group(1) == "function|load":
+#: What a Redis that refuses calls for a while is doing, and what ends it (the service waits).
+_REFUSING = {
+    "oom": "is out of memory and refuses writes (OOM: maxmemory under noeviction): free "
+    "memory or raise maxmemory; the service waits meanwhile",
+    "readonly": f"is a read-only replica (READONLY): check that {_REDIS_URL} names the "
+    "primary, or wait for the failover to end",
+    "busy": "is busy running a script (BUSY): it answers once the script ends",
+    "loading": "is loading its data set (LOADING): it answers once loaded",
+    "failover": "has lost its primary or its replicas (MASTERDOWN, NOREPLICAS): it answers "
+    "once the failover ends",
+    "cluster": "says its cluster is down or moving slots (CLUSTERDOWN, TRYAGAIN): it answers "
+    "once the cluster is OK",
+}
+
+
+def _redis_permission(error: BackendError, where: _Where, settings: Settings | None) -> str:
+    command = error.command
+    if command == "function|load":
+        name, version = SERVER_CODE
         return (
-            f"the Redis Functions library {library.NAME} {library.VERSION} is not loaded (or "
+            f"the Redis Functions library {name} {version} is not loaded (or "
             f"differs) on {where.address} and user {where.user!r} may not load it (no "
             f"+function|load): load it as an administrator (any digest-stream command run once "
             f"with an admin {_REDIS_URL}), then run with {_LOAD}=false; or grant +function|load"
         )
     if command is not None:
         return (
-            f"Redis user {where.user!r} may not run {command.group(1).upper()} on "
-            f"{where.address} (NOPERM): grant +{command.group(1)} as the README's ACL line "
+            f"Redis user {where.user!r} may not run {command.upper()} on "
+            f"{where.address} (NOPERM): grant +{command} as the README's ACL line "
             "(section Security) does"
         )
-    if SCRIPT_ACL_REFUSAL in text:
+    if error.in_library:
         return (
             f"Redis user {where.user!r} may not run a command the Functions library calls on "
             f"{where.address}: grant the commands of the README's ACL line (section Security)"
@@ -331,7 +351,7 @@ def _redis_permission(text: str, where: _Where, settings: Settings | None) -> st
     )
 
 
-def _redis_connection(error: redis.RedisError, top: BaseException, where: _Where) -> Failure:
+def _redis_connection(error: BackendError, top: BaseException, where: _Where) -> Failure:
     causes = list(_chain(top))
     text = str(error)
     if any(isinstance(c, ssl.SSLCertVerificationError) for c in causes) or (
@@ -346,13 +366,13 @@ def _redis_connection(error: redis.RedisError, top: BaseException, where: _Where
     if any(isinstance(c, ssl.SSLError) for c in causes) or "[SSL" in text:
         return Failure(
             "tls",
-            f"Redis TLS handshake with {where.address} failed ({_short(text)}): check {_CA}, "
+            f"Redis TLS handshake with {where.address} failed ({error.detail}): check {_CA}, "
             f"and {_CERT} / {_KEY} when the server asks for a client certificate",
         )
     if where.tls and any(isinstance(c, FileNotFoundError | PermissionError) for c in causes):
         return Failure(
             "tls",
-            f"Redis TLS files unreadable ({_short(text)}): check {_CA}, {_CERT} and {_KEY}",
+            f"Redis TLS files unreadable ({error.detail}): check {_CA}, {_CERT} and {_KEY}",
         )
     if not where.tls and "Connection reset by peer" in text:
         return Failure(
@@ -360,35 +380,28 @@ def _redis_connection(error: redis.RedisError, top: BaseException, where: _Where
             f"Redis at {where.address} reset a plaintext connection: is this a TLS port? use "
             f"rediss:// in {_REDIS_URL} (and {_CA} for its CA)",
         )
-    if where.tls and isinstance(error, redis.TimeoutError) and "connecting" in text:
+    if where.tls and error.connecting:
         return Failure(
             "tls",
             f"Redis at {where.address} did not answer the TLS handshake: is it a plaintext "
             f"port? use redis:// in {_REDIS_URL}, or check the address and the network",
         )
-    if isinstance(error, redis.TimeoutError):
+    if error.kind == "timeout":
         return Failure(
             "timeout",
-            f"Redis at {where.address} did not answer in time ({_short(text)}): check "
+            f"Redis at {where.address} did not answer in time ({error.detail}): check "
             f"{_REDIS_URL} and the network",
         )
     return Failure(
         "unreachable",
-        f"Redis unreachable at {where.address} ({_short(text)}): check {_REDIS_URL} and the "
+        f"Redis unreachable at {where.address} ({error.detail}): check {_REDIS_URL} and the "
         "network",
     )
 
 
-def _short(text: str) -> str:
-    """An error text without redis-py's "Error 111 connecting to host:port." head."""
-    head = r"^Error -?\d+ (?:(?:connecting to|while reading from) \S+:\d+|while writing to socket)"
-    text = re.sub(head + r"\s?[.:]?\s*", "", text)
-    return text.strip().rstrip(".") or "no detail"
-
-
 def _library_mismatch(error: LibraryVersionMismatch, settings: Settings | None) -> Failure:
     # The store's own text speaks the Python API (load_library=True); this speaks settings.
-    text = str(error).split(" (construct RedisStore")[0]
+    text = str(error).split(" (construct ")[0]
     if "an administrator must reload it" in text:
         return Failure("library", text)
     if settings is not None and not settings.redis_load_library:

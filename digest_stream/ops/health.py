@@ -21,17 +21,15 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from redis.exceptions import RedisError
 
 from digest_stream.clock import Clock
 from digest_stream.kafka import ClientErrors
 from digest_stream.ops.failures import KafkaScope, explain_kafka
 from digest_stream.ops.metrics import Metrics
 from digest_stream.settings import Settings
+from digest_stream.store import backend_error
 from digest_stream.store.base import DigestStore
-from digest_stream.store.errors import REDIS_DOWN, StoreError
-from digest_stream.store.redis import RedisStore, library
-from digest_stream.store.redis.calls import library_versions
+from digest_stream.store.errors import CONNECTION_KINDS, BackendError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +134,11 @@ class HealthView(Protocol):
 
 
 def failure_category(error: BaseException) -> str:
-    """What kind of failure stopped a role: redis, kafka, store or internal (for /healthz)."""
-    if isinstance(error, RedisError):
-        return "redis"
+    """What kind of failure stopped a role: the store's backend (redis), kafka, store or
+    internal (for /healthz)."""
+    backend = backend_error(error)
+    if backend is not None:
+        return backend.backend.lower()
     if isinstance(error, (KafkaException, KafkaError)):
         return "kafka"
     if isinstance(error, StoreError):
@@ -223,27 +223,40 @@ class Health:
             if not assigned:
                 problems.append("no schedule partitions assigned")
         self._kafka_cause(problems, details)
-        store = app.store
-        if isinstance(store, RedisStore):
-            try:
-                versions = library_versions(store.client)
-            except REDIS_DOWN as exc:
-                problems.append(f"Redis unreachable ({type(exc).__name__})")
-                self._log_once("readiness: Redis unreachable: %s", exc)
-            except Exception as exc:  # e.g. ACL refusals
-                problems.append(f"Redis refused the version check ({type(exc).__name__})")
-                self._log_once("readiness: Redis refused the version check: %s", exc)
-            else:
-                details["library_versions"] = versions
-                wrong = {n: v or "absent" for n, v in versions.items() if v != library.VERSION}
-                details["library_ok"] = not wrong
-                if wrong:
-                    problems.append(
-                        f"Functions library version mismatch (need {library.VERSION}): {wrong}"
-                    )
+        if app.store is not None:
+            self._store_cause(app.store, problems, details)
         details["status"] = "ready" if not problems else "not ready"
         details["problems"] = problems
         return not problems, details
+
+    def _store_cause(
+        self, store: DigestStore, problems: list[str], details: dict[str, Any]
+    ) -> None:
+        """The store answers and runs the server-side code this code expects (the Functions
+        library version, on every primary)."""
+        try:
+            readiness = store.readiness()
+        except BackendError as exc:
+            # The backend's name for the error, never its text (hosts, users).
+            if exc.kind in CONNECTION_KINDS:
+                problems.append(f"{exc.backend} unreachable ({exc.name})")
+                self._log_once(f"readiness: {exc.backend} unreachable: %s", exc)
+            else:  # e.g. ACL refusals
+                problems.append(f"{exc.backend} refused the version check ({exc.name})")
+                self._log_once(f"readiness: {exc.backend} refused the version check: %s", exc)
+            return
+        except Exception as exc:  # a reply it did not expect, say: the probe still answers
+            problems.append(f"the store refused the version check ({type(exc).__name__})")
+            self._log_once("readiness: the store refused the version check: %s", exc)
+            return
+        if not readiness.versions:
+            return  # no server-side code to check (the model)
+        details["library_versions"] = readiness.versions
+        details["library_ok"] = not readiness.wrong
+        if readiness.wrong:
+            problems.append(
+                f"Functions library version mismatch (need {readiness.expected}): {readiness.wrong}"
+            )
 
     def _kafka_cause(self, problems: list[str], details: dict[str, Any]) -> None:
         """A recent Kafka error that explains (or by itself is) not being ready."""
@@ -317,7 +330,9 @@ class PartitionGauges(Collector):
             for partition in sorted(owned):
                 try:
                     stats = app.store.stats(partition)
-                except REDIS_DOWN:
+                except BackendError as exc:
+                    if exc.kind not in CONNECTION_KINDS:
+                        raise
                     continue  # the scrape still answers; digest_redis_errors tells the story
                 label = [str(partition)]
                 waiting.add_metric(label, stats.waiting)

@@ -1,6 +1,7 @@
 """Retry policy shared by every role: capped exponential backoff (tenacity).
 
-Which errors are waited out is the store's knowledge (``store.errors.unavailable``).
+Which errors are waited out is the store's knowledge: it raises ``StoreUnavailable`` for them
+(``store.errors.unavailable``).
 """
 
 from __future__ import annotations

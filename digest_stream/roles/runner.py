@@ -185,7 +185,7 @@ class Runner:
         auto.offset.reset starts a partition the group never committed (see reset_start:
         left to librdkafka, it would fetch the commit again and look that position up before
         its first fetch). When the commit cannot be read, the partitions as given: librdkafka
-        then fetches it itself, as before.
+        then fetches it itself.
         """
         try:
             found = self.committed(partitions)

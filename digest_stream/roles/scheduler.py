@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-import redis
 from confluent_kafka import KafkaError, Message, Producer
 
 from digest_stream.clock import Clock
@@ -23,7 +22,7 @@ from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore
-from digest_stream.store.errors import unavailable
+from digest_stream.store.errors import BackendError, unavailable
 from digest_stream.wire.models import ScheduleReason
 from digest_stream.wire.schedule_fields import encode_schedule_fields
 
@@ -154,7 +153,7 @@ class Scheduler:
             self.emitter.retry_refused()
             for partition in owned:
                 emitted += self._tick_partition(partition, now, maintain)
-        except redis.RedisError as exc:
+        except BackendError as exc:
             if not unavailable(exc):
                 raise
             # The ingest side pauses and retries; a scheduler tick simply waits for the next one.

@@ -24,6 +24,10 @@ CANCEL = "cancel"  # remove the pending record ``id``
 CANCEL_ALL = "cancel_all"  # remove every pending record (``id`` is unused)
 CONTROLS = (FLUSH, CANCEL, CANCEL_ALL)
 
+#: A store's namespace (every key and name of one deployment): letters, digits, "_", "." and
+#: "-" only, so it fits inside a Redis hash tag (no braces, colons or spaces) and any other
+#: backend's key scheme.
+NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 #: Digest ids are DIGEST_ID_LENGTH lowercase hex characters (a uuid4 hex), minted by the caller.
 DIGEST_ID_PATTERN = re.compile(rf"^[0-9a-f]{{{DIGEST_ID_LENGTH}}}$")
 #: An add's leading-edge nonce: its digest ids are the nonce and its number in hex digits.
@@ -180,6 +184,24 @@ class PartitionStats:
     extra: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether the store runs the server-side code this code expects, on every node.
+
+    ``versions``: the version each node runs (None: not loaded), by node name; empty for a
+    store with no server-side code (the model), which is always ready once it answers.
+    """
+
+    expected: str
+    versions: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def wrong(self) -> dict[str, str]:
+        """The nodes that run another version (or none), with what they run."""
+        return {node: found or "absent" for node, found in self.versions.items()
+                if found != self.expected}  # fmt: skip
+
+
 #: (partition, timeline, digest id): one digest to open or close in a batch.
 DigestTarget = tuple[int, str, str]
 
@@ -275,4 +297,18 @@ class DigestStore(Protocol):
         self, partition: int, offset: int | None, *, topic_id: str | None = None
     ) -> None:
         """Write exactly this fence (a new topic, admin replays); both None remove it."""
+        ...
+
+    def server_time(self) -> float | None:
+        """The store's own clock (seconds since the epoch), which due times are compared
+        with by every host; None when it keeps none (the model)."""
+        ...
+
+    def readiness(self) -> Readiness:
+        """Ask the store whether it answers and runs the expected server-side code (raises
+        the store's errors when it cannot be asked)."""
+        ...
+
+    def disconnect(self) -> None:
+        """Release the store's connections (a later call connects again)."""
         ...

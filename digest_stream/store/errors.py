@@ -1,12 +1,15 @@
-"""The store's errors, and which Redis replies mean "unavailable for now" (wait, retry).
+"""The store's errors: refused calls, and a backend that cannot serve (for now, or at all).
 
 The roles decide how long to wait (``roles.retry``); only the store knows which of its
-errors are a Redis that cannot serve the call now and which are a bug, so it says so here.
+backend's failures are "unavailable for now" and which are a bug, so its adapter says so by
+the class it raises (``StoreUnavailable`` or ``BackendError``). Each carries a ``kind`` and the
+facts an operator's one line needs (``ops.failures``), so nothing above the store reads the
+backend's own exceptions.
 """
 
 from __future__ import annotations
 
-import redis
+from typing import Literal
 
 
 class StoreError(Exception):
@@ -22,48 +25,80 @@ class InvalidState(StoreError):
 
 
 class LibraryVersionMismatch(StoreError):
-    """The Redis Functions library loaded on the server is not the one this code expects."""
+    """The server-side code the backend runs is not the one this code expects."""
 
 
-#: Errors that mean "Redis is unreachable right now", as opposed to a refused call.
-REDIS_DOWN: tuple[type[BaseException], ...] = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.BusyLoadingError,
+#: How a backend failed a call:
+#: - authentication: it refused the credentials;
+#: - authorization: an ACL refused a command (``command``), one the store's server-side code
+#:   calls (``in_library``), or the keys (neither);
+#: - tls, unreachable, timeout: no connection, or no answer in time (``connecting``: while
+#:   connecting); TLS is often told only by the causes (ssl errors) the error chains to;
+#: - busy, loading, oom, readonly, failover, cluster: reachable but refusing for a while (a
+#:   long script, loading its data, out of memory, a replica, no primary or replicas, slots
+#:   moving or down);
+#: - error: any other failure, a bug: not retried.
+Kind = Literal[
+    "authentication",
+    "authorization",
+    "tls",
+    "unreachable",
+    "timeout",
+    "busy",
+    "loading",
+    "oom",
+    "readonly",
+    "failover",
+    "cluster",
+    "error",
+]
+
+#: Kinds that mean no working connection (as opposed to a server that answers "not now").
+CONNECTION_KINDS: frozenset[Kind] = frozenset(
+    {"authentication", "tls", "unreachable", "timeout", "cluster", "loading"}
 )
 
-#: Replies by which a reachable Redis refuses a call for a while: out of memory under
-#: noeviction, busy in a long script, a replica during failover, a master without replicas,
-#: and an ACL that lacks a permission (an operator fixes it; crashing would only loop).
-REFUSING_FOR_NOW = ("OOM", "BUSY", "READONLY", "LOADING", "MASTERDOWN", "NOREPLICAS", "NOPERM")
+
+class BackendError(StoreError):
+    """The store's backend failed a call; not one to wait out (see ``StoreUnavailable``).
+
+    ``str()`` is the backend's own text; ``backend`` names it ("Redis"), ``name`` is the
+    backend client's name for the error (for probes that show no text), ``address`` the
+    server it names (host:port, when it does), ``detail`` its text without the client's
+    boilerplate.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend: str,
+        kind: Kind = "error",
+        name: str = "",
+        address: str | None = None,
+        detail: str = "",
+        command: str | None = None,
+        in_library: bool = False,
+        connecting: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.backend = backend
+        self.kind: Kind = kind
+        self.name = name or type(self).__name__
+        self.address = address
+        self.detail = detail or message
+        self.command = command
+        self.in_library = in_library
+        self.connecting = connecting
 
 
-#: redis-py turns some of those replies into classes of their own, with the code word cut
-#: off the message: they are matched by class, the rest by their first word.
-REFUSING_CLASSES: tuple[type[BaseException], ...] = (
-    redis.exceptions.OutOfMemoryError,
-    redis.exceptions.ReadOnlyError,
-    redis.exceptions.NoPermissionError,
-    redis.exceptions.MasterDownError,
-)
-
-#: A command the library calls that the ACL user lacks is refused inside the script with a
-#: plain error (no NOPERM code word): e.g. a new library version needing a command the
-#: operator has not granted yet.
-SCRIPT_ACL_REFUSAL = "can't run this command or subcommand"
+class StoreUnavailable(BackendError):
+    """The backend cannot serve this call now (unreachable, or refusing for a while): retry."""
 
 
 def unavailable(exc: BaseException) -> bool:
-    """Redis cannot serve this call now (unreachable, or refusing for a while): retry it.
+    """The store cannot serve this call now: retry it.
 
-    Anything else (a wrong argument, a store invariant) is a bug and stops the role.
+    Anything else (a wrong argument, a store invariant, a backend bug) stops the role.
     """
-    if isinstance(exc, REDIS_DOWN + REFUSING_CLASSES):
-        return True
-    if isinstance(exc, redis.ResponseError):
-        message = str(exc)
-        code = message.partition(" ")[0]
-        return code in REFUSING_FOR_NOW or SCRIPT_ACL_REFUSAL in message
-    return False
+    return isinstance(exc, StoreUnavailable)

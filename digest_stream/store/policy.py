@@ -1,18 +1,29 @@
 """Timeline policies: the delays, capacity and digest rules of one timeline, and which
-policy a timeline gets (the default, or the longest matching per-prefix override)."""
+policy a timeline gets (the default, or the longest matching per-prefix override).
+
+``TimelinePolicy`` is the ONE declaration of the policy: each field is an option declared
+with ``option()`` (its kind, default, doc line and what an unset value means). From it come
+the global settings (``settings.py``: ``DIGEST_STREAM_<NAME>``), the per-prefix overrides
+(``PolicyOverride``), the checks (``TimelinePolicy`` itself; ``validate.policy``), the
+one-line description (``describe``) and the form the store receives (``PACKED``: the options
+the store reads, in their packed order; ``store/redis/policy_wire.py`` packs them and the
+Lua's ``parse_policy`` reads them by the same list).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from digest_stream.store import calendar
 from digest_stream.store.errors import InvalidArgument
-from digest_stream.store.limits import MAX_TTL
+from digest_stream.store.limits import MAX_OFFSET, MAX_TTL
 
 #: Seconds a timeline's keys live without being written or maintained (seven days). It is
 #: leak protection only: maintenance and open refresh it while the service runs, so records
@@ -26,48 +37,152 @@ DEFAULT_CAPACITY = 10_000
 
 
 @dataclass(frozen=True, slots=True)
+class Kind:
+    """How the values of one kind of option are typed, bounded, shown and packed.
+
+    ``bounds`` are pydantic ``Field`` constraints (settings and overrides) and the checks
+    ``TimelinePolicy`` makes; ``packed`` names the Lua guard that reads the packed value
+    (``POLICY_READERS`` in ``guards.lua``), None when the store never reads the option.
+    """
+
+    type: type
+    bounds: Mapping[str, Any]
+    packed: str | None
+    unit: str = ""
+
+    def check(self, name: str, value: object) -> None:
+        """Refuse a value of the wrong type or out of bounds (NaN, inf and bool included)."""
+        accepted = (int, float) if self.type is float else self.type
+        if isinstance(value, bool) or not isinstance(value, accepted):
+            raise InvalidArgument(f"{name} must be of type {self.type.__name__}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidArgument(f"{name} must be finite, got {value!r}")
+        size = len(value) if isinstance(value, str) else value
+        for bound, limit in self.bounds.items():
+            holds, words = _BOUNDS[bound]
+            if not holds(size, limit):
+                raise InvalidArgument(f"{name} must be {words} {limit}, got {value!r}")
+
+    def show(self, value: object) -> str:
+        """A set value as describe() writes it."""
+        return f"{value:g}{self.unit}" if isinstance(value, float) else f"{value}{self.unit}"
+
+
+#: pydantic's constraint names, as checks and as words in an error message.
+_BOUNDS: dict[str, tuple[Callable[[Any, float], bool], str]] = {
+    "ge": (lambda value, limit: value >= limit, ">="),
+    "gt": (lambda value, limit: value > limit, ">"),
+    "le": (lambda value, limit: value <= limit, "at most"),
+    "min_length": (lambda value, limit: value >= limit, "a text of length >="),
+}
+
+#: A duration in seconds (packed as the shortest text of its double).
+SECONDS = Kind(float, {"ge": 0}, packed="time", unit="s")
+#: The keys' TTL: leak protection, bounded by what Redis's PEXPIRE takes.
+TTL = Kind(float, {"gt": 0, "le": MAX_TTL}, packed="ttl", unit="s")
+#: A number of records (unset is packed as 0).
+COUNT = Kind(int, {"ge": 1, "le": MAX_OFFSET}, packed="count")
+#: A record attribute's name; the delivery role reads it, the store does not.
+ATTRIBUTE = Kind(str, {"min_length": 1}, packed=None)
+#: An IANA time zone name (checked by calendar.zone).
+ZONE = Kind(str, {}, packed=None)
+#: A 5-field cron expression: packed as its next fire time, which the caller computes (the
+#: Lua has no cron), "" when unset.
+CRON = Kind(str, {}, packed="fire")
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One policy option as declared: its kind, default, doc line and what unset means."""
+
+    name: str
+    kind: Kind
+    default: object
+    doc: str
+    #: None allowed; ``unset`` says what it means ("off", "unlimited")
+    optional: bool
+    unset: str
+
+    @property
+    def type(self) -> Any:
+        """The Python type of the option's values (``| None`` when it may be unset)."""
+        return self.kind.type | None if self.optional else self.kind.type
+
+    def check(self, value: object) -> None:
+        """Refuse a value this option cannot take (None only when optional)."""
+        if value is None:
+            if not self.optional:
+                raise InvalidArgument(f"{self.name} must be set")
+            return
+        self.kind.check(self.name, value)
+
+
+def option(default: Any, kind: Kind, doc: str, *, unset: str | None = None) -> Any:
+    """A TimelinePolicy field declaring one option; ``unset``: what None means (then allowed)."""
+    spec = {"kind": kind, "doc": doc, "unset": unset}
+    return dataclasses.field(default=default, metadata=spec)
+
+
+@dataclass(frozen=True, slots=True)
 class TimelinePolicy:
     """Delays (seconds), capacity and digest policy that govern one timeline.
 
-    ``flush_at``: a WAITING timeline holding this many pending records becomes due at once
-    (never sooner than FLUSH_AT_FLOOR after its last delivery). ``schedule`` (5-field cron, in
-    ``timezone``): the timeline is due at the schedule's next fire time instead of after a
-    cool-down, with no leading edge. ``collapse_by``: an attribute name; the delivery role
-    collapses a digest's records sharing its value (the store does not look at it).
+    Each field is one option (see ``OPTIONS``); the checks below are the rules across
+    options. ``schedule`` replaces the cool-down (and the leading edge) with the calendar's
+    fire times; ``collapse_by`` is read by the delivery role only.
     """
 
-    minimum_delay: float = 300.0
-    increment_delay: float = 30.0
-    maximum_delay: float = 1800.0
-    ttl: float = DEFAULT_TTL
-    capacity: int | None = DEFAULT_CAPACITY
-    flush_at: int | None = None
-    schedule: str | None = None
-    timezone: str = "UTC"
-    collapse_by: str | None = None
+    minimum_delay: float = option(300.0, SECONDS, "Cool-down after a digest.")
+    increment_delay: float = option(30.0, SECONDS, "Delay added by each new event.")
+    maximum_delay: float = option(1800.0, SECONDS, "Cap on delay after a delivery.")
+    ttl: float = option(
+        DEFAULT_TTL,
+        TTL,
+        "TTL of Redis keys, leak protection only (> maximum_delay + maintenance_timeout + "
+        "maintenance_interval, <= 10 years).",
+    )
+    capacity: int | None = option(
+        DEFAULT_CAPACITY,
+        COUNT,
+        "Max records per timeline (oldest dropped, counted).",
+        unset="unlimited",
+    )
+    flush_at: int | None = option(
+        None,
+        COUNT,
+        "A timeline holding this many pending records is due at once (never sooner than 1 s "
+        "after its last digest); unset = off.",
+        unset="off",
+    )
+    schedule: str | None = option(
+        None,
+        CRON,
+        "5-field cron: deliver at its fire times in `timezone` instead of after a cool-down "
+        '(no leading edge), e.g. `"0 9 * * *"`; unset = off.',
+        unset="off",
+    )
+    timezone: str = option("UTC", ZONE, "IANA timezone of `schedule` (e.g. Europe/Berlin).")
+    collapse_by: str | None = option(
+        None,
+        ATTRIBUTE,
+        "Attribute name: a digest's records with the same value become one (the newest, with "
+        "count and first_seen); unset = off.",
+        unset="off",
+    )
 
     def __post_init__(self) -> None:
-        for name in ("minimum_delay", "increment_delay", "maximum_delay", "ttl"):
-            if getattr(self, name) < 0:
-                raise InvalidArgument(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if self.ttl > MAX_TTL:
-            raise InvalidArgument(f"ttl must be at most {MAX_TTL} seconds, got {self.ttl!r}")
+        for spec in OPTIONS:
+            spec.check(getattr(self, spec.name))
         if self.ttl <= self.maximum_delay:
             raise InvalidArgument(
                 f"ttl ({self.ttl}) must exceed maximum_delay ({self.maximum_delay})"
             )
-        if self.capacity is not None and self.capacity < 1:
-            raise InvalidArgument(f"capacity must be >= 1 when set, got {self.capacity!r}")
-        if self.flush_at is not None:
-            if self.flush_at < 1:
-                raise InvalidArgument(f"flush_at must be >= 1 when set, got {self.flush_at!r}")
-            if self.capacity is not None and self.flush_at > self.capacity:
-                raise InvalidArgument(
-                    f"flush_at ({self.flush_at}) must not exceed capacity ({self.capacity}): "
-                    "a timeline could never hold that many records"
-                )
-        if self.collapse_by is not None and not self.collapse_by:
-            raise InvalidArgument("collapse_by must be an attribute name when set")
+        capacity = MAX_OFFSET if self.capacity is None else self.capacity
+        if self.flush_at is not None and self.flush_at > capacity:
+            raise InvalidArgument(
+                f"flush_at ({self.flush_at}) must not exceed capacity ({self.capacity}): "
+                "a timeline could never hold that many records"
+            )
         calendar.zone(self.timezone)
         if self.schedule is not None:
             calendar.check(self.schedule, self.timezone)
@@ -79,6 +194,50 @@ class TimelinePolicy:
         return calendar.next_fire(self.schedule, self.timezone, now)
 
 
+def _options() -> tuple[Option, ...]:
+    found = []
+    for field in dataclasses.fields(TimelinePolicy):
+        meta, unset = field.metadata, field.metadata["unset"]
+        found.append(
+            Option(
+                field.name, meta["kind"], field.default, meta["doc"], unset is not None, unset or ""
+            )
+        )
+    return tuple(found)
+
+
+#: The policy's options, in declaration order.
+OPTIONS = _options()
+#: The options the store reads, in the order of their packed form (the Lua's POLICY_FIELDS).
+PACKED = tuple(spec for spec in OPTIONS if spec.kind.packed is not None)
+
+
+def describe(policy: TimelinePolicy) -> str:
+    """The policy on one line: each option and its value (or what its being unset means)."""
+    return ", ".join(
+        f"{spec.name} {spec.unset if value is None else spec.kind.show(value)}"
+        for spec in OPTIONS
+        for value in (getattr(policy, spec.name),)
+    )
+
+
+def declare_fields(namespace: MutableMapping[str, Any], *, overrides: bool = False) -> None:
+    """Declare one pydantic field per option in a model's class body (``locals()``): the
+    option's default and bounds, or (``overrides``) None by default, which keeps the default's.
+
+    Called from the body of ``Settings`` and ``PolicyOverride``, so each option is declared
+    there in its place (the README's table keeps its order) without being written again.
+    """
+    annotations = namespace.setdefault("__annotations__", {})
+    for spec in OPTIONS:
+        if overrides:
+            annotations[spec.name] = spec.kind.type | None
+            namespace[spec.name] = Field(None, **spec.kind.bounds)
+        else:
+            annotations[spec.name] = spec.type
+            namespace[spec.name] = Field(spec.default, description=spec.doc, **spec.kind.bounds)
+
+
 #: Maps a timeline name to its policy; per-prefix overrides plug in here.
 PolicyResolver = Callable[[str], TimelinePolicy]
 
@@ -87,16 +246,12 @@ class PolicyOverride(BaseModel):
     """Per-timeline-prefix changes to the default policy; unset fields keep the default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    declare_fields(locals(), overrides=True)
 
-    minimum_delay: float | None = Field(None, ge=0)
-    increment_delay: float | None = Field(None, ge=0)
-    maximum_delay: float | None = Field(None, ge=0)
-    ttl: float | None = Field(None, gt=0, le=MAX_TTL)
-    capacity: int | None = Field(None, ge=1)
-    flush_at: int | None = Field(None, ge=1)
-    schedule: str | None = None
-    timezone: str | None = None
-    collapse_by: str | None = Field(None, min_length=1)
+    def __init__(self, **options: object) -> None:
+        """An override of the options given by name (the fields are declared above, unseen
+        by type checkers)."""
+        super().__init__(**options)
 
 
 def prefix_of(pattern: str) -> str:

@@ -6,7 +6,13 @@ import math
 import re
 from collections.abc import Sequence
 
-from digest_stream.store.base import CONTROLS, DIGEST_ID_PATTERN, OPEN_NONCE_PATTERN, NewRecord
+from digest_stream.store.base import (
+    CONTROLS,
+    DIGEST_ID_PATTERN,
+    NAMESPACE_PATTERN,
+    OPEN_NONCE_PATTERN,
+    NewRecord,
+)
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.limits import (
     DIGEST_ID_LENGTH,
@@ -14,18 +20,16 @@ from digest_stream.store.limits import (
     MAX_OFFSET,
     MAX_SLICE,
     MAX_TOPIC_ID_BYTES,
-    MAX_TTL,
     OPEN_NONCE_LENGTH,
 )
 from digest_stream.store.policy import TimelinePolicy
-from digest_stream.store.redis.keys import NAMESPACE_PATTERN
 
 #: Partitions are Kafka partition numbers (int32).
 MAX_PARTITION = 2**31 - 1
 
 
 def namespace(value: object) -> str:
-    """A namespace that fits inside the hash tag."""
+    """A namespace (NAMESPACE_PATTERN)."""
     if not isinstance(value, str) or not NAMESPACE_PATTERN.match(value):
         raise InvalidArgument(f"namespace must match {NAMESPACE_PATTERN.pattern}, got {value!r}")
     return value
@@ -100,23 +104,10 @@ def limit(value: object) -> int:
 
 
 def policy(value: object, timeline: str) -> TimelinePolicy:
-    """A policy as returned by a resolver; re-checks what the dataclass cannot (NaN, types)."""
+    """A policy as returned by a resolver: a TimelinePolicy, whose construction checked each
+    option (type, bounds, finite) and the rules across them."""
     if not isinstance(value, TimelinePolicy):
         raise InvalidArgument(f"policy for {timeline!r} is not a TimelinePolicy: {value!r}")
-    for field in ("minimum_delay", "increment_delay", "maximum_delay", "ttl"):
-        time_value(getattr(value, field), field)
-    if value.ttl > MAX_TTL:
-        raise InvalidArgument(f"ttl must be at most {MAX_TTL} seconds, got {value.ttl!r}")
-    capacity = value.capacity
-    if capacity is not None and (
-        isinstance(capacity, bool) or not isinstance(capacity, int) or capacity > MAX_OFFSET
-    ):
-        raise InvalidArgument(f"capacity must be an int >= 1 or None, got {capacity!r}")
-    flush_at = value.flush_at
-    if flush_at is not None and (
-        isinstance(flush_at, bool) or not isinstance(flush_at, int) or flush_at > MAX_OFFSET
-    ):
-        raise InvalidArgument(f"flush_at must be an int >= 1 or None, got {flush_at!r}")
     return value
 
 

@@ -155,7 +155,7 @@ class DigestReason(StrEnum):
     SCHEDULE = "SCHEDULE"
     """The timeline's calendar schedule fired."""
     FLUSHED = "FLUSHED"
-    """Someone asked for it (`digest-stream flush`, `EventProducer.flush(timeline)`)."""
+    """Someone asked for it (`digest-stream flush`, `EventProducer.flush_timeline(timeline)`)."""
     RECOVERED = "RECOVERED"
     """A delivery that had not completed was announced again (maintenance, a take-over)."""
 

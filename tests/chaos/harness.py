@@ -84,7 +84,7 @@ RECOVERY_SLACK = 10.0
 
 def recovery_deadline(settings: Settings) -> float:
     """Seconds after the fault's end by which every event must be out (the property)."""
-    return SESSION_TIMEOUT + settings.maximum_delay + RECOVERY_MARGIN + RECOVERY_SLACK
+    return SESSION_TIMEOUT + settings.policy().maximum_delay + RECOVERY_MARGIN + RECOVERY_SLACK
 
 
 def chaos_enabled() -> bool:

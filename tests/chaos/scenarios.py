@@ -849,7 +849,7 @@ def short_ttl_settings(maximum_delay: float = 2.0, ttl: float = 60.0) -> dict[st
 def delivery_down_past_ttl(settings: Settings, size: Size, down: float) -> Figures:
     """Only ingest,scheduler run for `down` s (> 2 x ttl); then delivery starts: nothing
     expired, nothing dropped, everything out within the deadline."""
-    assert down > 2 * settings.ttl, "the outage must outlast the ttl twice"
+    assert down > 2 * settings.policy().ttl, "the outage must outlast the ttl twice"
     with scenario(settings) as (services, output, dlq):
         _, load, acc = _start_under_load(settings, size, services, output, dlq, INGEST)
         started = time.monotonic()
@@ -863,7 +863,7 @@ def delivery_down_past_ttl(settings: Settings, size: Size, down: float) -> Figur
                 "9 delivery down past a short ttl",
                 acc,
                 size,
-                note=f"ttl {settings.ttl:.0f}s, maintenance_timeout "
+                note=f"ttl {settings.policy().ttl:.0f}s, maintenance_timeout "
                 f"{settings.maintenance_timeout:.0f}s, delivery down {down:.0f}s",
             )
         finally:
@@ -922,7 +922,7 @@ def acl_capacity(settings: Settings, size: Size, admin_settings: Settings | None
             services.start(ALL)
             acc.fault_ended()
             figures = _finish(
-                f"10 restricted ACL user, capacity {settings.capacity}, {where}",
+                f"10 restricted ACL user, capacity {settings.policy().capacity}, {where}",
                 acc,
                 size,
                 note="README ACL line, library preloaded; one SIGKILL + restart at 50%",
@@ -1393,15 +1393,15 @@ def output_refused(
             w1, w2 = f"{load.prefix}-w1", f"{load.prefix}-w2"
             acc.extra[w1] = send_one(load, warm, w1)
             acc.extra[w2] = send_one(load, warm, w2)
-            sender.flush(warm)
+            sender.flush_timeline(warm)
             out({w1, w2}, f"{warm}'s two events out")
             with output_refusing(pair, topic, output, dlq) as since:
                 acc.extra[e1] = send_one(load, timeline, e1)
                 # e2 while e1's leading digest is in flight and X cools down (an e2 after the
                 # cool-down would find X quiet and get a leading digest of its own)
-                pace(settings.minimum_delay / 3, output, dlq)
+                pace(settings.policy().minimum_delay / 3, output, dlq)
                 acc.extra[e2] = send_one(load, timeline, e2)
-                sender.flush(timeline)
+                sender.flush_timeline(timeline)
                 pace(since + 2 * message_timeout - time.monotonic(), output, dlq)
                 refused.append(time.monotonic() - since)
             acc.fault_ended()

@@ -140,7 +140,9 @@ def test_chaos_9_delivery_down_past_short_ttl(make_settings: SettingsFactory) ->
     # READY timelines stranded while delivery is down are the subject: with the leading edge
     # the ingest would publish first digests itself (and no digest may come out meanwhile).
     settings = make_settings(direct_leading_edge=False, **scenarios.short_ttl_settings())
-    scenarios.delivery_down_past_ttl(settings, scenarios.SHORT_TTL, down=2 * settings.ttl + 10)
+    scenarios.delivery_down_past_ttl(
+        settings, scenarios.SHORT_TTL, down=2 * settings.policy().ttl + 10
+    )
 
 
 @full_run

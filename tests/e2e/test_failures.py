@@ -21,7 +21,7 @@ import redis
 from click.testing import CliRunner
 
 from digest_stream.cli import main
-from digest_stream.store import RedisStore
+from digest_stream.store import RedisStore, StoreUnavailable
 from digest_stream.store.redis.library import VERSION
 from tests.support.kafka import TopicFactory
 from tests.support.tls import Certificates, make_certificates, tls_redis
@@ -175,9 +175,12 @@ def test_the_debug_flag_shows_the_traceback(redis_url: str, kafka_bootstrap: str
     assert done.returncode == 1
     assert "Traceback" in done.stderr
     assert "AuthenticationError" in done.stderr
-    # The environment variable does the same (in this process: the exception propagates).
+    # The environment variable does the same (in this process: the exception propagates): the
+    # store's error, chained to redis-py's.
     result = CliRunner().invoke(main, ["stats", *flags], env={"DIGEST_STREAM_DEBUG": "1"})
-    assert isinstance(result.exception, redis.AuthenticationError), result.output
+    assert isinstance(result.exception, StoreUnavailable), result.output
+    assert result.exception.kind == "authentication"
+    assert isinstance(result.exception.__cause__, redis.AuthenticationError)
 
 
 def test_a_sasl_login_the_listener_cannot_take_is_named_at_once(kafka_bootstrap: str) -> None:

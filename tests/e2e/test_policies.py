@@ -130,7 +130,7 @@ def test_flush_and_cancel_apply_in_order_with_the_timelines_events(
             producer.send("ctl", record, b"{}", timestamp_ms=T + i)
         producer.cancel("ctl", "b")  # after a, b, c: b goes
         producer.send("ctl", "d", b"{}", timestamp_ms=T + 3)  # after the cancel: stays
-        producer.flush("ctl")  # after d: a digest of d, c, a now
+        producer.flush_timeline("ctl")  # after d: a digest of d, c, a now
         producer.send("ctl", "late", b"{}", timestamp_ms=T + 4)  # after the flush
         producer.flush()
     out.wait_for(lambda: len(out.digests) >= 2, 20, "the flushed digest")
@@ -145,7 +145,7 @@ def test_flush_and_cancel_apply_in_order_with_the_timelines_events(
         producer.send("ctl", "f", b"{}", timestamp_ms=T + 6)
         producer.cancel("ctl")  # every pending record so far
         producer.send("ctl", "g", b"{}", timestamp_ms=T + 7)
-        producer.flush("ctl")
+        producer.flush_timeline("ctl")
     out.wait_for(lambda: "g" in out.record_ids(), 20, "the digest after cancelling all")
     assert not {"b", "e", "f"} & out.record_ids()
     last = next(d for d in out.digests if "g" in {r.id for r in d.records})
@@ -200,7 +200,9 @@ def test_a_recovered_digest_says_so_and_explains_its_next_delivery(
     out.wait_for(lambda: bool(out.digests), 30, "the recovered digest")
     (digest,) = out.digests
     assert (digest.reason, digest.total) == (DigestReason.RECOVERED, 1)
-    assert _near(digest.next_delivery_at, digest.opened_at / 1000 + pipe.settings.minimum_delay)
+    assert _near(
+        digest.next_delivery_at, digest.opened_at / 1000 + pipe.settings.policy().minimum_delay
+    )
     out.close()
 
 
@@ -263,7 +265,8 @@ def test_the_cli_flushes_cancels_after_asking_and_inspect_explains(
 
     wait_until(lambda: "pending        2 records" in inspected(), 20, "two pending records")
     shown = inspected()
-    assert "cool-down 60s +30s per event, at most 60s; flush at 50 records" in shown
+    assert "minimum_delay 60s, increment_delay 30s, maximum_delay 60s, " in shown
+    assert ", flush_at 50, schedule off, " in shown
     assert "(COOLDOWN)" in shown
     # Without --yes it asks; "n" sends nothing.
     refused = runner.invoke(main, ["cancel", "cli", "--record", "a", *flags], input="n\n")
@@ -328,7 +331,7 @@ def test_what_a_flush_or_flush_at_asked_for_while_open_goes_out_right_after_the_
             for i, record in enumerate(sent):
                 producer.send("open", record, b"{}", timestamp_ms=T + 1 + i)
             if flush_at is None:
-                producer.flush("open")
+                producer.flush_timeline("open")
             producer.flush()
         done = (FLUSH, None) if flush_at is None else (None, sent[-1])
         wait_until(

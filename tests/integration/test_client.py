@@ -78,7 +78,7 @@ def test_controls_go_where_the_producers_partitioner_puts_the_timeline_or_where_
     with EventProducer(kafka_bootstrap, topic=topic, partitioner="consistent_random") as producer:
         producer.send(timeline, "e", b"{}")
         producer.cancel(timeline)
-        producer.flush(timeline)
+        producer.flush_timeline(timeline)
         producer.cancel(timeline, "e", partition=(crc + 1) % partitions)
     raw_consumer.subscribe([topic])
     messages = poll_until(lambda: _message(raw_consumer), lambda got: len(got) >= 4, "4 messages")
@@ -323,3 +323,18 @@ def test_recent_keys_is_a_bounded_lru() -> None:
     assert len(disabled) == 0
     with pytest.raises(ValueError, match="dedupe_capacity"):
         _RecentKeys(-1)
+
+
+def test_flush_with_a_timeline_still_queues_its_flush_and_warns(
+    kafka_bootstrap: str, topic_factory: Callable[..., str], raw_consumer: Consumer
+) -> None:
+    topic = topic_factory(partitions=1)
+    with (
+        EventProducer(kafka_bootstrap, topic=topic) as producer,
+        pytest.warns(DeprecationWarning, match="flush_timeline"),
+    ):
+        producer.flush("user:8")
+    raw_consumer.subscribe([topic])
+    messages = poll_until(lambda: _message(raw_consumer), lambda got: len(got) >= 1, "1 message")
+    assert [control.decode(m.value() or b"") for m in messages] == [control.Control("flush")]
+    assert [m.key() for m in messages] == [b"user:8"]

@@ -6,8 +6,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import redis
-
 from digest_stream.clock import Clock, SystemClock
 from digest_stream.ops.hooks import NO_HOOKS
 from digest_stream.ops.metrics import Metrics
@@ -19,6 +17,7 @@ from digest_stream.store.base import AddResult
 from digest_stream.wire import codec
 from digest_stream.wire.models import DigestReason, Event, ScheduleReason
 from tests.support.fakes import FakeConsumer, FakeProducer, FakeTopics, message
+from tests.support.store_errors import unreachable
 
 EVENTS, SCHEDULE, OUTPUT, DLQ = "events", "schedule", "output", "dlq"
 
@@ -29,7 +28,7 @@ class FlakyStore(MemoryStore):
     def __init__(self, failures: int, error: Exception | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.failures = failures
-        self.error = error or redis.ConnectionError("unreachable (test)")
+        self.error = error or unreachable()
 
     def add(self, *args: Any, **kwargs: Any) -> AddResult:
         if self.failures:

@@ -146,3 +146,53 @@ def test_no_role_imports_another_roles_internals() -> None:
     # the rule is live: the leading edge and delivery both publish through roles.publish
     assert "digest_stream.roles.publish" in GRAPH["digest_stream.roles.ingest.leading"]
     assert "digest_stream.roles.publish" in GRAPH["digest_stream.roles.delivery.retries"]
+
+
+def _third_party(path: Path) -> Iterator[str]:
+    """The top-level names of what a module imports from outside the package."""
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.module.split(".")[0]
+
+
+#: The one part of the package that may import redis-py: the Redis store (issue 29, item 3).
+REDIS_STORE = f"{ROOT}.store.redis"
+
+
+def _inside(module: str, part: str) -> bool:
+    return module == part or module.startswith(f"{part}.")
+
+
+def test_only_the_redis_store_imports_redis() -> None:
+    # Everything else speaks the store's Protocol and errors, so another backend touches
+    # store/ alone. tests/ and bench/ are outside the package and may use redis-py.
+    importing = sorted(
+        module
+        for module, path in MODULES.items()
+        if "redis" in set(_third_party(path)) and not _inside(module, REDIS_STORE)
+    )
+    assert importing == []
+    # the check is live: the Redis store's modules are seen importing it
+    assert "redis" in set(_third_party(MODULES[f"{REDIS_STORE}.routing"]))
+
+
+#: Outside the store, only the dev stack reaches into store/redis/ (its readiness ping, the
+#: library loaded as admin and the ACL line of the secured stack); the service, its roles,
+#: ops and the CLI get a store from ``store.connect`` and name no backend.
+REACHING_INTO_REDIS = (f"{ROOT}.dev",)
+
+
+def test_the_service_names_no_store_backend() -> None:
+    reaching = [
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        for target in sorted(targets)
+        if _inside(target, REDIS_STORE)
+        and not _inside(module, f"{ROOT}.store")
+        and not any(_inside(module, allowed) for allowed in REACHING_INTO_REDIS)
+    ]
+    assert reaching == []
+    # the check is live: the dev stack is seen reaching in
+    assert f"{REDIS_STORE}.client" in GRAPH[f"{ROOT}.dev.redis"]

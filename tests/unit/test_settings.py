@@ -7,7 +7,9 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from digest_stream.settings import Settings, describe_error, settings_table
+from digest_stream.settings import Settings, describe_error, env_name, settings_table
+from digest_stream.store.errors import InvalidArgument
+from digest_stream.store.policy import OPTIONS, PolicyOverride, TimelinePolicy
 from tests.support import REPO_ROOT
 
 ROOT = REPO_ROOT
@@ -15,8 +17,9 @@ ROOT = REPO_ROOT
 
 def test_defaults_follow_the_contract() -> None:
     s = Settings()
-    assert (s.minimum_delay, s.increment_delay, s.maximum_delay, s.ttl) == (300, 30, 1800, 604800)
-    assert s.capacity == 10_000  # bounded by default (docs/store.md)
+    p = s.policy()
+    assert (p.minimum_delay, p.increment_delay, p.maximum_delay, p.ttl) == (300, 30, 1800, 604800)
+    assert p.capacity == 10_000  # bounded by default (docs/store.md)
     assert s.namespace == "d"
     topics = (s.events_topic, s.schedule_topic, s.output_topic, s.dlq_topic)
     assert topics == ("digests.events", "digests.schedule", "digests.output", "digests.dlq")
@@ -26,7 +29,7 @@ def test_env_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DIGEST_STREAM_MINIMUM_DELAY", "2.5")
     monkeypatch.setenv("DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS", "h:1")
     s = Settings()
-    assert s.minimum_delay == 2.5
+    assert s.policy().minimum_delay == 2.5
     assert s.kafka_bootstrap_servers == "h:1"
 
 
@@ -56,9 +59,35 @@ def test_invalid_settings_name_the_setting(overrides: dict[str, object], setting
             assert f"DIGEST_STREAM_{name}" in lines[0]
 
 
+def test_each_policy_option_is_a_setting_with_its_default_and_bounds() -> None:
+    # the settings' policy fields are TimelinePolicy's options, declared there once
+    for spec in OPTIONS:
+        field = Settings.model_fields[spec.name]
+        assert field.get_default() == spec.default
+        assert field.description == spec.doc
+        assert field.annotation == spec.type
+        assert PolicyOverride.model_fields[spec.name].get_default() is None
+    assert Settings().policy() == TimelinePolicy()
+
+
+def test_an_option_out_of_bounds_is_refused_alike_by_setting_override_and_policy() -> None:
+    for spec in OPTIONS:
+        bounds = spec.kind.bounds
+        if "ge" not in bounds and "gt" not in bounds:
+            continue
+        bad = bounds.get("ge", bounds.get("gt")) - 1
+        with pytest.raises(ValidationError) as info:
+            Settings.model_validate({spec.name: bad})
+        assert env_name(spec.name) in describe_error(info.value)[0]
+        with pytest.raises(ValidationError):
+            PolicyOverride(**{spec.name: bad})
+        with pytest.raises(InvalidArgument, match=spec.name):
+            TimelinePolicy(**{spec.name: bad})
+
+
 def test_ttl_just_above_the_recovery_bound_is_accepted() -> None:
     settings = Settings(ttl=2131, maintenance_timeout=300, maintenance_interval=30)
-    assert settings.ttl > settings.maximum_delay + 300 + 30
+    assert settings.policy().ttl > settings.policy().maximum_delay + 300 + 30
 
 
 def test_readme_settings_table_is_generated_from_the_model() -> None:
@@ -88,8 +117,8 @@ def test_an_event_size_that_could_never_be_published_is_refused_at_start() -> No
 
 def test_redis_tls_files_reach_both_clients_and_need_rediss() -> None:
     # Issue 28, item 5: the CA of a rediss:// server, and a client certificate for mTLS.
-    from digest_stream.app import redis_options
     from digest_stream.ops.config import masked_settings
+    from digest_stream.store.redis.client import redis_options
 
     for cluster in (False, True):
         settings = Settings(

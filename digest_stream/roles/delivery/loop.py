@@ -15,7 +15,6 @@ import functools
 import logging
 from collections.abc import Sequence
 
-import redis
 from confluent_kafka import Message, Producer, TopicPartition
 
 from digest_stream.clock import Clock
@@ -29,7 +28,7 @@ from digest_stream.roles.publish import DigestPublisher, Pending
 from digest_stream.roles.runner import Runner, highest_offsets
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, OpenDigest
-from digest_stream.store.errors import InvalidState, unavailable
+from digest_stream.store.errors import BackendError, InvalidState, unavailable
 from digest_stream.wire import codec
 from digest_stream.wire.schedule_fields import ScheduleFields, decode_schedule_fields
 
@@ -56,7 +55,7 @@ class Delivery:
         self._settings = settings
         self._clock = clock
         self._producer = producer
-        self._kafka = runner
+        self._runner = runner
         self._dlq = DeadLetters(producer, settings.dlq_topic, metrics, hooks=hooks)
         self._partitions = Partitions()
         # The one publisher (roles.publish); App hands it in, wired to this producer.
@@ -109,7 +108,7 @@ class Delivery:
             closing_at = self._clock.now()
             pending, empty = self._prepare(picked, opened, closing_at)
             published, cut_short = self._retries.publish(pending)
-            self._kafka.resume()
+            self._runner.resume()
             self._publisher.published(published)
             overlap.settle()  # the previous batch's closes, then its commit
             # One round trip closes the batch: what was published and the empty digests.
@@ -120,8 +119,8 @@ class Delivery:
             overlap.close(digests, positions, times)
             if self._ahead is None:
                 overlap.settle()
-        except redis.RedisError as exc:
-            if not unavailable(exc) or not self._kafka.stopping():
+        except BackendError as exc:
+            if not unavailable(exc) or not self._runner.stopping():
                 raise
             # Asked to stop while Redis is unreachable: a graceful stop, not a failure. The
             # batch is not committed; its entries come back and reopen the same digest ids.
@@ -140,7 +139,7 @@ class Delivery:
             self._overlap.drop(ahead)
         try:
             self._overlap.settle()
-        except redis.RedisError as exc:  # given up (stopping): its entries are redelivered
+        except BackendError as exc:  # given up (stopping): its entries are redelivered
             log.warning("the last batch was not closed (%s); it will be redelivered", exc)
         self._overlap.shutdown()
         self._producer.flush(COMMIT_TIMEOUT)
@@ -150,7 +149,7 @@ class Delivery:
 
     def _take(self, timeout: float) -> Batch | None:
         """The next batch of schedule entries (unreadable ones dead-lettered), if any."""
-        messages = self._kafka.take(timeout)
+        messages = self._runner.take(timeout)
         if not messages:
             return None
         taken = {p for m in messages if (p := m.partition()) is not None}
@@ -190,7 +189,7 @@ class Delivery:
 
     def _commit(self, positions: dict[int, int], *, sync: bool) -> None:
         """Remember these next-to-read offsets and commit every assigned partition's."""
-        self._kafka.commit(self._partitions.advance(positions), sync=sync)
+        self._runner.commit(self._partitions.advance(positions), sync=sync)
 
     # ------------------------------------------------------------------ rebalancing
 
@@ -199,14 +198,14 @@ class Delivery:
         self._partitions.assign(tp.partition for tp in partitions)
         # Read the commit here and say where each partition starts: a new group's first
         # fetch comes about 100 ms sooner than when librdkafka works it out (kafka.reset_start).
-        return self._kafka.committed_starts(partitions)
+        return self._runner.committed_starts(partitions)
 
     def on_revoke(self, partitions: list[int]) -> None:
         """Revocation handler: commit what is closed, let go."""
         # A batch closing on the helper thread is committed first if its closes went through
         # (no retry here, inside the consumer's callback); the next owner starts after it.
         self._overlap.settle(retry=False)
-        self._kafka.commit(self._partitions.positions(partitions), sync=True)
+        self._runner.commit(self._partitions.positions(partitions), sync=True)
         self._partitions.forget(partitions)
 
     def on_lost(self, partitions: list[int]) -> None:

@@ -1,7 +1,7 @@
 """The delivery's per-partition state: which schedule partitions it holds, each one's next
 offset to commit, and its epoch.
 
-One object keeps what used to be three parallel containers in step. A partition revoked or
+One object keeps the three in step. A partition revoked or
 lost forgets its position and moves to a new epoch in the same call, so a batch taken before
 that can tell its entries of the partition are the next owner's, and a commit can never name
 the partition again until it is assigned anew.

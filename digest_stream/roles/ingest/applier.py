@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-
-import redis
+from collections.abc import Callable, Iterable
 
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest import fence
@@ -22,7 +20,7 @@ from digest_stream.roles.ingest.topic import TopicProbe
 from digest_stream.roles.ingest.worker import Batch
 from digest_stream.roles.runner import Runner
 from digest_stream.store.base import AddResult, DigestStore
-from digest_stream.store.errors import unavailable
+from digest_stream.store.errors import BackendError, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +31,13 @@ class Applier:
     def __init__(
         self,
         store: DigestStore,
-        policy: fence.StateLoss,
+        on_state_loss: fence.StateLoss,
         metrics: Metrics,
-        kafka: Runner,
+        runner: Runner,
         ledger: Ledger,
         outputs: Outputs,
         topics: TopicProbe,
-        restored: Callable[[int], None] = lambda _partition: None,
+        restored: Callable[[Iterable[int]], None] = lambda _partitions: None,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -50,9 +48,9 @@ class Applier:
         # timelines restored with it may have had their announcements consumed already.
         self._restored = restored
         self._topics = topics
-        self._policy = policy
+        self._on_state_loss = on_state_loss
         self._metrics = metrics
-        self._kafka = kafka
+        self._runner = runner
         self._ledger = ledger
         self._outputs = outputs
 
@@ -101,7 +99,7 @@ class Applier:
                 return None
         if batch.expected is not None:
             decision = fence.after_add(
-                batch.partition, batch.expected, result.fence_before, self._policy
+                batch.partition, batch.expected, result.fence_before, self._on_state_loss
             )
             if decision is not None:
                 self.act(batch.partition, decision)
@@ -121,7 +119,7 @@ class Applier:
                 batch.last,
                 result.fence_before,
             )
-            self._restored(batch.partition)
+            self._restored([batch.partition])
         last = batch.last
         self._ledger.book(
             batch.partition, last, result.fence_after if result.fence_after is not None else last
@@ -156,13 +154,13 @@ class Applier:
         applying past the fence without the topic check could skip a new topic's records as
         already applied. Waiting loses nothing. A wait decision back: gave up (read again).
         """
-        delay, noted = self._kafka.settings.retry_backoff_initial, False
+        delay, noted = self._runner.settings.retry_backoff_initial, False
         try:
             while True:
                 self._topics.refresh(())
                 decision = fence.foreign(
                     batch.partition,
-                    self._policy,
+                    self._on_state_loss,
                     fence=result.fence_before,
                     fence_topic=result.fence_topic,
                     topic=self._topics.topic,
@@ -174,25 +172,25 @@ class Applier:
                 if not noted:
                     self.note(decision)  # once per wait
                     noted = True
-                if self._kafka.stopping() or not self._ledger.owns(batch.partition):
+                if self._runner.stopping() or not self._ledger.owns(batch.partition):
                     if self._ledger.owns(batch.partition):
                         self.seek(batch.partition, batch.first)
                     return decision
-                self._kafka.wait_serving_group(delay)
-                delay = min(2 * delay, self._kafka.settings.retry_backoff_max)
+                self._runner.wait_serving_group(delay)
+                delay = min(2 * delay, self._runner.settings.retry_backoff_max)
         finally:
-            self._kafka.resume("the topic id is known again")
+            self._runner.resume("the topic id is known again")
 
     def _add_retrying(self, batch: Batch) -> AddResult | None:
         """The store call, retried while Redis is unreachable; None if we had to give up."""
         try:
-            return self._kafka.while_redis_down(
+            return self._runner.while_redis_down(
                 lambda: self.timed_add(batch),
-                give_up=lambda: self._kafka.stopping() or not self._ledger.owns(batch.partition),
+                give_up=lambda: self._runner.stopping() or not self._ledger.owns(batch.partition),
                 errors=self._metrics.redis_errors,
                 recovered=self._after_outage,
             )
-        except redis.RedisError as exc:
+        except BackendError as exc:
             if not unavailable(exc):
                 raise
             if self._ledger.owns(batch.partition):
@@ -204,7 +202,7 @@ class Applier:
         # Redis may have restarted from an older snapshot: its READY timelines may be ones
         # whose announcements were already consumed.
         for partition in sorted(self._ledger.owned):
-            self._restored(partition)
+            self._restored([partition])
 
     def note(self, decision: fence.Decision) -> None:
         """Count and log a fence decision."""
@@ -217,7 +215,7 @@ class Applier:
         """Carry out a fence decision about a running partition: note it, seek if it says so."""
         self.note(decision)
         if decision.cause is not None:
-            self._restored(partition)
+            self._restored([partition])
         if decision.reset:
             self.reset_fence(partition, decision.expected, retry=True)
         if decision.offset is not None:
@@ -240,19 +238,19 @@ class Applier:
             if not retry:
                 reset()
                 return
-            self._kafka.while_redis_down(
+            self._runner.while_redis_down(
                 reset,
-                give_up=lambda: self._kafka.stopping() or not self._ledger.owns(partition),
+                give_up=lambda: self._runner.stopping() or not self._ledger.owns(partition),
                 errors=self._metrics.redis_errors,
             )
-        except redis.RedisError as exc:
+        except BackendError as exc:
             if not unavailable(exc):
                 raise
             log.error("partition %d: the fence could not be reset (%s)", partition, exc)
 
     def seek(self, partition: int, offset: int) -> None:
         """Move a partition's read position; the ledger forgets what it had not committed."""
-        self._kafka.seek(partition, offset)
+        self._runner.seek(partition, offset)
         self._ledger.moved(partition, offset)
 
 

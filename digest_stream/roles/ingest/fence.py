@@ -1,4 +1,4 @@
-"""The fence policy, pure: where a partition starts, and what a fence found behind means.
+"""The fence rules, pure: where a partition starts, and what a fence found behind means.
 
 The store keeps, per input partition, the last offset it applied (the fence) and the id of the
 topic incarnation those offsets belong to. This process remembers the fence it left
@@ -54,10 +54,15 @@ class Decision:
 
 
 def state_lost(
-    partition: int, policy: StateLoss, *, applied_through: int, resume_at: int | None, where: str
+    partition: int,
+    on_state_loss: StateLoss,
+    *,
+    applied_through: int,
+    resume_at: int | None,
+    where: str,
 ) -> Decision:
     """The partition's fence is gone from Redis: replay everything, or accept the loss."""
-    if policy == "replay":
+    if on_state_loss == "replay":
         return Decision(
             OFFSET_BEGINNING,
             None,
@@ -80,7 +85,7 @@ def state_lost(
 
 def foreign(
     partition: int,
-    policy: StateLoss,
+    on_state_loss: StateLoss,
     *,
     fence: int | None,
     fence_topic: str | None,
@@ -127,7 +132,7 @@ def foreign(
     else:
         return None
     message = f"partition {partition}: {what}; nothing is skipped as already applied; "
-    if policy == "replay":
+    if on_state_loss == "replay":
         return Decision(
             OFFSET_BEGINNING,
             None,
@@ -156,7 +161,7 @@ def start(
     partition: int,
     committed: int,
     fence: int | None,
-    policy: StateLoss,
+    on_state_loss: StateLoss,
     *,
     fence_topic: str | None = None,
     topic: TopicId = NO_TOPIC_ID,
@@ -171,7 +176,7 @@ def start(
     has_commit = committed >= 0
     changed = foreign(
         partition,
-        policy,
+        on_state_loss,
         fence=fence,
         fence_topic=fence_topic,
         topic=topic,
@@ -181,22 +186,26 @@ def start(
     if changed is not None and changed.wait:
         # Start as if the fence were ours: the first add carries the id last seen, the store
         # refuses it if the fence names another, and the applier waits for the broker then.
-        usual = _start(partition, committed, fence, policy, fence_topic)
+        usual = _start(partition, committed, fence, on_state_loss, fence_topic)
         said = "; ".join(m for m in (usual.message, changed.message) if m)
         return replace(usual, message=said, level=max(usual.level, changed.level))
     if changed is not None:
         return changed
-    return _start(partition, committed, fence, policy, fence_topic)
+    return _start(partition, committed, fence, on_state_loss, fence_topic)
 
 
 def _start(
-    partition: int, committed: int, fence: int | None, policy: StateLoss, fence_topic: str | None
+    partition: int,
+    committed: int,
+    fence: int | None,
+    on_state_loss: StateLoss,
+    fence_topic: str | None,
 ) -> Decision:
     """start() once the fence is known to be this topic's (or cannot be told apart)."""
     has_commit = committed >= 0
     if fence is None and fence_topic is not None:
         # Reset for a new topic, nothing applied yet: read it as that decision said.
-        if policy == "replay" or not has_commit:
+        if on_state_loss == "replay" or not has_commit:
             return Decision(OFFSET_BEGINNING, None)
         return Decision(committed, None)
     if fence is None:
@@ -204,7 +213,7 @@ def _start(
             return Decision(OFFSET_INVALID, None)  # a new partition: auto.offset.reset decides
         return state_lost(
             partition,
-            policy,
+            on_state_loss,
             applied_through=committed - 1,
             resume_at=committed,
             where="no fence, but a committed offset",
@@ -241,14 +250,18 @@ def is_behind(expected: int, fence_before: int | None) -> bool:
 
 
 def after_add(
-    partition: int, expected: int, fence_before: int | None, policy: StateLoss
+    partition: int, expected: int, fence_before: int | None, on_state_loss: StateLoss
 ) -> Decision | None:
     """A store call found ``fence_before`` where ``expected`` was left: None if all is well."""
     if not is_behind(expected, fence_before):
         return None
     if fence_before is None:
         return state_lost(
-            partition, policy, applied_through=expected, resume_at=None, where="fence missing"
+            partition,
+            on_state_loss,
+            applied_through=expected,
+            resume_at=None,
+            where="fence missing",
         )
     return Decision(
         fence_before + 1,

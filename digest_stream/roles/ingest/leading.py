@@ -27,7 +27,6 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import groupby
 
-import redis
 from confluent_kafka import Producer
 
 from digest_stream.clock import Clock
@@ -36,7 +35,7 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.publish import DigestPublisher, Pending, close_targets
 from digest_stream.roles.scheduler import ScheduleEmitter
 from digest_stream.store.base import DigestStore, OpenDigest
-from digest_stream.store.errors import unavailable
+from digest_stream.store.errors import BackendError, unavailable
 from digest_stream.wire.models import ScheduleReason
 
 log = logging.getLogger(__name__)
@@ -184,7 +183,7 @@ class LeadingEdge:
                 continue
             try:
                 closed = future.result()
-            except redis.RedisError as exc:
+            except BackendError as exc:
                 if not unavailable(exc):
                     raise
                 self._metrics.redis_errors.inc()

@@ -1,6 +1,6 @@
 """The ingest's per-partition ledger: ownership, expected fences, positions and commits.
 
-One object keeps what used to be five parallel containers in step: a partition that is
+One object keeps them in step: a partition that is
 released or sought forgets its position and its uncommitted mark together, so a commit can
 never name an offset the ledger no longer stands behind.
 """

@@ -10,35 +10,26 @@ in flight first, so the commit discipline is exactly that of one batch at a time
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from digest_stream.clock import Clock
-from digest_stream.kafka import ClientErrors, admin_config
+from digest_stream.kafka import ClientErrors
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest.applier import Applier
-from digest_stream.roles.ingest.check import Rejected, Rules, check
-from digest_stream.roles.ingest.leading import LeadingEdge
-from digest_stream.roles.ingest.ledger import Ledger
-from digest_stream.roles.ingest.moved import MovedTimelines
-from digest_stream.roles.ingest.outputs import FLUSH_TIMEOUT, Outputs
-from digest_stream.roles.ingest.placement import PlacementCheck
+from digest_stream.roles.ingest.check import Rejected, check
+from digest_stream.roles.ingest.outputs import FLUSH_TIMEOUT
 from digest_stream.roles.ingest.schemas import SchemaFetcher
-from digest_stream.roles.ingest.starts import Starts
-from digest_stream.roles.ingest.topic import BrokerTopic, TopicProbe
-from digest_stream.roles.ingest.worker import Batch, StoreWorker
+from digest_stream.roles.ingest.topic import TopicProbe
+from digest_stream.roles.ingest.wiring import IngestParts, ingest_parts
+from digest_stream.roles.ingest.worker import Batch
 from digest_stream.roles.publish import DigestPublisher
 from digest_stream.roles.runner import Runner, partitions_of
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, NewRecord
-from digest_stream.wire import codec, registry
-from digest_stream.wire.partitioner import partition_for
 
 log = logging.getLogger(__name__)
 
@@ -47,77 +38,23 @@ class Ingest:
     """The ingest role (run by a Runner); also drives the scheduler for the partitions it owns."""
 
     def __init__(
-        self,
-        settings: Settings,
-        store: DigestStore,
-        clock: Clock,
-        metrics: Metrics,
-        producer: Producer,
-        scheduler: Scheduler,
-        runner: Runner,
-        *,
-        hooks: Hooks = NO_HOOKS,
-        topics: TopicProbe | None = None,
-        publisher: DigestPublisher | None = None,
+        self, settings: Settings, scheduler: Scheduler, runner: Runner, parts: IngestParts
     ) -> None:
         self._settings = settings
-        self._store = store
-        self._clock = clock
-        self._metrics = metrics
         self._scheduler = scheduler
-        schemas = registry.writer_schemas(
-            settings.schema_registry_url, settings.schema_registry_config, codec.EVENT_SCHEMA
-        )
-        self._rules = Rules(
-            settings.max_event_bytes,
-            settings.max_event_age,
-            frozenset(settings.carry_headers),
-            schemas,
-        )
-        # One emitter per process: the scheduler's.
-        self._outputs = Outputs(producer, scheduler.emitter, settings.dlq_topic, metrics, hooks)
-        self._kafka = runner
-        self._ledger = Ledger()
-        # Which incarnation of the events topic the offsets belong to (see topic.py).
-        self._topics = topics or BrokerTopic(
-            AdminClient(admin_config(settings)), settings.events_topic
-        )
-        self._placement = PlacementCheck(
-            settings.partitioner, self._topics, metrics.events_mispartitioned, settings.events_topic
-        )
-        self._applier = Applier(
-            store,
-            settings.on_state_loss,
-            metrics,
-            self._kafka,
-            self._ledger,
-            self._outputs,
-            self._topics,
-            # After a rollback or loss of Redis state: re-announce the partition's READY ones.
-            lambda partition: scheduler.take_over([partition]),
-            clock.now,
-        )
-        self._schemas = None if schemas is None else SchemaFetcher(
-            schemas, self._kafka, metrics.schema_registry_errors, self._applier.seek
-        )  # fmt: skip
-        self._starts = Starts(
-            store, settings.on_state_loss, self._kafka, self._ledger, self._applier, self._topics
-        )
-        self._moved = MovedTimelines(
-            store,
-            metrics,
-            settings.events_topic,
-            _longest_maximum_delay(settings),
-            functools.partial(partition_for, settings.partitioner),
-        )
-        self._worker = StoreWorker(self._applier.timed_add)
-        self._leading: LeadingEdge | None = None
-        if publisher is not None:  # the leading edge: App hands in the one publisher
-            self._leading = LeadingEdge(
-                store, publisher, producer, scheduler.emitter, metrics, hooks, clock,
-                self._ledger.owns,
-            )  # fmt: skip
-            self._outputs.opened = self._leading.queue
+        self._runner = runner
+        self._clock = parts.clock
+        self._rules = parts.rules
+        self._outputs = parts.outputs
+        self._ledger = parts.ledger
+        self._topics = parts.topics
+        self._placement = parts.placement
+        self._applier = parts.applier
+        self._schemas = parts.schemas
+        self._starts = parts.starts
+        self._moved = parts.moved
+        self._worker = parts.worker
+        self._leading = parts.leading
         self._done: list[Batch] = []  # stored, not booked yet (kept by a rebalance handler)
 
     # ------------------------------------------------------------------ lifecycle
@@ -137,7 +74,7 @@ class Ingest:
         # With a batch in flight, take only what is already fetched: waiting here would
         # delay booking (and the immediate digests) of the batch in flight.
         timeout = 0.0 if self._worker.busy else self._settings.batch_timeout
-        messages = self._kafka.take(timeout)
+        messages = self._runner.take(timeout)
         # From here on, a partition whose read position moves (a seek, an assignment) makes
         # its part of this batch stale. Handlers inside take never seek, and an assignment
         # there comes before the messages it returned.
@@ -273,7 +210,7 @@ class Ingest:
             for partition, offset in self._outputs.refused_sources(self._ledger.owned).items():
                 self._applier.seek(partition, offset)
             offsets = self._ledger.to_commit(set(offsets))
-        if self._kafka.commit(offsets, sync=sync):
+        if self._runner.commit(offsets, sync=sync):
             self._ledger.committed(set(offsets))
 
     # ------------------------------------------------------------------ rebalancing
@@ -314,12 +251,6 @@ class Ingest:
         self._done = [batch for batch in self._done if batch.partition not in partitions]
 
 
-def _longest_maximum_delay(settings: Settings) -> float:
-    """The longest maximum_delay of any timeline: the default's or an override's."""
-    overrides = (o.maximum_delay or 0.0 for o in settings.overrides.values())
-    return max([settings.maximum_delay, *overrides])
-
-
 def ingest_role(
     settings: Settings,
     store: DigestStore,
@@ -341,8 +272,8 @@ def ingest_role(
     runner = Runner(
         settings, "ingest", consumer=consumer, rebalances=metrics.rebalances, errors=kafka_errors
     )
-    ingest = Ingest(
-        settings, store, clock, metrics, producer, scheduler, runner, hooks=hooks, topics=topics,
-        publisher=publisher,
+    parts = ingest_parts(
+        settings, store, clock, metrics, producer, scheduler, runner,
+        hooks=hooks, topics=topics, publisher=publisher,
     )  # fmt: skip
-    return runner, ingest
+    return runner, Ingest(settings, scheduler, runner, parts)

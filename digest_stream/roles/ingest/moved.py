@@ -17,10 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import redis
-
 from digest_stream.ops.metrics import Metrics
 from digest_stream.store.base import DigestStore, NewRecord
+from digest_stream.store.errors import BackendError
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +116,7 @@ class MovedTimelines:
             looked += 1
             try:
                 state = self._store.inspect(old, timeline).state
-            except redis.RedisError:
+            except BackendError:
                 return  # accounting only: the add's own retries handle an outage
             if state != "absent":
                 self._moved(timeline, old, partition)

@@ -28,12 +28,12 @@ class SchemaFetcher:
     def __init__(
         self,
         schemas: WriterSchemas,
-        kafka: Runner,
+        runner: Runner,
         errors: Counter,
         seek: Callable[[int, int], None],
     ) -> None:
         self.schemas = schemas
-        self._kafka = kafka
+        self._runner = runner
         self._errors = errors
         self._seek = seek  # the ingest's seek (it tells the ledger too)
 
@@ -42,12 +42,12 @@ class SchemaFetcher:
         missing = self.schemas.missing(m.value() for m in messages)
         if not missing:
             return True
-        settings = self._kafka.settings
+        settings = self._runner.settings
         retrying = Retrying(
             retry=retry_if_exception_type(RegistryUnavailable),
             wait=backoff(settings.retry_backoff_initial, settings.retry_backoff_max),
-            stop=lambda _state: self._kafka.stopping(),
-            sleep=self._kafka.wait_serving_group,
+            stop=lambda _state: self._runner.stopping(),
+            sleep=self._runner.wait_serving_group,
             before_sleep=self._down,
             reraise=True,
         )
@@ -60,9 +60,9 @@ class SchemaFetcher:
                 self._seek(partition, batch[0].offset() or 0)
             return False
         finally:
-            if self._kafka.paused:
+            if self._runner.paused:
                 log.info("ingest: schema registry reachable again")
-            self._kafka.resume()
+            self._runner.resume()
         return True
 
     def _down(self, state: RetryCallState) -> None:

@@ -1,6 +1,6 @@
 """Where each input partition is read from: at assignment, and when the consumer went back.
 
-The fence policy (fence.py) decides; this piece gathers what it needs (the group's commit, the
+The fence rules (fence.py) decide; this piece gathers what it needs (the group's commit, the
 store's fence and its topic id, the broker's topic id and the partition's end) and carries the
 decision out through the ledger and the applier.
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 
-import redis
 from confluent_kafka import OFFSET_INVALID, TopicPartition
 
 from digest_stream.roles.ingest import fence
@@ -19,7 +18,7 @@ from digest_stream.roles.ingest.topic import TopicProbe
 from digest_stream.roles.ingest.worker import Batch
 from digest_stream.roles.runner import Runner
 from digest_stream.store.base import DigestStore
-from digest_stream.store.errors import unavailable
+from digest_stream.store.errors import BackendError, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +29,15 @@ class Starts:
     def __init__(
         self,
         store: DigestStore,
-        policy: fence.StateLoss,
-        kafka: Runner,
+        on_state_loss: fence.StateLoss,
+        runner: Runner,
         ledger: Ledger,
         applier: Applier,
         topics: TopicProbe,
     ) -> None:
         self._store = store
-        self._policy = policy
-        self._kafka = kafka
+        self._on_state_loss = on_state_loss
+        self._runner = runner
         self._ledger = ledger
         self._applier = applier
         self._topics = topics
@@ -53,19 +52,19 @@ class Starts:
         starts = []
         # One bounded round trip for the topic id and every partition's end (topic.py).
         ends = self._topics.refresh([tp.partition for tp in partitions])
-        for tp in self._kafka.committed(partitions):
+        for tp in self._runner.committed(partitions):
             decision = self._starting(tp.partition, tp.offset, ends.get(tp.partition))
             offset = self._act_at_start(tp.partition, decision)
             if offset == OFFSET_INVALID and tp.error is None:
                 # No commit (just read): where auto.offset.reset would start, said at once.
-                offset = self._kafka.reset_start
+                offset = self._runner.reset_start
             starts.append(TopicPartition(tp.topic, tp.partition, offset))
         return starts
 
     def _starting(self, partition: int, committed: int, end: int | None) -> fence.Decision:
         try:
             found = self._store.fence(partition)
-        except redis.RedisError as exc:  # the first add checks the fence instead
+        except BackendError as exc:  # the first add checks the fence instead
             if not unavailable(exc):
                 raise
             log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)
@@ -74,7 +73,7 @@ class Starts:
             partition,
             committed,
             found.offset,
-            self._policy,
+            self._on_state_loss,
             fence_topic=found.topic_id,
             topic=self._topics.topic,
             end=end,
@@ -108,7 +107,7 @@ class Starts:
         end = self._topics.refresh([partition]).get(partition)
         decision = fence.foreign(
             partition,
-            self._policy,
+            self._on_state_loss,
             fence=self._ledger.expected(partition),
             fence_topic=self._ledger.topic(partition),
             topic=self._topics.topic,

@@ -12,21 +12,24 @@ from digest_stream.store.base import (
 from digest_stream.store.memory.state import MemoryState
 
 
-class MemoryAdmin(MemoryState):
+class MemoryAdmin:
     """``delete``, ``inspect``, ``stats``, the fence and ``expire`` of ``MemoryStore``."""
+
+    def __init__(self, state: MemoryState) -> None:
+        self.state = state
 
     def expire(self, partition: int, timeline: str, *, digest_only: bool = False) -> None:
         """Drop the timeline's records and open digest (or only the digest), keeping its
         schedule entry: what Redis does when their TTLs run out (test aid; not part of
         ``DigestStore``)."""
-        state = self._partition(partition)
+        state = self.state.partition(partition)
         if not digest_only:
             state.timelines.pop(timeline, None)
         state.digests.pop(timeline, None)
 
     def delete(self, partition: int, timeline: str) -> bool:
         """Remove the timeline and everything it owns; False when it did not exist."""
-        state = self._partition(partition)
+        state = self.state.partition(partition)
         validate.name(timeline, "timeline")
         found = [
             state.timelines.pop(timeline, None),
@@ -38,7 +41,7 @@ class MemoryAdmin(MemoryState):
 
     def inspect(self, partition: int, timeline: str) -> TimelineInfo:
         """Describe one timeline."""
-        state = self._partition(partition)
+        state = self.state.partition(partition)
         validate.name(timeline, "timeline")
         if timeline in state.ready:
             status, due = "ready", state.ready[timeline]
@@ -48,7 +51,7 @@ class MemoryAdmin(MemoryState):
             status, due = "absent", None
         pending = state.timelines.get(timeline)
         digest = state.digests.get(timeline)
-        last_delivery = self._last_delivery(state, timeline)
+        last_delivery = self.state.last_delivery(state, timeline)
         cause = (pending.cause if pending is not None else None) or (
             digest.reason if digest is not None else None
         )
@@ -66,7 +69,7 @@ class MemoryAdmin(MemoryState):
 
     def stats(self, partition: int) -> PartitionStats:
         """Count WAITING and READY timelines of a partition."""
-        state = self._partition(partition)
+        state = self.state.partition(partition)
         return PartitionStats(
             partition=partition,
             waiting=len(state.waiting),
@@ -77,17 +80,17 @@ class MemoryAdmin(MemoryState):
 
     def applied_offset(self, partition: int) -> int | None:
         """The partition's fence: last applied offset, or None when absent."""
-        return self._partition(partition).fence
+        return self.state.partition(partition).fence
 
     def fence(self, partition: int) -> Fence:
         """The partition's fence with the topic id it belongs to."""
-        state = self._partition(partition)
+        state = self.state.partition(partition)
         return Fence(state.fence, state.fence_topic)
 
     def set_applied_offset(
         self, partition: int, offset: int | None, *, topic_id: str | None = None
     ) -> None:
         """Write exactly this fence (a new topic, admin replays); both None remove it."""
-        state = self._partition(partition)
+        state = self.state.partition(partition)
         fence = None if offset is None else validate.offset(offset)
         state.fence, state.fence_topic = fence, validate.topic_id(topic_id)

@@ -52,7 +52,8 @@ class PartitionState:
 
 
 class MemoryState:
-    """The partitions of a ``MemoryStore``, its policies and the lookups every call uses."""
+    """The partitions of a ``MemoryStore``, its policies and the lookups every call uses
+    (each part of the model is given this one object)."""
 
     def __init__(
         self,
@@ -66,15 +67,18 @@ class MemoryState:
         self._resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
         self._partitions: dict[int, PartitionState] = {}
 
-    def _partition(self, partition: int) -> PartitionState:
+    def partition(self, partition: int) -> PartitionState:
+        """One partition's state (made empty on first use)."""
         validate.partition(partition)
         return self._partitions.setdefault(partition, PartitionState())
 
-    def _policy(self, timeline: str) -> TimelinePolicy:
+    def timeline_policy(self, timeline: str) -> TimelinePolicy:
+        """The checked policy of one timeline."""
         return validate.policy(self._resolver(timeline), timeline)
 
     @staticmethod
-    def _last_delivery(state: PartitionState, name: str) -> float | None:
+    def last_delivery(state: PartitionState, name: str) -> float | None:
+        """When the timeline's last digest was closed (its records' or its digest's meta)."""
         timeline = state.timelines.get(name)
         if timeline is not None and timeline.last_delivery is not None:
             return timeline.last_delivery

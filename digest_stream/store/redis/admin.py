@@ -9,31 +9,34 @@ from digest_stream.store.redis.calls import RedisCalls
 from digest_stream.store.redis.replies import integer
 
 
-class RedisAdmin(RedisCalls):
+class RedisAdmin:
     """``delete``, ``inspect``, ``stats``, ``server_time`` and the fence of ``RedisStore``."""
+
+    def __init__(self, calls: RedisCalls) -> None:
+        self.calls = calls
 
     def delete(self, partition: int, timeline: str) -> bool:
         """Remove the timeline and everything it owns; False when it did not exist."""
-        tag = self._tag(partition)
+        tag = self.calls.tag(partition)
         validate.name(timeline, "timeline")
-        return integer(self._command(protocol.DS_DELETE, tag, [timeline], timeline)) == 1
+        return integer(self.calls.call(protocol.DS_DELETE, tag, [timeline], timeline)) == 1
 
     def inspect(self, partition: int, timeline: str) -> TimelineInfo:
         """Describe one timeline (read-only)."""
-        tag = self._tag(partition)
+        tag = self.calls.tag(partition)
         validate.name(timeline, "timeline")
-        reply = self._command(protocol.DS_INSPECT, tag, [timeline], timeline)
+        reply = self.calls.call(protocol.DS_INSPECT, tag, [timeline], timeline)
         return replies.timeline_info(timeline, reply)
 
     def stats(self, partition: int) -> PartitionStats:
         """Count WAITING and READY timelines of a partition (read-only)."""
-        reply = self._command(protocol.DS_STATS, self._tag(partition), [])
+        reply = self.calls.call(protocol.DS_STATS, self.calls.tag(partition), [])
         return replies.partition_stats(partition, reply)
 
     def server_time(self) -> float:
         """Redis's own clock (TIME on the first primary), in seconds since the epoch."""
-        (node, *_) = routing.primaries(self.client)
-        reply: object = routing.on_node(self.client, node, "TIME")
+        (node, *_) = routing.primaries(self.calls.client)
+        reply: object = routing.on_node(self.calls.client, node, "TIME")
         # redis-py parses TIME into a (seconds, microseconds) tuple.
         if not isinstance(reply, list | tuple) or len(reply) != 2:
             raise TypeError(f"unexpected TIME reply {reply!r}")
@@ -46,14 +49,14 @@ class RedisAdmin(RedisCalls):
 
     def fence(self, partition: int) -> Fence:
         """The partition's fence with the topic id it belongs to."""
-        return replies.fence(self._command(protocol.DS_FENCE_GET, self._tag(partition), []))
+        return replies.fence(self.calls.call(protocol.DS_FENCE_GET, self.calls.tag(partition), []))
 
     def set_applied_offset(
         self, partition: int, offset: int | None, *, topic_id: str | None = None
     ) -> None:
         """Write exactly this fence (a new topic, admin replays); both None remove it."""
-        tag = self._tag(partition)
+        tag = self.calls.tag(partition)
         value = "" if offset is None else str(validate.offset(offset))
         topic = validate.topic_id(topic_id) or ""
         args = protocol.DS_FENCE_SET.arguments(offset=value, topic_id=topic)
-        self._command(protocol.DS_FENCE_SET, tag, args)
+        self.calls.call(protocol.DS_FENCE_SET, tag, args)

@@ -47,7 +47,11 @@ def library_versions(client: RedisClient) -> dict[str, str | None]:
 
 
 class RedisCalls:
-    """The client, its namespace and policies, the library check, and one FCALL with retry."""
+    """The client, its namespace and policies, the library check, and one FCALL with retry.
+
+    What every part of RedisStore (``RedisWrites``, ``RedisDigests``, ``RedisAdmin``) is
+    given and calls through.
+    """
 
     def __init__(
         self,
@@ -65,7 +69,7 @@ class RedisCalls:
         self.namespace = validate.namespace(namespace)
         default = policy if policy is not None else TimelinePolicy()
         self.policy = validate.policy(default, "<default>")
-        self._resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
+        self.resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
         self._load_library = load_library
         if isinstance(inline_records, bool) or not isinstance(inline_records, int):
             raise InvalidArgument(f"inline_records must be an int, got {inline_records!r}")
@@ -127,7 +131,7 @@ class RedisCalls:
             return False
         return self._code(node) == library.SOURCE
 
-    def _fcall(
+    def fcall(
         self,
         function: str,
         call_keys: list[str],
@@ -135,6 +139,8 @@ class RedisCalls:
         *,
         read_only: bool = False,
     ) -> Reply:
+        """One FCALL (FCALL_RO when ``read_only``) on the node of ``call_keys``; a library
+        gone from a primary is loaded again (when allowed) and the call made once more."""
         command = "FCALL_RO" if read_only else "FCALL"
         try:
             return routing.fcall(self.client, command, function, call_keys, args)
@@ -148,7 +154,7 @@ class RedisCalls:
                     raise map_error(retry_error) from retry_error
             raise map_error(error) from error
 
-    def _command(
+    def call(
         self,
         command: protocol.Command,
         tag: str,
@@ -158,10 +164,12 @@ class RedisCalls:
         """One call of a declared command: its keys for the tag (and timeline), FCALL_RO when
         it is read-only."""
         call_keys = keys.command_keys(command, tag, timeline)
-        return self._fcall(command.function, call_keys, args, read_only=command.read_only)
+        return self.fcall(command.function, call_keys, args, read_only=command.read_only)
 
-    def _tag(self, partition: int) -> str:
+    def tag(self, partition: int) -> str:
+        """The hash tag of a partition's keys in this namespace."""
         return keys.partition_tag(self.namespace, validate.partition(partition))
 
-    def _policy(self, timeline: str) -> TimelinePolicy:
-        return validate.policy(self._resolver(timeline), timeline)
+    def timeline_policy(self, timeline: str) -> TimelinePolicy:
+        """The checked policy of one timeline."""
+        return validate.policy(self.resolver(timeline), timeline)

@@ -12,6 +12,7 @@ from digest_stream.store.errors import InvalidState
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.store.redis import keys, protocol, replies, routing
 from digest_stream.store.redis.calls import RedisCalls
+from digest_stream.store.redis.policy_wire import PolicyTable, pack
 from digest_stream.store.redis.replies import Reply, arg, array, integer, map_error
 from digest_stream.store.redis.routing import Call
 
@@ -20,53 +21,44 @@ from digest_stream.store.redis.routing import Call
 MANY_CHUNK = 256
 
 
-def _close_policy(policy: TimelinePolicy, now: float) -> tuple[str, str]:
-    """The last two close arguments: the schedule's next fire ("" = none), flush_at (0 = off)."""
-    fire = policy.next_fire(now)
-    return "" if fire is None else arg(fire), str(policy.flush_at or 0)
-
-
-class RedisDigests(RedisCalls):
+class RedisDigests:
     """``open``, ``close`` and their batch forms of ``RedisStore``."""
+
+    def __init__(self, calls: RedisCalls) -> None:
+        self.calls = calls
 
     def _checked(
         self, target: DigestTarget, now: float
     ) -> tuple[list[str], list[str | bytes], TimelinePolicy]:
         """A digest call's keys, its leading arguments (timeline, id, now) and the policy."""
         partition, timeline, digest_id = target
-        tag = self._tag(partition)
+        tag = self.calls.tag(partition)
         validate.name(timeline, "timeline")
         validate.digest_id(digest_id)
         now = validate.time_value(now, "now")
         return (
             keys.layout_keys("timeline", tag, timeline),
             [timeline, digest_id, arg(now)],
-            self._policy(timeline),
+            self.calls.timeline_policy(timeline),
         )
 
     def _open_call(self, target: DigestTarget, now: float) -> Call:
         call_keys, args, policy = self._checked(target, now)
-        return call_keys, [*args, arg(policy.ttl)]
+        return call_keys, [*args, *pack(policy, now)]
 
     def _close_call(self, target: DigestTarget, now: float) -> Call:
         call_keys, args, policy = self._checked(target, now)
-        return call_keys, [
-            *args,
-            arg(policy.minimum_delay),
-            arg(policy.ttl),
-            arg(self.policy.ttl),
-            *_close_policy(policy, now),
-        ]
+        return call_keys, [*args, arg(self.calls.policy.ttl), *pack(policy, now)]
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
         """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
         call = self._open_call((partition, timeline, digest_id), now)
-        return replies.open_digest(timeline, self._fcall("ds_open", *call))
+        return replies.open_digest(timeline, self.calls.fcall("ds_open", *call))
 
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
         """Close that digest; False when the id is unknown or already closed."""
         call = self._close_call((partition, timeline, digest_id), now)
-        return integer(self._fcall("ds_close", *call)) == 1
+        return integer(self.calls.fcall("ds_close", *call)) == 1
 
     def open_many(
         self, targets: Sequence[DigestTarget], now: float
@@ -74,11 +66,8 @@ class RedisDigests(RedisCalls):
         """open() for several timelines: one FCALL per partition (ds_open_many), pipelined in
         one round trip per Redis node; each open atomic on its own, in order."""
         now = validate.time_value(now, "now")
-        fields: list[list[str | bytes]] = []
-        for target in targets:
-            timeline, digest_id, policy = self._target(target)
-            fields.append([timeline, digest_id, arg(policy.ttl)])
-        found = self._many("ds_open_many", targets, [arg(now)], fields)
+        policies, fields = self._targets(targets, now)
+        found = self._many("ds_open_many", targets, [arg(now), *policies.args()], fields)
         return [
             InvalidState(f"timeline is not ready: {target[1]}")
             if reply == 0
@@ -90,24 +79,23 @@ class RedisDigests(RedisCalls):
         """close() for several digests: one FCALL per partition (ds_close_many), pipelined the
         same way."""
         now = validate.time_value(now, "now")
-        fields: list[list[str | bytes]] = []
-        # a policy's four close arguments, formatted once per call (most targets share one)
-        formatted: dict[TimelinePolicy, list[str | bytes]] = {}
-        for target in targets:
-            timeline, digest_id, policy = self._target(target)
-            tail = formatted.get(policy)
-            if tail is None:
-                tail = [arg(policy.minimum_delay), arg(policy.ttl), *_close_policy(policy, now)]
-                formatted[policy] = tail
-            fields.append([timeline, digest_id, *tail])
-        found = self._many("ds_close_many", targets, [arg(now), arg(self.policy.ttl)], fields)
-        return [integer(reply) == 1 for reply in found]
+        policies, fields = self._targets(targets, now)
+        head = [arg(now), arg(self.calls.policy.ttl), *policies.args()]
+        return [integer(reply) == 1 for reply in self._many("ds_close_many", targets, head, fields)]
 
-    def _target(self, target: DigestTarget) -> tuple[str, str, TimelinePolicy]:
-        _, timeline, digest_id = target
-        validate.name(timeline, "timeline")
-        validate.digest_id(digest_id)
-        return timeline, digest_id, self._policy(timeline)
+    def _targets(
+        self, targets: Sequence[DigestTarget], now: float
+    ) -> tuple[PolicyTable, list[list[str | bytes]]]:
+        """The policies of a many-target call (each sent once) and each target's fields:
+        timeline, digest id, the index of its policy."""
+        policies = PolicyTable(now)
+        fields: list[list[str | bytes]] = []
+        for _, timeline, digest_id in targets:
+            validate.name(timeline, "timeline")
+            validate.digest_id(digest_id)
+            number = policies.index(self.calls.resolver(timeline), timeline)
+            fields.append([timeline, digest_id, str(number)])
+        return policies, fields
 
     def _many(
         self,
@@ -124,7 +112,7 @@ class RedisDigests(RedisCalls):
         calls: list[Call] = []
         members: list[list[int]] = []
         for partition, indexes in groups.items():
-            tag = self._tag(partition)
+            tag = self.calls.tag(partition)
             call_keys = keys.layout_keys(protocol.DS_OPEN_MANY.keys, tag)  # ds_close_many's too
             for first in range(0, len(indexes), MANY_CHUNK):
                 chunk = indexes[first : first + MANY_CHUNK]
@@ -143,17 +131,17 @@ class RedisDigests(RedisCalls):
         """Pipelined FCALLs, one round trip per node, replies in call order.
 
         A reply the pipeline cannot settle (the library missing on a node, a cluster
-        redirection while slots move) is redone by _fcall, which handles both.
+        redirection while slots move) is redone by RedisCalls.fcall, which handles both.
         """
         found: list[Reply] = []
         for call, reply in zip(
-            calls, routing.fcall_pipelined(self.client, function, calls), strict=True
+            calls, routing.fcall_pipelined(self.calls.client, function, calls), strict=True
         ):
             if isinstance(reply, ResponseError):
                 mapped = map_error(reply)
                 if mapped is not reply:
                     raise mapped from reply
-                found.append(self._fcall(function, *call))
+                found.append(self.calls.fcall(function, *call))
             elif isinstance(reply, Exception):
                 raise reply
             else:

@@ -7,12 +7,7 @@ so all of them live in one Redis Cluster slot and one function call can touch th
 
 from __future__ import annotations
 
-import re
-
 from digest_stream.store.redis.protocol import KEY_LAYOUTS, KEY_SUFFIXES, TIMELINE_KEYS, Command
-
-#: Namespaces go inside the hash tag: no braces, colons or spaces allowed.
-NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 _WAITING = KEY_SUFFIXES["waiting"]
 _READY = KEY_SUFFIXES["ready"]

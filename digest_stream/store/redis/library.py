@@ -21,12 +21,13 @@ from importlib import resources
 from digest_stream.store import limits
 from digest_stream.store.base import CONTROLS
 from digest_stream.store.redis import protocol
+from digest_stream.store.redis.policy_wire import POLICY_FIELDS
 
 #: The library's name on the server (``FUNCTION LIST LIBRARYNAME``).
 NAME = "digest_stream"
 #: Version of the library this code expects on the server (``ds_version`` answers it): bump it
 #: with any change of the Lua, so a node running other code is told apart by version first.
-VERSION = "20"
+VERSION = "21"
 
 #: The parts of ``store/redis/lua/``, in the order they are joined: each uses only names that the
 #: constants or the parts before it define (a local not yet declared would be read as a global).
@@ -62,6 +63,8 @@ LUA_CONSTANTS: dict[str, object] = {
     "CAUSES": {reason.lower(): letter for reason, letter in limits.CAUSES.items()},
     # the operation of each code of ds_add's packed controls: its position, from 1
     "CONTROL_CODES": CONTROLS,
+    # each packed policy option's name and guard, in the packed order (policy_wire.py)
+    "POLICY_FIELDS": POLICY_FIELDS,
     # the wire protocol: formats, widths, key suffixes and layouts, reply positions
     **protocol.lua_constants(),
 }
@@ -71,8 +74,9 @@ _INTRO = """\
 -- digest-stream store: every timeline/schedule state transition, one atomic
 -- function per operation (see docs/store.md for the command table).
 -- Assembled by digest_stream/store/redis/library.py: the constants below come from
--- Python (store/limits.py, store/redis/protocol.py), then the parts of store/redis/lua/ in
--- library.PARTS order, the command files of lua/commands/, and their registrations.
+-- Python (store/limits.py, store/policy.py, store/redis/protocol.py), then the parts of
+-- store/redis/lua/ in library.PARTS order, the command files of lua/commands/, and their
+-- registrations.
 """
 
 #: Printable ASCII but the quote and the backslash: written between quotes as it is.

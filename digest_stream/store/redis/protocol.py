@@ -128,13 +128,6 @@ CONTROL = Packed(
     ),
 )
 
-#: The arguments of one timeline policy as an add sends it (one block per distinct policy of
-#: the call). The policy's own declaration (store/policy.py) owns these fields and their
-#: packing; the protocol only carries them as one block of POLICY_WIDTH arguments.
-POLICY_BLOCK = (
-    "minimum_delay", "increment_delay", "maximum_delay", "ttl", "capacity", "flush_at", "next_fire",
-)  # fmt: skip
-
 # Commands ---------------------------------------------------------------------------------
 
 
@@ -162,9 +155,9 @@ class Reply:
 @dataclass(frozen=True)
 class Command:
     """One function of the library: its name, the layout of its KEYS, its ARGV by name and its
-    reply. ARGV names: ``name*`` a block repeated by a count (``policies*``: POLICY_WIDTH
-    arguments each), ``name?`` optional and last, ``targets*`` the per-target fields
-    (``target``, repeated to the end)."""
+    reply. ARGV names: ``policy`` one packed policy (POLICY_WIDTH arguments, policy_wire.py),
+    ``policies`` a call's table of them (their count, then each one's), ``name?`` optional and
+    last; ``target``: the fields of each target, repeated to the end."""
 
     function: str
     keys: str
@@ -214,9 +207,9 @@ INSPECT_REPLY = Reply(
 STATS_REPLY = Reply("STATS_REPLY", ("waiting", "ready", "oldest_due", "fence"))
 FENCE_REPLY = Reply("FENCE_REPLY", ("offset", "topic_id"))
 
-#: Fields of one target of ds_open_many and of ds_close_many.
-OPEN_TARGET = ("timeline", "digest_id", "ttl")
-CLOSE_TARGET = ("timeline", "digest_id", "minimum_delay", "ttl", "next_fire", "flush_at")
+#: Fields of one target of ds_open_many and ds_close_many: its policy is an index (from 1) in
+#: the call's policies.
+TARGET = ("timeline", "digest_id", "policy")
 
 DS_VERSION = Command("ds_version", "none", (), Reply(value="version"), read_only=True)
 DS_ADD = Command(
@@ -224,39 +217,36 @@ DS_ADD = Command(
     "add",
     (
         "now", "partition_ttl", "inline_records", "expected_fence", "through_offset", "topic_id",
-        "open_nonce", "policy_count", "policies*", "timelines", "records", "controls?",
+        "open_nonce", "policies", "timelines", "records", "controls?",
     ),
     ADD_REPLY,
 )  # fmt: skip
 #: ds_add's ARGV before its policy blocks (the policies and the packed arguments follow).
-ADD_HEAD = DS_ADD.args[: DS_ADD.args.index("policies*")]
+ADD_HEAD = DS_ADD.args[: DS_ADD.args.index("policies")]
 DS_SCHEDULE = Command("ds_schedule", "partition", ("now", "partition_ttl", "limit"), DUE_REPLY)
 DS_MAINTENANCE = Command(
     "ds_maintenance", "partition", ("deadline", "now", "partition_ttl", "limit"), DUE_REPLY
 )
-DS_OPEN = Command("ds_open", "timeline", ("timeline", "digest_id", "now", "ttl"), OPEN_REPLY)
+DS_OPEN = Command("ds_open", "timeline", ("timeline", "digest_id", "now", "policy"), OPEN_REPLY)
 DS_CLOSE = Command(
     "ds_close",
     "timeline",
-    (
-        "timeline", "digest_id", "now", "minimum_delay", "ttl", "partition_ttl", "next_fire",
-        "flush_at",
-    ),
+    ("timeline", "digest_id", "now", "partition_ttl", "policy"),
     Reply(value="closed"),
-)  # fmt: skip
+)
 DS_OPEN_MANY = Command(
     "ds_open_many",
     "many",
-    ("now",),
+    ("now", "policies"),
     Reply("OPEN_REPLY", OPEN_REPLY.fields, each=True),
-    target=OPEN_TARGET,
+    target=TARGET,
 )
 DS_CLOSE_MANY = Command(
     "ds_close_many",
     "many",
-    ("now", "partition_ttl"),
+    ("now", "partition_ttl", "policies"),
     Reply(value="closed", each=True),
-    target=CLOSE_TARGET,
+    target=TARGET,
 )
 DS_DELETE = Command("ds_delete", "timeline", ("timeline",), Reply(value="removed"))
 DS_INSPECT = Command("ds_inspect", "timeline", ("timeline",), INSPECT_REPLY, read_only=True)
@@ -280,11 +270,9 @@ def lua_constants() -> dict[str, object]:
         "KEY_SUFFIXES": dict(KEY_SUFFIXES),
         "KEY_LAYOUTS": {name: layout for name, layout in KEY_LAYOUTS.items() if layout},
         **{f"{packed.name}_FORMAT": packed.lua_format for packed in (TIMELINE, RECORD, CONTROL)},
-        # ds_add's ARGV by name, up to its first policy block (the packed ones follow them)
+        # ds_add's ARGV by name, up to its policies (the packed arguments follow them)
         "ADD_ARGS": {name: index for index, name in enumerate((*ADD_HEAD, "policies"), 1)},
-        "POLICY_WIDTH": len(POLICY_BLOCK),
-        "OPEN_WIDTH": len(OPEN_TARGET),
-        "CLOSE_WIDTH": len(CLOSE_TARGET),
+        "TARGET_WIDTH": len(TARGET),
         # each reply's positions from 1, by field name
         **{name: {f: i for i, f in enumerate(r.fields, start=1)} for name, r in replies.items()},
     }

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from digest_stream.app import connect_store
 from digest_stream.cli import main
-from digest_stream.store import NewRecord
+from digest_stream.store import NewRecord, connect
 from tests.support import unique, wait_until
 from tests.support.pipeline import PipelineFactory, settings_env
 
 
 def test_delete_asks_first_unless_yes(pipeline_factory: PipelineFactory) -> None:
     pipe = pipeline_factory(partitions=2)
-    store = connect_store(pipe.settings)
+    store = connect(pipe.settings)
     timeline = unique("mail:p")
     store.add(1, [NewRecord(timeline, "r1", 1.0, b"x", offset=0)], 10.0)
     env = settings_env(pipe.settings)
@@ -57,7 +56,7 @@ def test_replay_resets_fence_and_offset_and_refuses_an_active_group(
 
     app.stop()
     assert app.wait()
-    store = connect_store(pipe.settings)
+    store = connect(pipe.settings)
     assert store.applied_offset(0) == 4
     assert pipe.committed(0) == 5
 

@@ -12,12 +12,11 @@ import redis
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer
 
-from digest_stream.app import connect_store
 from digest_stream.cli import main
 from digest_stream.kafka import consumer_config, producer_config
 from digest_stream.ops.config import mask_url, masked_settings
 from digest_stream.settings import CONFIG_ENV, Settings
-from digest_stream.store import DigestStore, MemoryStore, NewRecord
+from digest_stream.store import DigestStore, MemoryStore, NewRecord, RedisStore, connect
 
 
 def _show(args: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
@@ -202,7 +201,7 @@ def test_overrides_reach_the_redis_store(redis_url: str, namespace: str) -> None
         minimum_delay=100,
         overrides={"mail:p:*": {"capacity": 2, "minimum_delay": 5}},
     )
-    store = connect_store(settings)
+    store = connect(settings)
     _fill(store, ["mail:p:1", "mail:q:1"])
     assert store.inspect(0, "mail:p:1").pending == 2
     assert store.inspect(0, "mail:q:1").pending == 6
@@ -210,5 +209,6 @@ def test_overrides_reach_the_redis_store(redis_url: str, namespace: str) -> None
         digest = store.open(0, timeline, uuid.uuid4().hex, 1000.0)
         store.close(0, timeline, digest.id, 1000.0)
         assert store.inspect(0, timeline).due == 1000.0 + delay
-    store.client.close()
+    assert isinstance(store, RedisStore)
     assert isinstance(store.client, redis.Redis)
+    store.disconnect()

@@ -11,8 +11,7 @@ import pytest
 import redis
 from redis.exceptions import NoPermissionError
 
-from digest_stream.app import connect_store
-from digest_stream.store import NewRecord
+from digest_stream.store import NewRecord, connect
 from digest_stream.store.redis.acl import LIBRARY_COMMANDS, acl_rules
 from tests.support import REPO_ROOT, free_port, unique, wait_until
 from tests.support.http import probe
@@ -129,14 +128,14 @@ def test_without_function_load_a_preloaded_library_is_only_checked(
     # (loading a missing or different library still needs it: tests/integration/store/test_acl.py).
     from digest_stream.settings import Settings
 
-    connect_store(Settings(redis_url=redis_url, namespace=namespace)).client.close()  # admin
+    connect(Settings(redis_url=redis_url, namespace=namespace)).disconnect()  # admin
     url = acl_user(namespace, redis_url, load_library=False)
     loading = Settings(redis_url=url, namespace=namespace)
     for settings in (loading, loading.model_copy(update={"redis_load_library": False})):
-        store = connect_store(settings)
+        store = connect(settings)
         store.add(0, [NewRecord("t", "r", 1.0, b"x", offset=0)], 10.0)
         assert store.inspect(0, "t").state == "ready"
-        store.client.close()
+        store.disconnect()
 
 
 def test_acl_lists_match_the_library_and_the_readme() -> None:

@@ -12,13 +12,12 @@ from collections.abc import Callable
 
 from confluent_kafka import Producer
 
-from digest_stream.app import connect_store
 from digest_stream.clock import SystemClock
 from digest_stream.kafka import producer_config
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest import ingest_role
 from digest_stream.settings import Settings
-from digest_stream.store import RedisStore
+from digest_stream.store import DigestStore, connect
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
 from tests.support import wait_until
@@ -44,7 +43,7 @@ class Harness:
         # in a leading digest (which would also make the step wait out an outage in settle).
         base = settings or pipe.settings
         self.settings = base.model_copy(update={"direct_leading_edge": False})
-        self.store: RedisStore = connect_store(self.settings)
+        self.store: DigestStore = connect(self.settings)
         self.metrics = Metrics()
         self.stopping = False
         producer = Producer(producer_config(self.settings))

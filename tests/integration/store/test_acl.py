@@ -13,7 +13,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import NoPermissionError
 
-from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store import NewRecord, RedisStore, StoreUnavailable, TimelinePolicy
 from digest_stream.store.redis import library
 from tests.support import REPO_ROOT
 from tests.support.store import RedisClient, library_commands
@@ -165,6 +165,12 @@ def test_load_library_only_checks_a_library_that_is_already_this_one(
     assert store.inspect(0, "t").state == "ready"
 
 
+def _refused_function_load(error: StoreUnavailable) -> None:
+    """The store's error for Redis refusing FUNCTION LOAD, chained to redis-py's."""
+    assert (error.kind, error.command) == ("authorization", "function|load")
+    assert isinstance(error.__cause__, NoPermissionError)
+
+
 def _readme_user(server: redis.Redis, *extra: str) -> redis.Redis:
     """The README's single-node user on a Redis of our own; a client logged in as it."""
     name, password = "digest-stream", uuid.uuid4().hex
@@ -184,13 +190,15 @@ def test_load_library_still_loads_a_missing_or_different_library() -> None:
     try:
         admin = own.client()
         # Missing: loading is needed, and refused without FUNCTION LOAD.
-        with pytest.raises(NoPermissionError):
+        with pytest.raises(StoreUnavailable) as refused:
             RedisStore(_readme_user(admin), load_library=True)
+        _refused_function_load(refused.value)
         # Same name and version, other code (someone's edit): replaced when allowed to load.
         other = library.SOURCE + "\n-- edited by hand\n"
         admin.execute_command("FUNCTION", "LOAD", other)
-        with pytest.raises(NoPermissionError):
+        with pytest.raises(StoreUnavailable) as refused:
             RedisStore(_readme_user(admin), load_library=True)
+        _refused_function_load(refused.value)
         store = RedisStore(_readme_user(admin, "+function|load"), load_library=True)
         listed = admin.execute_command("FUNCTION", "LIST", "WITHCODE")
         assert library.code_in(listed) == library.SOURCE

@@ -16,6 +16,7 @@ from digest_stream.store import (
     RedisStore,
     TimelinePolicy,
 )
+from digest_stream.store.policy import PACKED
 from digest_stream.store.redis import protocol
 from digest_stream.store.redis.keys import (
     digest_key,
@@ -25,6 +26,7 @@ from digest_stream.store.redis.keys import (
     timeline_key,
     waiting_key,
 )
+from digest_stream.store.redis.policy_wire import pack
 from tests.support.store import RedisClient, StoreFactory, raw
 
 T0 = 1_000_000.0
@@ -48,13 +50,11 @@ def test_policy_is_checked(kwargs: dict[str, Any]) -> None:
         TimelinePolicy(**kwargs)
 
 
-def test_non_finite_policy_is_refused_by_both_stores(make_store: StoreFactory) -> None:
-    with pytest.raises(InvalidArgument):
-        make_store(TimelinePolicy(minimum_delay=math.nan))
-    nan_policy = TimelinePolicy(increment_delay=math.inf, maximum_delay=1, ttl=2)
-    store = make_store(resolver=lambda _: nan_policy)
+@pytest.mark.parametrize("value", [math.nan, math.inf, "300", True])
+def test_a_policy_of_non_finite_or_mistyped_values_cannot_be_made(value: object) -> None:
+    # so no store, resolver or packer ever holds one (each option checked on construction)
     with pytest.raises(InvalidArgument, match="increment_delay"):
-        store.add(0, [NewRecord("t", "a", T0, b"", 0)], T0)
+        TimelinePolicy(increment_delay=value)  # type: ignore[arg-type]
 
 
 def test_resolver_must_return_a_policy(make_store: StoreFactory) -> None:
@@ -129,16 +129,12 @@ def add_keys(t: str) -> list[str]:
     return [fence_key(t), waiting_key(t), ready_key(t)]
 
 
-def policy_args(
-    minimum: object = 300,
-    increment: object = 30,
-    maximum: object = 1800,
-    ttl: object = 3600,
-    capacity: object = 0,
-    flush_at: object = 0,
-    next_fire: object = "",
-) -> list[object]:
-    return [minimum, increment, maximum, ttl, capacity, flush_at, next_fire]
+def policy_args(**fields: object) -> list[object]:
+    """A packed policy (policy_wire.pack of the default policy) with some fields replaced."""
+    packed = dict(zip((spec.name for spec in PACKED), pack(TimelinePolicy(), T0), strict=True))
+    unknown = set(fields) - set(packed)
+    assert not unknown, f"not packed options: {unknown}"
+    return list({**packed, **fields}.values())
 
 
 def packed_timelines(*timelines: tuple[int, str]) -> bytes:
@@ -164,16 +160,16 @@ def guard(client: RedisClient, function: str, call_keys: list[str], *args: objec
 @pytest.mark.parametrize(
     ("policy", "expected"),
     [
-        (policy_args(minimum=-1), "minimum_delay must be >= 0"),
-        (policy_args(increment=-1), "increment_delay must be >= 0"),
-        (policy_args(maximum=-1), "maximum_delay must be >= 0"),
+        (policy_args(minimum_delay=-1), "minimum_delay must be >= 0"),
+        (policy_args(increment_delay=-1), "increment_delay must be >= 0"),
+        (policy_args(maximum_delay=-1), "maximum_delay must be >= 0"),
         (policy_args(ttl=1800), "must exceed maximum_delay"),
         (policy_args(ttl=100), "must exceed maximum_delay"),
         (policy_args(capacity=-1), "capacity must be an integer"),
         (policy_args(capacity=1.5), "capacity must be an integer"),
-        (policy_args(increment="inf"), "must be a finite number"),
-        (policy_args(minimum="nan"), "must be a finite number"),
-        (policy_args(minimum="soon"), "must be a finite number"),
+        (policy_args(increment_delay="inf"), "must be a finite number"),
+        (policy_args(minimum_delay="nan"), "must be a finite number"),
+        (policy_args(minimum_delay="soon"), "must be a finite number"),
     ],
 )
 def test_lua_refuses_bad_policies(
@@ -295,9 +291,9 @@ def test_lua_refuses_bad_timelines_and_writes_nothing(
 def test_lua_refuses_bad_digest_ids(client: RedisClient, tag: str) -> None:
     keys = [timeline_key(tag, "t"), digest_key(tag, "t"), waiting_key(tag), ready_key(tag)]
     for bad in ("x" * 32, GOOD_ID.upper(), GOOD_ID[:-1], ""):
-        message = guard(client, "ds_open", keys, "t", bad, T0, 3600)
+        message = guard(client, "ds_open", keys, "t", bad, T0, *policy_args())
         assert "invalid_argument: digest id must be 32 lowercase hex" in message
-        message = guard(client, "ds_close", keys, "t", bad, T0, 300, 3600, 3600)
+        message = guard(client, "ds_close", keys, "t", bad, T0, 3600, *policy_args())
         assert "invalid_argument: digest id" in message
 
 
@@ -316,7 +312,7 @@ def test_lua_refuses_foreign_keys(client: RedisClient, tag: str) -> None:
 
 def test_lua_reports_invalid_state(client: RedisClient, tag: str) -> None:
     keys = [timeline_key(tag, "t"), digest_key(tag, "t"), waiting_key(tag), ready_key(tag)]
-    message = guard(client, "ds_open", keys, "t", GOOD_ID, T0, 3600)
+    message = guard(client, "ds_open", keys, "t", GOOD_ID, T0, *policy_args())
     assert message.startswith("invalid_state: timeline is not ready")
 
 

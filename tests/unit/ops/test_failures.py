@@ -24,6 +24,7 @@ from digest_stream.ops.failures import (
 from digest_stream.settings import Settings
 from digest_stream.store.errors import LibraryVersionMismatch
 from digest_stream.store.redis.library import VERSION
+from tests.support.store_errors import raised
 
 SASL = {
     "security.protocol": "SASL_SSL",
@@ -312,6 +313,54 @@ def test_each_redis_error_has_its_line(
 ) -> None:
     assert explain(error, settings) == Failure(kind, line)  # type: ignore[arg-type]
     assert "secret-pw" not in line
+
+
+@pytest.mark.parametrize(("settings", "error", "kind", "line"), REDIS_CASES)
+def test_the_stores_error_has_the_line_of_the_redis_error_it_translates(
+    settings: Settings, error: redis.RedisError, kind: str, line: str
+) -> None:
+    # What the service meets: RedisStore raises the store's error, chained to redis-py's.
+    translated = raised(error)
+    assert not isinstance(translated, redis.RedisError)
+    assert explain(translated, settings) == Failure(kind, line)  # type: ignore[arg-type]
+
+
+REFUSING_CASES = [
+    (
+        redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'."),
+        "Redis at cache:6380 is out of memory and refuses writes (OOM: maxmemory under "
+        "noeviction): free memory or raise maxmemory; the service waits meanwhile (command not "
+        "allowed when used memory > 'maxmemory')",
+    ),
+    (
+        redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
+        "Redis at cache:6380 is a read-only replica (READONLY): check that "
+        "DIGEST_STREAM_REDIS_URL names the primary, or wait for the failover to end (You can't "
+        "write against a read only replica)",
+    ),
+    (
+        redis.ResponseError("BUSY Redis is busy running a script. You can only call "
+                            "SCRIPT KILL or SHUTDOWN NOSAVE."),
+        "Redis at cache:6380 is busy running a script (BUSY): it answers once the script ends "
+        "(BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN "
+        "NOSAVE)",
+    ),
+    (
+        redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"),
+        "Redis at cache:6380 is loading its data set (LOADING): it answers once loaded (Redis "
+        "is loading the dataset in memory)",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("error", "line"), REFUSING_CASES)
+def test_a_redis_refusing_for_a_while_is_named_and_not_fatal(
+    error: redis.RedisError, line: str
+) -> None:
+    for given in (error, raised(error)):  # as redis-py raises it, and as the store does
+        failure = explain(given, REDIS)
+        assert failure == Failure("refusing", line)
+        assert not failure.fatal
 
 
 def test_the_cluster_clients_wrapped_error_is_explained_by_its_cause() -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-import redis
 from confluent_kafka import TopicPartition
 
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.runner import Runner
 from digest_stream.settings import Settings
+from digest_stream.store.errors import StoreUnavailable
+from tests.support import store_errors
 from tests.support.fakes import FakeConsumer
 
 TOPIC = "schedule"
@@ -88,9 +89,9 @@ def test_a_redis_outage_is_given_up_when_a_stop_is_asked_for() -> None:
         calls += 1
         if calls == 3:
             stopping[0] = True
-        raise redis.ConnectionError("unreachable (test)")
+        raise store_errors.unreachable()
 
-    with pytest.raises(redis.ConnectionError):
+    with pytest.raises(StoreUnavailable):
         runner.while_redis_down(unreachable, errors=metrics.redis_errors)
     assert calls == 3
     assert consumer.paused == set()  # resumed on the way out

@@ -73,7 +73,7 @@ def test_longest_gap_sees_the_longer_week_of_fall_back() -> None:
         ({"timezone": "Mars/Olympus"}, "not a known IANA time zone name"),
         ({"flush_at": 0}, "flush_at must be >= 1"),
         ({"flush_at": 11, "capacity": 10}, "must not exceed capacity"),
-        ({"collapse_by": ""}, "collapse_by must be an attribute name"),
+        ({"collapse_by": ""}, "collapse_by must be a text of length >= 1"),
     ],
 )
 def test_policies_refuse_bad_fields(changes: dict[str, object], message: str) -> None:

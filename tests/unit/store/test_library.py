@@ -11,6 +11,7 @@ import pytest
 
 from digest_stream.store import limits
 from digest_stream.store.base import CONTROLS
+from digest_stream.store.policy import PACKED
 from digest_stream.store.redis import library, protocol
 
 #: Lua 5.1 allows 200 local variables per function, the library's top level included.
@@ -54,6 +55,9 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
         f"local OPEN_NONCE_LENGTH = {limits.OPEN_NONCE_LENGTH}",
         "local CAUSES = {" + causes + "}",
         "local CONTROL_CODES = {" + ", ".join(f"'{c}'" for c in CONTROLS) + "}",
+        "local POLICY_FIELDS = {"
+        + ", ".join(f"{{'{spec.name}', '{spec.kind.packed}'}}" for spec in PACKED)
+        + "}",
         *(
             f"local {name} = {library.lua_literal(value)}"
             for name, value in protocol.lua_constants().items()

@@ -6,8 +6,10 @@ import pytest
 
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.policy import (
+    OPTIONS,
     PolicyOverride,
     TimelinePolicy,
+    describe,
     overridden,
     prefix_of,
     prefix_resolver,
@@ -47,3 +49,17 @@ def test_a_pattern_that_is_not_a_prefix_and_a_star_is_refused(pattern: str) -> N
 def test_an_override_is_checked_as_a_whole_policy() -> None:
     with pytest.raises(InvalidArgument, match="flush_at"):
         overridden(DEFAULT, PolicyOverride(flush_at=100))  # over the default capacity
+
+
+def test_describe_shows_every_option_with_its_value_or_what_unset_means() -> None:
+    policy = TimelinePolicy(minimum_delay=60, capacity=None, flush_at=5, schedule="0 9 * * *")
+    parts = describe(policy).split(", ")
+    assert [part.split()[0] for part in parts] == [spec.name for spec in OPTIONS]
+    shown = {"minimum_delay 60s", "increment_delay 30s", "ttl 604800s", "capacity unlimited",
+             "flush_at 5", "schedule 0 9 * * *", "timezone UTC", "collapse_by off"}  # fmt: skip
+    assert shown <= set(parts)
+
+
+def test_an_override_holds_exactly_the_options_each_unset_by_default() -> None:
+    assert list(PolicyOverride.model_fields) == [spec.name for spec in OPTIONS]
+    assert PolicyOverride().model_dump(exclude_none=True) == {}

@@ -94,6 +94,8 @@ def test_the_lua_constants_hold_reply_positions_from_one() -> None:
     assert constants["ADD_REPLY"] == {
         name: index for index, name in enumerate(protocol.ADD_REPLY.fields, start=1)
     }
-    assert constants["OPEN_WIDTH"] == len(protocol.OPEN_TARGET)
-    assert constants["POLICY_WIDTH"] == len(protocol.POLICY_BLOCK)
+    assert constants["TARGET_WIDTH"] == len(protocol.TARGET)
+    assert constants["ADD_ARGS"] == {
+        name: index for index, name in enumerate((*protocol.ADD_HEAD, "policies"), start=1)
+    }
     assert constants["RECORD_FORMAT"] == ">I4Hc0ddI4c0"

@@ -205,7 +205,7 @@ local function schedule_record(timeline)
     if timeline.due ~= nil then
         return
     end
-    timeline.due = timeline.policy.next_fire
+    timeline.due = timeline.policy.schedule -- its next fire time
     timeline.due_changed = true
     if timeline.head.kind == 'none' then
         -- the container is new: its first write carries the cause
@@ -254,7 +254,7 @@ local function apply_record(timeline, record, ready)
     if timeline.ready then
         return
     end
-    if timeline.policy.next_fire ~= nil then
+    if timeline.policy.schedule ~= nil then
         schedule_record(timeline)
         return
     end
@@ -267,7 +267,8 @@ local function apply_record(timeline, record, ready)
     local due
     if timeline.last_delivery ~= nil then
         local policy = timeline.policy
-        due = math.min(timeline.due + policy.increment, timeline.last_delivery + policy.maximum)
+        due = math.min(timeline.due + policy.increment_delay,
+            timeline.last_delivery + policy.maximum_delay)
     else
         due = math.min(timeline.due, record.timestamp)
     end

@@ -1,13 +1,13 @@
 -- digests.lua: opening and closing digests: what ds_open, ds_close and their many-target
 -- forms (lua/commands/) share.
 -- Holds: timeline_keys (also used by admin commands), digest_reply, open_target, many_targets,
---   new_moves, moves_float, digest_id_and_records, apply_moves, close_target, parse_next_fire.
--- Needs: CAUSES, FLUSH_AT_FLOOR, OPEN_REPLY (Python); invalid_argument, parse_name, parse_time
---   (guards); call_tag, digest_key, ready_key, timeline_key, waiting_key (keys);
---   format_digest_meta, format_float, format_timeline_meta, parse_digest_meta,
---   parse_timeline_meta, ttl_ms (encoding); call_chunked, sort_records (helpers);
---   encode_inline, held_count, holds_no_records, META, read_container, read_head, read_meta,
---   write_meta (containers).
+--   new_moves, moves_float, digest_id_and_records, apply_moves, close_target.
+-- Needs: CAUSES, FLUSH_AT_FLOOR, OPEN_REPLY, TARGET_WIDTH (Python); invalid_argument,
+--   parse_digest_id, parse_name, parse_policies, policy_at (guards); call_tag, digest_key,
+--   ready_key, timeline_key, waiting_key (keys); format_digest_meta, format_float,
+--   format_timeline_meta, parse_digest_meta, parse_timeline_meta, ttl_ms (encoding);
+--   call_chunked, sort_records (helpers); encode_inline, held_count, holds_no_records, META,
+--   read_container, read_head, read_meta, write_meta (containers).
 
 -- The tag and timeline of a timeline-level call (its first argument: the timeline).
 local function timeline_keys(keys, args)
@@ -35,7 +35,7 @@ end
 -- written). Returns {id, opened_at, dropped, {id, timestamp, payload, ...} newest first,
 -- expired, cause}: expired is 1 when the timeline was scheduled but its earlier records had
 -- expired; cause is the letter saying why the timeline was due.
-local function open_target(tag, timeline, digest_id, now, ttl)
+local function open_target(tag, timeline, digest_id, now, policy)
     if redis.call('ZSCORE', ready_key(tag), timeline) == false then
         return nil
     end
@@ -44,7 +44,7 @@ local function open_target(tag, timeline, digest_id, now, ttl)
     if existing ~= nil then
         -- Reopen: the very same digest, whatever was added since stays pending. Its
         -- TTL restarts: a digest nobody manages to close must not expire meanwhile.
-        redis.call('PEXPIRE', digest, ttl_ms(ttl))
+        redis.call('PEXPIRE', digest, ttl_ms(policy.ttl))
         return digest_reply(tag, existing, read_container(digest).records)
     end
 
@@ -79,18 +79,27 @@ local function open_target(tag, timeline, digest_id, now, ttl)
     else
         redis.call('SET', digest, encode_inline(format_digest_meta(digest_meta), container.records))
     end
-    redis.call('PEXPIRE', digest, ttl_ms(ttl))
+    redis.call('PEXPIRE', digest, ttl_ms(policy.ttl))
     return digest_reply(tag, digest_meta, container.records)
 end
 
--- The tag of a call on several timelines of one partition (KEYS: waiting, ready), and its
--- targets: ARGV from `first` on, `width` fields each, checked before anything is written.
-local function many_targets(keys, args, first, width)
+-- A call on several timelines of one partition (KEYS: waiting, ready; ARGV from `first`:
+-- the policies, then the targets, TARGET_WIDTH fields each): its tag and targets {timeline,
+-- digest_id, policy}, all checked before anything is written.
+local function many_targets(keys, args, first)
     local tag = call_tag(keys, 'many')
-    if (#args - first + 1) % width ~= 0 then
-        invalid_argument('expects ' .. width .. ' fields per target')
+    local policies, base = parse_policies(args, first)
+    if (#args - base + 1) % TARGET_WIDTH ~= 0 then
+        invalid_argument('expects ' .. TARGET_WIDTH .. ' fields per target')
     end
-    return tag
+    local targets = {}
+    for at = base, #args, TARGET_WIDTH do
+        targets[#targets + 1] = {
+            parse_name(args[at], 'timeline'), parse_digest_id(args[at + 1]),
+            policy_at(policies, args[at + 2]),
+        }
+    end
+    return tag, targets
 end
 
 -- The schedule changes of a close call's targets, written once after all of them (one
@@ -130,8 +139,7 @@ end
 -- Closes one digest, its schedule change listed in `moves`. Returns 1 when that digest was
 -- closed, 0 for an unknown or already closed id, and whether the partition keys' TTL needs
 -- a refresh (the timeline waits again).
-local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fire, flush_at,
-        moves)
+local function close_target(tag, timeline, digest_id, now, policy, moves)
     local digest = digest_key(tag, timeline)
     local id, records = digest_id_and_records(digest)
     if id ~= digest_id then
@@ -152,10 +160,8 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
     local timeline_meta = parse_timeline_meta(head.meta)
     timeline_meta.last_delivery = now
     timeline_meta.behind_open = false -- that digest is closed: nothing waits behind it
-    local due, soon = now + minimum, nil
-    if next_fire ~= nil then
-        due = next_fire
-    end
+    local next_fire, flush_at = policy.schedule, policy.flush_at -- the schedule's next fire
+    local due, soon = next_fire or now + policy.minimum_delay, nil
     -- A flush that came while the digest was open (flush_timeline), or flush_at records that
     -- did (add leaves a READY timeline alone): due right after the floor, not a cool-down later.
     if timeline_meta.cause == CAUSES.flushed then
@@ -177,20 +183,13 @@ local function close_target(tag, timeline, digest_id, now, minimum, ttl, next_fi
             closed = encode_inline(format_timeline_meta(timeline_meta), {})
             moves.closed[timeline_meta.cause] = closed
         end
-        redis.call('SET', source, closed, 'PX', ttl_ms(ttl))
+        redis.call('SET', source, closed, 'PX', ttl_ms(policy.ttl))
     else
         write_meta(source, head, format_timeline_meta(timeline_meta))
-        redis.call('PEXPIRE', source, ttl_ms(ttl))
+        redis.call('PEXPIRE', source, ttl_ms(policy.ttl))
     end
     moves.unready[#moves.unready + 1] = timeline
     moves.wait[#moves.wait + 1] = moves_float(moves, due)
     moves.wait[#moves.wait + 1] = timeline
     return 1, true
-end
-
-local function parse_next_fire(value)
-    if value ~= nil and value ~= '' then
-        return parse_time(value, 'next fire')
-    end
-    return nil
 end

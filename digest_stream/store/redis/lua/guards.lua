@@ -1,8 +1,10 @@
 -- guards.lua: the typed error replies and the argument guards. The Python side validates
 -- first (store/validate.py); these refuse the same inputs again, before anything is written.
 -- Holds: invalid_argument, invalid_state, parse_number, parse_time, parse_integer, parse_name,
---   parse_topic_id, parse_digest_id, parse_ttl, parse_policy.
--- Needs: DIGEST_ID_LENGTH, MAX_NAME_BYTES, MAX_OFFSET, MAX_TOPIC_ID_BYTES, MAX_TTL (Python).
+--   parse_topic_id, parse_digest_id, parse_ttl, parse_count, parse_fire, POLICY_READERS,
+--   POLICY_WIDTH, parse_policy, parse_policies, policy_at.
+-- Needs: DIGEST_ID_LENGTH, MAX_NAME_BYTES, MAX_OFFSET, MAX_TOPIC_ID_BYTES, MAX_TTL,
+--   POLICY_FIELDS (Python).
 
 -- Errors ---------------------------------------------------------------------
 
@@ -83,25 +85,62 @@ local function parse_ttl(value)
     return ttl
 end
 
--- The POLICY_WIDTH fields of a policy from args[base] (protocol.POLICY_BLOCK's order).
-local function parse_policy(args, base)
-    local policy = {
-        minimum = parse_time(args[base], 'minimum_delay'),
-        increment = parse_time(args[base + 1], 'increment_delay'),
-        maximum = parse_time(args[base + 2], 'maximum_delay'),
-        ttl = parse_ttl(args[base + 3]),
-        -- 0 means "no capacity limit"
-        capacity = parse_integer(args[base + 4], 'capacity', 0, MAX_OFFSET),
-        -- 0 means "no flush_at"
-        flush_at = parse_integer(args[base + 5], 'flush_at', 0, MAX_OFFSET),
-    }
-    if args[base + 6] ~= '' then
-        -- the calendar schedule's next fire time, computed by the caller (no cron in Lua)
-        policy.next_fire = parse_time(args[base + 6], 'next fire')
+-- Policies: the one packed form of every command (store/redis/policy_wire.py). POLICY_FIELDS
+-- (written from Python's declaration, store/policy.py) lists each packed option's name and
+-- the guard that reads it, in their order; a parsed policy holds each under its name.
+
+-- A count of records: 0 means unset (no capacity limit, no flush_at).
+local function parse_count(value, name)
+    return parse_integer(value, name, 0, MAX_OFFSET)
+end
+
+-- A calendar schedule, as its next fire time computed by the caller (no cron in Lua); ""
+-- (nil once parsed) without a schedule.
+local function parse_fire(value, name)
+    if value == '' then
+        return nil
     end
-    if policy.ttl <= policy.maximum then
-        invalid_argument('ttl (' .. args[base + 3] .. ') must exceed maximum_delay ('
-            .. args[base + 2] .. ')')
+    return parse_time(value, name)
+end
+
+-- The reader of each kind of packed option (Kind.packed in store/policy.py).
+local POLICY_READERS = {time = parse_time, ttl = parse_ttl, count = parse_count, fire = parse_fire}
+local POLICY_WIDTH = #POLICY_FIELDS
+
+-- The POLICY_WIDTH fields of one policy from args[base], checked alone and across fields.
+local function parse_policy(args, base)
+    local policy = {}
+    for i = 1, POLICY_WIDTH do
+        local field = POLICY_FIELDS[i]
+        policy[field[1]] = POLICY_READERS[field[2]](args[base + i - 1], field[1])
+    end
+    if policy.ttl <= policy.maximum_delay then
+        invalid_argument('ttl (' .. policy.ttl .. ') must exceed maximum_delay ('
+            .. policy.maximum_delay .. ')')
+    end
+    return policy
+end
+
+-- A call's table of policies from args[base]: their count, then each one's fields. Returns
+-- the policies and the index of the argument after them.
+local function parse_policies(args, base)
+    local count = parse_integer(args[base], 'policy count', 0, #args)
+    if #args < base + count * POLICY_WIDTH then
+        invalid_argument('expects ' .. POLICY_WIDTH .. ' fields per policy')
+    end
+    local policies = {}
+    for i = 1, count do
+        policies[i] = parse_policy(args, base + 1 + (i - 1) * POLICY_WIDTH)
+    end
+    return policies, base + 1 + count * POLICY_WIDTH
+end
+
+-- The policy a target points at by its index (from 1) in its call's table.
+local function policy_at(policies, value)
+    local policy = policies[tonumber(value)]
+    if policy == nil then
+        parse_integer(value, 'policy index', 1, #policies)
+        invalid_argument('policy index must be an integer in [1, ' .. #policies .. ']')
     end
     return policy
 end

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
-
 from digest_stream.clock import ManualClock
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.delivery import Delivery
@@ -17,6 +15,7 @@ from digest_stream.store.errors import InvalidState
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event, ScheduleEntry, ScheduleReason
 from tests.support.fakes import FakeConsumer, FakeProducer, message
+from tests.support.store_errors import unreachable
 
 SCHEDULE, OUTPUT = "schedule", "output"
 
@@ -31,7 +30,7 @@ class FlakyStore(MemoryStore):
     def open_many(self, targets: Any, now: float) -> list[OpenDigest | InvalidState]:
         if self.failures:
             self.failures -= 1
-            raise redis.ConnectionError("unreachable (test)")
+            raise unreachable()
         return super().open_many(targets, now)
 
 

@@ -1,4 +1,4 @@
-"""The fence policy, every branch, without Kafka or Redis."""
+"""The fence rules, every branch, without Kafka or Redis."""
 
 from __future__ import annotations
 
@@ -11,33 +11,35 @@ from digest_stream.roles.ingest.topic import TopicId
 
 
 def test_a_new_partition_starts_where_auto_offset_reset_says() -> None:
-    decision = fence.start(3, committed=-1001, fence=None, policy="replay")
+    decision = fence.start(3, committed=-1001, fence=None, on_state_loss="replay")
     assert decision == fence.Decision(OFFSET_INVALID, None)
 
 
 def test_a_fence_without_a_commit_starts_after_the_fence() -> None:
-    assert fence.start(0, committed=-1001, fence=41, policy="replay") == fence.Decision(42, 41)
+    assert fence.start(0, committed=-1001, fence=41, on_state_loss="replay") == fence.Decision(
+        42, 41
+    )
 
 
 def test_fence_and_commit_in_step_start_at_the_commit() -> None:
-    decision = fence.start(0, committed=42, fence=41, policy="replay")
+    decision = fence.start(0, committed=42, fence=41, on_state_loss="replay")
     assert (decision.offset, decision.expected, decision.cause) == (42, 41, None)
 
 
 def test_a_fence_ahead_of_the_commit_starts_at_the_commit_and_skips_by_fence() -> None:
     # Applied but not committed before a crash: the replay is skipped by the store's fence.
-    decision = fence.start(0, committed=10, fence=41, policy="replay")
+    decision = fence.start(0, committed=10, fence=41, on_state_loss="replay")
     assert (decision.offset, decision.expected, decision.cause) == (10, 41, None)
 
 
 def test_a_fence_behind_the_commit_replays_from_the_fence() -> None:
-    decision = fence.start(0, committed=50, fence=41, policy="continue")
+    decision = fence.start(0, committed=50, fence=41, on_state_loss="continue")
     assert (decision.offset, decision.expected, decision.cause) == (42, 41, "fence_behind")
     assert decision.level == logging.WARNING
 
 
 def test_a_missing_fence_with_a_commit_is_a_state_loss_replayed_from_the_start() -> None:
-    decision = fence.start(2, committed=50, fence=None, policy="replay")
+    decision = fence.start(2, committed=50, fence=None, on_state_loss="replay")
     assert (decision.offset, decision.expected, decision.cause) == (
         OFFSET_BEGINNING,
         None,
@@ -48,7 +50,7 @@ def test_a_missing_fence_with_a_commit_is_a_state_loss_replayed_from_the_start()
 
 
 def test_a_missing_fence_with_continue_resumes_at_the_commit_and_says_what_is_lost() -> None:
-    decision = fence.start(2, committed=50, fence=None, policy="continue")
+    decision = fence.start(2, committed=50, fence=None, on_state_loss="continue")
     assert (decision.offset, decision.expected, decision.cause) == (50, None, "state_loss")
     assert "before offset 50 are LOST" in decision.message
 
@@ -60,23 +62,23 @@ def test_redis_unreachable_at_assignment_expects_the_committed_fence() -> None:
 
 
 def test_a_fence_in_step_needs_nothing() -> None:
-    assert fence.after_add(0, expected=20, fence_before=20, policy="replay") is None
-    assert fence.after_add(0, expected=20, fence_before=25, policy="replay") is None
+    assert fence.after_add(0, expected=20, fence_before=20, on_state_loss="replay") is None
+    assert fence.after_add(0, expected=20, fence_before=25, on_state_loss="replay") is None
 
 
 def test_a_fence_behind_rewinds_to_it() -> None:
-    decision = fence.after_add(0, expected=20, fence_before=9, policy="continue")
+    decision = fence.after_add(0, expected=20, fence_before=9, on_state_loss="continue")
     assert decision is not None
     assert (decision.offset, decision.expected, decision.cause) == (10, 9, "fence_behind")
     assert not decision.apply_now
 
 
 def test_a_fence_gone_replays_or_applies_now_as_the_policy_says() -> None:
-    replay = fence.after_add(0, expected=20, fence_before=None, policy="replay")
+    replay = fence.after_add(0, expected=20, fence_before=None, on_state_loss="replay")
     assert replay is not None
     assert replay.offset == OFFSET_BEGINNING
     assert not replay.apply_now
-    cont = fence.after_add(0, expected=20, fence_before=None, policy="continue")
+    cont = fence.after_add(0, expected=20, fence_before=None, on_state_loss="continue")
     assert cont is not None
     assert cont.apply_now
     assert cont.expected is None
@@ -95,7 +97,13 @@ def told(value: str | None) -> TopicId:
 
 def test_a_fence_of_another_topic_is_replayed_from_the_beginning_and_reset() -> None:
     decision = fence.start(
-        0, committed=-1001, fence=19, policy="replay", fence_topic=OLD, topic=told(NEW), end=5
+        0,
+        committed=-1001,
+        fence=19,
+        on_state_loss="replay",
+        fence_topic=OLD,
+        topic=told(NEW),
+        end=5,
     )
     assert (decision.offset, decision.expected, decision.cause, decision.reset) == (
         OFFSET_BEGINNING,
@@ -111,7 +119,7 @@ def test_a_fence_of_another_topic_is_replayed_from_the_beginning_and_reset() -> 
 
 def test_a_fence_of_another_topic_with_continue_starts_at_the_commit() -> None:
     decision = fence.start(
-        0, committed=3, fence=19, policy="continue", fence_topic=OLD, topic=told(NEW)
+        0, committed=3, fence=19, on_state_loss="continue", fence_topic=OLD, topic=told(NEW)
     )
     assert (decision.offset, decision.expected, decision.cause, decision.reset) == (
         3,
@@ -124,7 +132,7 @@ def test_a_fence_of_another_topic_with_continue_starts_at_the_commit() -> None:
 
 def test_a_fence_of_another_topic_with_continue_and_no_commit_starts_where_reset_says() -> None:
     decision = fence.start(
-        0, committed=-1001, fence=19, policy="continue", fence_topic=OLD, topic=told(NEW)
+        0, committed=-1001, fence=19, on_state_loss="continue", fence_topic=OLD, topic=told(NEW)
     )
     assert (decision.offset, decision.cause, decision.reset) == (
         OFFSET_INVALID,
@@ -135,7 +143,9 @@ def test_a_fence_of_another_topic_with_continue_and_no_commit_starts_where_reset
 
 
 def test_the_same_topic_or_an_unknown_id_is_no_change() -> None:
-    same = fence.start(0, committed=20, fence=19, policy="replay", fence_topic=OLD, topic=told(OLD))
+    same = fence.start(
+        0, committed=20, fence=19, on_state_loss="replay", fence_topic=OLD, topic=told(OLD)
+    )
     assert same == fence.Decision(20, 19)
     # an old broker (no id now) or a fence from before topic ids: fenced as before
     assert fence.start(0, 20, 19, "replay", fence_topic=OLD, topic=told(None)) == same
@@ -143,26 +153,28 @@ def test_the_same_topic_or_an_unknown_id_is_no_change() -> None:
 
 
 def test_a_fence_at_or_past_the_partition_end_is_an_offset_reset() -> None:
-    decision = fence.start(0, committed=20, fence=19, policy="replay", end=5)
+    decision = fence.start(0, committed=20, fence=19, on_state_loss="replay", end=5)
     assert (decision.offset, decision.cause, decision.reset) == (
         OFFSET_BEGINNING,
         "offset_reset",
         True,
     )
     assert "the fence 19 is at or past the end of the partition (5)" in decision.message
-    at_end = fence.start(0, committed=20, fence=19, policy="continue", end=19)
+    at_end = fence.start(0, committed=20, fence=19, on_state_loss="continue", end=19)
     assert (at_end.offset, at_end.cause) == (20, "offset_reset")
     # fully consumed: the fence is the last offset, the end the next one
-    assert fence.start(0, committed=20, fence=19, policy="replay", end=20) == fence.Decision(20, 19)
+    assert fence.start(0, committed=20, fence=19, on_state_loss="replay", end=20) == fence.Decision(
+        20, 19
+    )
 
 
 def test_a_fence_reset_for_a_new_topic_reads_it_as_the_policy_said() -> None:
     # reset with nothing applied yet (a crash before the first add): no second alarm
-    replay = fence.start(0, committed=50, fence=None, policy="replay", fence_topic=NEW)
+    replay = fence.start(0, committed=50, fence=None, on_state_loss="replay", fence_topic=NEW)
     assert replay == fence.Decision(OFFSET_BEGINNING, None)
-    cont = fence.start(0, committed=50, fence=None, policy="continue", fence_topic=NEW)
+    cont = fence.start(0, committed=50, fence=None, on_state_loss="continue", fence_topic=NEW)
     assert cont == fence.Decision(50, None)
-    fresh = fence.start(0, committed=-1001, fence=None, policy="continue", fence_topic=NEW)
+    fresh = fence.start(0, committed=-1001, fence=None, on_state_loss="continue", fence_topic=NEW)
     assert fresh == fence.Decision(OFFSET_BEGINNING, None)
 
 
@@ -202,7 +214,9 @@ def test_a_stale_topic_id_never_resets_a_fence() -> None:
     assert f"names topic id {NEW}" in running.message
     assert f"last saw {OLD}" in running.message
     # at assignment: starts from the fence as usual; the first add's topic check decides
-    start = fence.start(0, committed=3, fence=2, policy="replay", fence_topic=NEW, topic=stale)
+    start = fence.start(
+        0, committed=3, fence=2, on_state_loss="replay", fence_topic=NEW, topic=stale
+    )
     assert (start.offset, start.expected, start.cause, start.reset) == (3, 2, None, False)
     assert "cannot tell" in start.message
     # once the broker tells the same id again, the fence is the old topic's: reset, as before

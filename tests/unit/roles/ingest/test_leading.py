@@ -7,8 +7,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import redis
-
 from digest_stream.clock import ManualClock
 from digest_stream.store import MemoryStore, TimelinePolicy
 from digest_stream.store.base import DigestTarget
@@ -16,6 +14,7 @@ from digest_stream.wire import codec
 from digest_stream.wire.models import DigestReason, Event, ScheduleReason
 from tests.support.fakes import message
 from tests.support.ingest import EVENTS, OUTPUT, FlakyStore, IngestRig
+from tests.support.store_errors import unreachable
 
 
 class CloseFails(MemoryStore):
@@ -28,7 +27,7 @@ class CloseFails(MemoryStore):
     def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
         if self.failures:
             self.failures -= 1
-            raise redis.ConnectionError("unreachable (test)")
+            raise unreachable()
         return super().close_many(targets, now)
 
 
@@ -72,7 +71,7 @@ def test_new_timelines_are_published_by_the_ingest_and_closed_once_acknowledged(
         # closed: cooling down from the close, nothing open
         assert (info.state, info.open_digest, info.pending) == ("waiting", None, 0)
         assert info.last_delivery is not None
-        assert info.due == info.last_delivery + rig.settings.minimum_delay  # the cool-down
+        assert info.due == info.last_delivery + rig.settings.policy().minimum_delay  # the cool-down
     assert rig.metrics.value("digest_digests_published_total") == 5
     assert rig.consumer.committed_offsets[0] == 5
 

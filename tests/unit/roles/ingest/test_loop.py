@@ -12,11 +12,13 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID
 from digest_stream.kafka import reset_start
 from digest_stream.store import MemoryStore
 from digest_stream.store.base import Fence
+from digest_stream.store.errors import BackendError
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event, ScheduleReason
 from tests.support.fakes import message
 from tests.support.ingest import DLQ, EVENTS, FlakyStore, IngestRig
 from tests.support.kafka import murmur2_choice
+from tests.support.store_errors import raised
 
 
 class Rig(IngestRig):
@@ -133,9 +135,9 @@ def test_the_reset_position_without_a_setting_is_librdkafkas_default() -> None:
     ],
 )
 def test_a_redis_outage_pauses_keeps_polling_and_resumes_without_losing_the_batch(
-    error: Exception,
+    error: redis.RedisError,
 ) -> None:
-    rig = Rig(FlakyStore(failures=4, error=error))
+    rig = Rig(FlakyStore(failures=4, error=raised(error)))
     rig.consumer.assign([0])
     rig.send(b"t", "r0")
     rig.step_until(lambda: rig.consumer.committed_offsets.get(0) == 1)
@@ -168,10 +170,11 @@ def test_a_lost_partition_commits_nothing() -> None:
 
 
 def test_a_refused_call_that_is_a_bug_still_stops_the_role() -> None:
-    rig = Rig(FlakyStore(failures=1, error=redis.ResponseError("ERR wrong number of arguments")))
+    error = raised(redis.ResponseError("ERR wrong number of arguments"))
+    rig = Rig(FlakyStore(failures=1, error=error))
     rig.consumer.assign([0])
     rig.send(b"t", "r0")
-    with pytest.raises(redis.ResponseError, match="wrong number"):
+    with pytest.raises(BackendError, match="wrong number"):
         rig.step_until(lambda: False)
 
 

@@ -2,17 +2,17 @@
 -- by offset.
 -- KEYS: fence, waiting, ready
 -- ARGV: now, partition_ttl, inline_records, expected_fence, through_offset, topic_id,
---   open_nonce, policy_count, policies*, timelines, records, controls?
+--   open_nonce, policies, timelines, records, controls?
 -- Reply: ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled, led
 -- Holds: parse_open_nonce, parse_add, add_refused, add.
--- Needs: ADD_ARGS, ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET, OPEN_NONCE_LENGTH, POLICY_WIDTH
---   (Python); invalid_argument, parse_integer, parse_policy, parse_time, parse_topic_id,
---   parse_ttl (guards); call_tag (keys); format_integer, ttl_ms (encoding); read_fence,
+-- Needs: ADD_ARGS, ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET, OPEN_NONCE_LENGTH (Python);
+--   invalid_argument, parse_integer, parse_policies, parse_time, parse_topic_id, parse_ttl,
+--   POLICY_WIDTH (guards); call_tag (keys); format_integer, ttl_ms (encoding); read_fence,
 --   refresh_partition_ttl (helpers); begin_leading, end_leading (leading); add_run,
 --   add_with_controls, advance_fence, parse_controls, parse_records, parse_timelines (add).
 --
--- expected_fence, through_offset, topic_id, open_nonce: "" = none. policies*: policy_count
--- blocks of POLICY_WIDTH arguments (parse_policy). timelines, records, controls: packed
+-- expected_fence, through_offset, topic_id, open_nonce: "" = none. policies: their count,
+-- then POLICY_WIDTH arguments each (parse_policies); a timeline points at its own by index. timelines, records, controls: packed
 -- (TIMELINE_FORMAT, RECORD_FORMAT and CONTROL_FORMAT each); controls only when the batch
 -- holds any.
 -- controls: flush | cancel | cancel_all operations among the records, applied at their
@@ -69,20 +69,17 @@ local function parse_add(keys, args)
     end
     call.topic = parse_topic_id(args[at.topic_id])
     call.open_nonce = parse_open_nonce(args[at.open_nonce])
-    local policy_count = parse_integer(args[at.policy_count], 'policy count', 0, #args)
-    -- the packed timelines, after the policies; then the records
-    local packed = at.policies + policy_count * POLICY_WIDTH
+    -- the packed timelines follow the policies; then the records
+    local policies, packed = parse_policies(args, at.policies)
     -- the controls argument, when sent, holds at least one (a plain add sends none)
     if #args ~= packed + 1 and (#args ~= packed + 2 or args[packed + 2] == '') then
         invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
             .. ' packed timelines, the packed records and (optional) the packed controls')
     end
-    local policies = {}
-    for i = 1, policy_count do
-        policies[i] = parse_policy(args, at.policies + (i - 1) * POLICY_WIDTH)
+    for _, policy in ipairs(policies) do
         -- its containers' TTL as the text Redis reads: a number argument of redis.call is
         -- formatted (%.17g) on every call
-        policies[i].ttl_ms_text = format_integer(ttl_ms(policies[i].ttl))
+        policy.ttl_ms_text = format_integer(ttl_ms(policy.ttl))
     end
     local timelines = parse_timelines(args[packed], tag, policies)
     call.records = parse_records(args[packed + 1], timelines, call.through_offset)

@@ -1,8 +1,5 @@
-"""RedisStore: the digest store over the ``digest_stream`` Redis Functions library.
-
-Works unchanged over ``redis.Redis`` and ``redis.cluster.RedisCluster``: every call
-touches the keys of one input partition (one hash tag, one slot) and is routed by
-that tag. One FCALL per operation per partition batch, never one per record.
+"""Adding records and the schedule over Redis: one FCALL per operation per partition batch,
+never one per record (``RedisWrites``, a part of RedisStore).
 """
 
 from __future__ import annotations
@@ -20,8 +17,8 @@ from digest_stream.store.base import (
 )
 from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
 from digest_stream.store.redis import protocol, replies
-from digest_stream.store.redis.admin import RedisAdmin
-from digest_stream.store.redis.digests import RedisDigests
+from digest_stream.store.redis.calls import RedisCalls
+from digest_stream.store.redis.policy_wire import PolicyTable
 from digest_stream.store.redis.replies import arg
 
 #: Packed forms of ds_add's timelines, records and controls (protocol.TIMELINE, RECORD and
@@ -43,12 +40,11 @@ def _short_ascii(value: object) -> bool:
     return type(value) is str and value.isascii() and 0 < len(value) <= MAX_NAME_BYTES
 
 
-class RedisStore(RedisDigests, RedisAdmin):
-    """``DigestStore`` over Redis 7 Functions, single node or Redis Cluster.
+class RedisWrites:
+    """``add``, ``schedule`` and ``maintenance`` of ``RedisStore``."""
 
-    Construction and the library check: ``RedisCalls``; open/close: ``RedisDigests``;
-    inspect, admin and the fence: ``RedisAdmin``; adding and the schedule here.
-    """
+    def __init__(self, calls: RedisCalls) -> None:
+        self.calls = calls
 
     def add(
         self,
@@ -64,7 +60,7 @@ class RedisStore(RedisDigests, RedisAdmin):
         """Store a batch of records of one partition, fenced by offset: one FCALL, control
         operations included (applied in offset order among the records), the leading
         edge's digests opened in it when ``open_nonce`` asks."""
-        tag = self._tag(partition)
+        tag = self.calls.tag(partition)
         now = validate.time_value(now, "now")
         expected, through = validate.fence_arguments(expected_fence, through_offset)
         topic = validate.topic_id(topic_id)
@@ -83,16 +79,12 @@ class RedisStore(RedisDigests, RedisAdmin):
     ) -> AddResult:
         """One ds_add, a batch holding controls included (packed as its last argument)."""
         index: dict[str, int] = {}
-        policy_args: list[str | bytes] = []
+        # Hot path (bench/hotpath_bench.py): a batch's timelines mostly share one policy
+        # object (the default); the table checks and packs each object once per call.
+        policies = PolicyTable(now)
         timeline_parts: list[bytes] = []
         record_parts: list[bytes] = []
         control_parts: list[bytes] = []
-        # Hot path (bench/hotpath_bench.py): a batch's timelines mostly share one policy
-        # object (the default), so each object is checked and formatted once per call, not
-        # once per timeline. The dict holds the object, so its id cannot be reused meanwhile.
-        formatted: dict[int, tuple[object, int]] = {}
-        # Equal policies of distinct objects are sent once too: their index by fields.
-        policies: dict[tuple[str, ...], int] = {}
         last = MAX_OFFSET if through is None else through
         checked = False  # validate.records ran over the whole batch
         for record in records:
@@ -130,26 +122,9 @@ class RedisStore(RedisDigests, RedisAdmin):
             position = index.get(timeline)
             if position is None:
                 position = index[timeline] = len(index) + 1
-                resolved = self._resolver(timeline)
-                cached = formatted.get(id(resolved))
-                if cached is None:
-                    policy = validate.policy(resolved, timeline)
-                    fields = (
-                        arg(policy.minimum_delay),
-                        arg(policy.increment_delay),
-                        arg(policy.maximum_delay),
-                        arg(policy.ttl),
-                        str(policy.capacity or 0),
-                        str(policy.flush_at or 0),
-                        "" if policy.schedule is None else arg(policy.next_fire(now) or now),
-                    )
-                    number = policies.get(fields)
-                    if number is None:
-                        number = policies[fields] = len(policies) + 1
-                        policy_args += fields
-                    cached = formatted[id(resolved)] = (resolved, number)
+                number = policies.index(self.calls.resolver(timeline), timeline)
                 name = timeline.encode()
-                timeline_parts += (_TIMELINE_HEAD(cached[1], len(name)), name)
+                timeline_parts += (_TIMELINE_HEAD(number, len(name)), name)
             encoded_id = record_id.encode()
             record_parts += (
                 _RECORD_HEAD(position, len(encoded_id)),
@@ -159,20 +134,19 @@ class RedisStore(RedisDigests, RedisAdmin):
             )
         head = {
             "now": arg(now),
-            "partition_ttl": arg(self.policy.ttl),
-            "inline_records": str(self.inline_records),
+            "partition_ttl": arg(self.calls.policy.ttl),
+            "inline_records": str(self.calls.inline_records),
             "expected_fence": "" if expected is None else str(expected),
             "through_offset": "" if through is None else str(through),
             "topic_id": topic or "",
             "open_nonce": nonce or "",
-            "policy_count": str(len(policies)),
         }
-        reply = self._command(
+        reply = self.calls.call(
             protocol.DS_ADD,
             tag,
             [
                 *(head[name] for name in protocol.ADD_HEAD),
-                *policy_args,
+                *policies.args(),
                 b"".join(timeline_parts),
                 b"".join(record_parts),
                 *((b"".join(control_parts),) if control_parts else ()),
@@ -182,24 +156,26 @@ class RedisStore(RedisDigests, RedisAdmin):
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
-        tag = self._tag(partition)
+        tag = self.calls.tag(partition)
         now = validate.time_value(now, "now")
         args = protocol.DS_SCHEDULE.arguments(
-            now=arg(now), partition_ttl=arg(self.policy.ttl), limit=str(validate.limit(limit))
+            now=arg(now),
+            partition_ttl=arg(self.calls.policy.ttl),
+            limit=str(validate.limit(limit)),
         )
-        return replies.due_batch(self._command(protocol.DS_SCHEDULE, tag, args))
+        return replies.due_batch(self.calls.call(protocol.DS_SCHEDULE, tag, args))
 
     def maintenance(
         self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE
     ) -> DueBatch:
         """Move up to ``limit`` stale READY timelines back to WAITING; ``.more`` if more remain."""
-        tag = self._tag(partition)
+        tag = self.calls.tag(partition)
         deadline = validate.time_value(deadline, "deadline")
         now = validate.time_value(now, "now")
         args = protocol.DS_MAINTENANCE.arguments(
             deadline=arg(deadline),
             now=arg(now),
-            partition_ttl=arg(self.policy.ttl),
+            partition_ttl=arg(self.calls.policy.ttl),
             limit=str(validate.limit(limit)),
         )
-        return replies.due_batch(self._command(protocol.DS_MAINTENANCE, tag, args))
+        return replies.due_batch(self.calls.call(protocol.DS_MAINTENANCE, tag, args))

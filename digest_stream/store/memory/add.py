@@ -1,0 +1,210 @@
+"""The model's add: one batch of a partition, fenced by offset, as the Lua's add part does it.
+
+``add`` checks the call and the fence, ``_Batch`` applies the records and controls in offset
+order (each record stored, its timeline scheduled; each control ending a segment), then the
+fence moves and the leading edge opens its digests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from digest_stream.store import validate
+from digest_stream.store.base import (
+    AddResult,
+    NewRecord,
+    OpenDigest,
+    StoredRecord,
+    age_key,
+    leading_id,
+)
+from digest_stream.store.limits import FLUSH_AT_FLOOR
+from digest_stream.store.memory.controls import apply_control
+from digest_stream.store.memory.state import MemoryState, PartitionState, TimelineState
+from digest_stream.store.policy import TimelinePolicy
+
+#: open(partition, timeline, digest id, now): how the leading edge opens a digest.
+Open = Callable[[int, str, str, float], OpenDigest]
+
+
+def add(
+    model: MemoryState,
+    open_digest: Open,
+    partition: int,
+    records: Sequence[NewRecord],
+    now: float,
+    *,
+    expected_fence: int | None = None,
+    through_offset: int | None = None,
+    topic_id: str | None = None,
+    open_nonce: str | None = None,
+) -> AddResult:
+    """``DigestStore.add`` over the model's state (``open_digest``: its ``open``)."""
+    state = model.partition(partition)
+    now = validate.time_value(now, "now")
+    expected, through = validate.fence_arguments(expected_fence, through_offset)
+    topic = validate.topic_id(topic_id)
+    nonce = validate.open_nonce(open_nonce)
+    validate.records(records, through)
+    policies = {record.timeline: model.timeline_policy(record.timeline) for record in records}
+
+    fence_before, topic_before = state.fence, state.fence_topic
+    if _refused(state, expected, topic):
+        return AddResult([], 0, 0, 0, fence_before, fence_before, topic_before)
+    batch = _Batch(model, state, policies, now)
+    fence = batch.apply(records, -1 if fence_before is None else fence_before)
+    _move_fence(state, fence_before, max(fence, -1 if through is None else through), topic)
+    opened: list[OpenDigest] = []
+    if nonce is not None:
+        for name in batch.led():
+            digest_id = leading_id(nonce, len(opened) + 1)
+            # opened as ds_open would: the timeline stays READY until the close
+            opened.append(open_digest(partition, name, digest_id, now))
+            batch.ready.remove(name)
+    return AddResult(
+        batch.ready,
+        batch.added,
+        batch.skipped,
+        batch.dropped,
+        fence_before,
+        state.fence,
+        topic_before,
+        batch.cancelled,
+        opened,
+    )
+
+
+def _refused(state: PartitionState, expected: int | None, topic: str | None) -> bool:
+    """The fence says apply nothing: another topic's offsets (they fence nothing here; the
+    caller decides), or the store lost writes the caller made (it replays)."""
+    if topic is not None and state.fence_topic is not None and state.fence_topic != topic:
+        return True
+    return expected is not None and (state.fence is None or state.fence < expected)
+
+
+def _move_fence(
+    state: PartitionState, fence_before: int | None, fence: int, topic: str | None
+) -> None:
+    """Advance the partition's fence to ``fence`` (-1: none); a fence without a topic takes
+    the caller's."""
+    moved = fence > -1 and (fence_before is None or fence > fence_before)
+    if moved:
+        state.fence = fence
+    if (moved or fence_before is not None) and state.fence_topic is None and topic is not None:
+        state.fence_topic = topic
+
+
+class _Batch:
+    """One add's records and controls applied in offset order, and what they did."""
+
+    def __init__(
+        self,
+        model: MemoryState,
+        state: PartitionState,
+        policies: dict[str, TimelinePolicy],
+        now: float,
+    ) -> None:
+        self.model, self.state, self.policies, self.now = model, state, policies, now
+        self.ready: list[str] = []
+        # made READY with nothing stored before: led when asked (open_nonce), unless the
+        # batch holds controls or the timeline's capacity trimmed it
+        self.leading: set[str] = set()
+        self.created: set[str] = set()
+        self.controls = False
+        self.touched: list[str] = []  # timelines of the segment in hand (since a control)
+        self.added = self.skipped = self.dropped = self.cancelled = 0
+
+    def apply(self, records: Sequence[NewRecord], fence: int) -> int:
+        """Apply every record and control above ``fence``; the fence they leave."""
+        self.controls = any(record.control is not None for record in records)
+        for record in records:
+            if record.control is not None:
+                # A control ends the segment of records before it (RedisStore makes one call
+                # per segment), so they are trimmed and checked against flush_at first.
+                self._finish()
+                if record.offset > fence:
+                    fence = record.offset
+                    self.cancelled += apply_control(self.state, record, self.now, self.ready)
+            elif record.offset <= fence:
+                self.skipped += 1
+            else:
+                fence = record.offset
+                self._store(record)
+        self._finish()
+        return fence
+
+    def led(self) -> list[str]:
+        """The READY timelines the leading edge opens (none was trimmed by its capacity)."""
+        timelines = self.state.timelines
+        return [n for n in self.ready if n in self.leading and not timelines[n].dropped]
+
+    def _store(self, record: NewRecord) -> None:
+        """Store one record and schedule its timeline."""
+        self.added += 1
+        state, name = self.state, record.timeline
+        if name not in state.timelines:
+            # Scheduled without records: they are in its open digest, or expired.
+            scheduled = name in state.ready or name in state.waiting
+            state.timelines[name] = TimelineState(
+                expired=scheduled and name not in state.digests,
+                behind_open=scheduled and name in state.digests,
+            )
+            self.created.add(name)
+        timeline = state.timelines[name]
+        if name not in self.touched:
+            self.touched.append(name)
+        timeline.records[record.id] = StoredRecord(
+            record.id, float(record.timestamp), record.payload
+        )
+        self._schedule(name, timeline, float(record.timestamp))
+
+    def _schedule(self, name: str, timeline: TimelineState, timestamp: float) -> None:
+        """A new record's effect on its timeline's due time."""
+        state, policy = self.state, self.policies[name]
+        if name in state.ready:
+            return
+        if name in state.waiting:
+            if policy.schedule is not None:
+                return  # a calendar due time does not move
+            last = self.model.last_delivery(state, name)
+            due = state.waiting[name]
+            if last is not None:
+                state.waiting[name] = min(due + policy.increment_delay, last + policy.maximum_delay)
+            else:
+                state.waiting[name] = min(due, timestamp)
+        elif policy.schedule is not None:
+            # No leading edge: the first record waits for the schedule's next fire.
+            state.waiting[name] = policy.next_fire(self.now) or self.now
+            timeline.cause = "SCHEDULE"
+        else:
+            state.ready[name] = self.now
+            self.ready.append(name)
+            if name in self.created and not self.controls:
+                self.leading.add(name)
+
+    def _finish(self) -> None:
+        """Trim each timeline of the segment to capacity once, then apply flush_at."""
+        for name in self.touched:
+            policy = self.policies[name]
+            timeline = self.state.timelines[name]
+            capacity = policy.capacity
+            if capacity is not None and len(timeline.records) > capacity:
+                oldest = sorted(timeline.records.values(), key=age_key)
+                victims = oldest[: len(oldest) - capacity]
+                for victim in victims:
+                    del timeline.records[victim.id]
+                timeline.dropped += len(victims)
+                self.dropped += len(victims)
+            self._flush_at(name, timeline, policy)
+        self.touched = []
+
+    def _flush_at(self, name: str, timeline: TimelineState, policy: TimelinePolicy) -> None:
+        """A WAITING timeline holding flush_at records is due now (past the floor)."""
+        state, now = self.state, self.now
+        flush_at = policy.flush_at
+        if flush_at is not None and name in state.waiting and len(timeline.records) >= flush_at:
+            last = self.model.last_delivery(state, name)
+            due = now if last is None else max(now, last + FLUSH_AT_FLOOR)
+            if due < state.waiting[name]:
+                state.waiting[name] = due
+                timeline.cause = "FLUSH_AT"
