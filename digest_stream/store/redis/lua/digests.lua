@@ -84,22 +84,23 @@ local function open_target(tag, timeline, digest_id, now, policy)
 end
 
 -- A call on several timelines of one partition (KEYS: waiting, ready; ARGV from `first`:
--- the policies, then the targets, TARGET_WIDTH fields each): its tag and targets {timeline,
--- digest_id, policy}, all checked before anything is written.
+-- the policies, then the targets, TARGET_WIDTH fields each): its tag and its targets as
+-- three lists (timelines, digest ids, policies: no table per target), all checked before
+-- anything is written.
 local function many_targets(keys, args, first)
     local tag = call_tag(keys, 'many')
     local policies, base = parse_policies(args, first)
     if (#args - base + 1) % TARGET_WIDTH ~= 0 then
         invalid_argument('expects ' .. TARGET_WIDTH .. ' fields per target')
     end
-    local targets = {}
+    local timelines, ids, target_policies, count = {}, {}, {}, 0
     for at = base, #args, TARGET_WIDTH do
-        targets[#targets + 1] = {
-            parse_name(args[at], 'timeline'), parse_digest_id(args[at + 1]),
-            policy_at(policies, args[at + 2]),
-        }
+        count = count + 1
+        timelines[count] = parse_name(args[at], 'timeline')
+        ids[count] = parse_digest_id(args[at + 1])
+        target_policies[count] = policy_at(policies, args[at + 2])
     end
-    return tag, targets
+    return tag, timelines, ids, target_policies
 end
 
 -- The schedule changes of a close call's targets, written once after all of them (one

@@ -12,11 +12,11 @@
 local function close_many(keys, args)
     local now = parse_time(args[1], 'now')
     local partition_ttl = parse_ttl(args[2])
-    local tag, targets = many_targets(keys, args, 3)
+    local tag, timelines, ids, policies = many_targets(keys, args, 3)
     local replies, refresh, moves = {}, nil, new_moves()
-    for i, target in ipairs(targets) do
-        local policy = target[3]
-        local closed, waits = close_target(tag, target[1], target[2], now, policy, moves)
+    for i = 1, #timelines do
+        local policy = policies[i]
+        local closed, waits = close_target(tag, timelines[i], ids[i], now, policy, moves)
         replies[i] = closed
         if waits then
             refresh = math.max(refresh or partition_ttl, policy.ttl)

@@ -11,10 +11,10 @@
 
 local function open_many(keys, args)
     local now = parse_time(args[1], 'now')
-    local tag, targets = many_targets(keys, args, 2)
+    local tag, timelines, ids, policies = many_targets(keys, args, 2)
     local replies = {}
-    for i, target in ipairs(targets) do
-        replies[i] = open_target(tag, target[1], target[2], now, target[3]) or 0
+    for i = 1, #timelines do
+        replies[i] = open_target(tag, timelines[i], ids[i], now, policies[i]) or 0
     end
     return replies
 end
