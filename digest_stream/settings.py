@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 from pydantic import (
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -372,30 +371,3 @@ def read_toml(path: Path) -> dict[str, Any]:
 def env_name(field: str) -> str:
     """The environment variable that sets a field."""
     return f"{ENV_PREFIX}{field.upper()}"
-
-
-def describe_error(error: ValidationError) -> list[str]:
-    """One clear line per invalid setting, naming its env var."""
-    lines = []
-    for item in error.errors():
-        loc = item.get("loc") or ()
-        msg = str(item.get("msg", "")).removeprefix("Value error, ")
-        if loc:
-            lines.append(f"invalid setting {env_name(str(loc[0]))}: {msg}")
-        else:
-            lines.append(f"invalid settings: {msg}")
-    return lines
-
-
-def settings_table() -> str:
-    """The README's configuration table, generated from the model so it cannot drift."""
-    rows = ["| env var | default | description |", "| --- | --- | --- |"]
-    for name, field in Settings.model_fields.items():
-        value = field.get_default(call_default_factory=True)
-        default = "" if value is None else f"`{value}`"
-        rows.append(f"| `{env_name(name)}` | {default} | {field.description or ''} |")
-    return "\n".join(rows)
-
-
-if __name__ == "__main__":
-    print(settings_table())

@@ -15,12 +15,12 @@ from typing import Any, TypeVar, get_origin
 import click
 from pydantic import ValidationError
 
+from digest_stream.ops.config import describe_error
 from digest_stream.settings import (
     CONFIG_ENV,
     ConfigFileError,
     Settings,
     config_file,
-    describe_error,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])

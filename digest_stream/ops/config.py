@@ -1,4 +1,6 @@
-"""Effective configuration for operators: secrets masked, for `config show` and the logs."""
+"""Configuration for operators: the effective settings with secrets masked (`config show`, the
+logs), a refused setting as one line naming its env var, and the README's settings table
+(`python -m digest_stream.ops.config`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import ValidationError
 
 from digest_stream.settings import KafkaValue, Settings, env_name
 
@@ -129,3 +133,30 @@ def to_toml(values: dict[str, Any], sources: dict[str, str]) -> str:
         else:
             lines.append(f"{name} = {_toml_value(value)}{note}")
     return "\n".join(lines)
+
+
+def describe_error(error: ValidationError) -> list[str]:
+    """One clear line per invalid setting, naming its env var."""
+    lines = []
+    for item in error.errors():
+        loc = item.get("loc") or ()
+        msg = str(item.get("msg", "")).removeprefix("Value error, ")
+        if loc:
+            lines.append(f"invalid setting {env_name(str(loc[0]))}: {msg}")
+        else:
+            lines.append(f"invalid settings: {msg}")
+    return lines
+
+
+def settings_table() -> str:
+    """The README's configuration table, generated from the model so it cannot drift."""
+    rows = ["| env var | default | description |", "| --- | --- | --- |"]
+    for name, field in Settings.model_fields.items():
+        value = field.get_default(call_default_factory=True)
+        default = "" if value is None else f"`{value}`"
+        rows.append(f"| `{env_name(name)}` | {default} | {field.description or ''} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(settings_table())

@@ -7,7 +7,8 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from digest_stream.settings import Settings, describe_error, env_name, settings_table
+from digest_stream.ops.config import describe_error, settings_table
+from digest_stream.settings import Settings, env_name
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.policy import OPTIONS, PolicyOverride, TimelinePolicy
 from tests.support import REPO_ROOT
