@@ -141,9 +141,16 @@ def split_digest(digest: Digest, max_bytes: int) -> list[Digest]:
         bounds.append((first, end, oldest, newest))
         first = end
 
+    return numbered_parts(digest, bounds)
+
+
+def numbered_parts(digest: Digest, bounds: list[tuple[int, int, int, int]]) -> list[Digest]:
+    """The parts of ``digest`` holding its records ``[first:end]`` for each (first, end,
+    oldest, newest) of ``bounds``, numbered from 1; ``dropped`` on part 1 only."""
     parts = len(bounds)
     # model_copy skips validation: every field is valid by construction, and re-validating
     # thousands of records per part would cost more than the split itself.
+    records = digest.records
     return [
         digest.model_copy(
             update={

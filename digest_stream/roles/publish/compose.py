@@ -6,6 +6,7 @@ from __future__ import annotations
 from digest_stream.store.base import OpenDigest
 from digest_stream.store.limits import FLUSH_AT_FLOOR
 from digest_stream.store.policy import TimelinePolicy
+from digest_stream.wire.formats import DigestHead
 from digest_stream.wire.models import Digest, DigestReason, Record, ScheduleEntry, ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields
 
@@ -59,6 +60,20 @@ def next_delivery_at(policy: TimelinePolicy, now: float) -> int:
     if policy.flush_at is not None:
         earliest = min(earliest, now + FLUSH_AT_FLOOR)
     return int(earliest * 1000)
+
+
+def head(entry: Entry, digest: OpenDigest, policy: TimelinePolicy, now: float) -> DigestHead:
+    """The whole digest's own fields (a format's fast path lays its records out itself)."""
+    return DigestHead(
+        digest.id,
+        digest.timeline,
+        digest.dropped,
+        int(digest.opened_at * 1000),
+        reason(entry, digest),
+        # what the digest took from the timeline plus what capacity trimmed before it
+        len(digest.records) + digest.dropped,
+        next_delivery_at(policy, now),
+    )
 
 
 def compose(
