@@ -13,16 +13,18 @@ from typing import NamedTuple, Protocol
 
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import CAUSES
+from digest_stream.vocabulary import Control
 
 #: Why a timeline is (or was) due: the ``reason`` of its next digest, as the store knows it.
 #: The delivery role adds RECOVERED (a digest re-announced by maintenance or a take-over).
 REASONS = tuple(CAUSES)
 
-#: Control operations that travel with a timeline's events (``NewRecord.control``).
-FLUSH = "flush"  # deliver what is pending now
-CANCEL = "cancel"  # remove the pending record ``id``
-CANCEL_ALL = "cancel_all"  # remove every pending record (``id`` is unused)
-CONTROLS = (FLUSH, CANCEL, CANCEL_ALL)
+#: Control operations that travel with a timeline's events (``NewRecord.control``): the
+#: members of vocabulary.Control, whose order numbers ds_add's packed controls.
+FLUSH = Control.FLUSH
+CANCEL = Control.CANCEL
+CANCEL_ALL = Control.CANCEL_ALL
+CONTROLS = tuple(Control)
 
 #: Digest ids are 32 lowercase hex characters (a uuid4 hex), minted by the caller.
 DIGEST_ID_PATTERN = re.compile(r"^[0-9a-f]{32}$")

@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from digest_stream.wire.models import INT_MAX, Digest, DigestReason, Record
-
-# Symbol order of the DigestReason enum in schemas/digest.avsc (its Avro index).
-_REASONS: Final = list(DigestReason)
+from digest_stream.wire.models import INT_MAX, Digest, Record
+from digest_stream.wire.symbols import REASON_INDEX
 
 
 def _varint_size(value: int) -> int:
@@ -54,7 +52,7 @@ def _record_size(record: Record) -> int:
 
 def _explained_size(digest: Digest) -> int:
     # reason (an enum in a union: branch, then symbol index), total, next_delivery_at.
-    reason = 1 if digest.reason is None else 1 + _varint_size(_REASONS.index(digest.reason))
+    reason = 1 if digest.reason is None else 1 + _varint_size(REASON_INDEX[digest.reason])
     return reason + _optional_size(digest.total) + _optional_size(digest.next_delivery_at)
 
 

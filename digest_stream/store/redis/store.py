@@ -37,7 +37,7 @@ _CONTROL_HEAD = struct.Struct(">IdBH").pack
 _NAME_LENGTH = struct.Struct(">H").pack
 #: Operation codes of CONTROL_FORMAT: each control's position in CONTROLS, from 1 (the Lua's
 #: CONTROL_CODES is written from the same tuple).
-CONTROL_CODES = {control: code for code, control in enumerate(CONTROLS, start=1)}
+CONTROL_CODES: dict[str, int] = {control: code for code, control in enumerate(CONTROLS, start=1)}
 
 
 def _short_ascii(value: object) -> bool:

@@ -52,6 +52,7 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
         f"local INLINE_MAX_RECORDS = {limits.INLINE_MAX_RECORDS}",
         "local CAUSES = {" + causes + "}",
         "local CONTROL_CODES = {" + ", ".join(f"'{c}'" for c in CONTROLS) + "}",
+        "local CONTROLS = {" + ", ".join(f"{c.name.lower()} = '{c}'" for c in CONTROLS) + "}",
     ]
     head = library.SOURCE[: _first_part_at()]
     lines = [line for line in head.splitlines() if line and not line.startswith("--")]

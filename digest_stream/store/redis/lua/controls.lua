@@ -1,7 +1,7 @@
 -- controls.lua: the control operations a batch may hold (flush, cancel, cancel_all),
 -- applied by ds_add at their place among the records.
 -- Holds: cancel_records, flush_timeline, apply_control.
--- Needs: CAUSES (written from Python); the keys, encoding and containers parts;
+-- Needs: CAUSES, CONTROLS (written from Python); the keys, encoding and containers parts;
 --   call_chunked (helpers).
 
 -- Removes pending records of a timeline container (all of them, or the one `id`), keeping
@@ -68,7 +68,7 @@ end
 -- One control operation on a timeline (ds_add applies a batch's controls with it).
 -- Returns became ready 1|0 and the records it cancelled.
 local function apply_control(tag, operation, timeline, id, now)
-    if operation == 'flush' then
+    if operation == CONTROLS.flush then
         return flush_timeline(tag, timeline, now), 0
     end
     return 0, cancel_records(timeline_key(tag, timeline), id)
