@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from digest_stream.store.due import NextDue
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import CAUSES
 from digest_stream.vocabulary import Control
@@ -142,6 +143,9 @@ class OpenDigest:
     expired: bool = False
     #: Why the timeline became due (one of REASONS), kept with the digest for its reopen.
     reason: str = "IMMEDIATE"
+    #: When the timeline is due again once this digest closes: the store's rule, attached by
+    #: every open (store.due); the digest's next_delivery_at is read from it.
+    next_due: NextDue | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,6 @@ why it went out now, how many records it stood for, when the next one can come."
 from __future__ import annotations
 
 from digest_stream.store.base import OpenDigest
-from digest_stream.store.limits import FLUSH_AT_FLOOR
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire.formats import DigestHead
 from digest_stream.wire.models import Digest, DigestReason, Record, ScheduleEntry, ScheduleReason
@@ -52,14 +51,12 @@ def reason(entry: Entry, digest: OpenDigest) -> DigestReason:
     return _REASONS.get(digest.reason) or DigestReason(digest.reason)
 
 
-def next_delivery_at(policy: TimelinePolicy, now: float) -> int:
-    """The earliest time (ms) the timeline's next digest can go out, closing it at ``now`` or
-    later: its next schedule fire or cool-down, or the flush_at floor when sooner."""
-    fire = policy.next_fire(now)
-    earliest = now + policy.minimum_delay if fire is None else fire
-    if policy.flush_at is not None:
-        earliest = min(earliest, now + FLUSH_AT_FLOOR)
-    return int(earliest * 1000)
+def next_delivery_at(digest: OpenDigest, now: float) -> int:
+    """The earliest time (ms) the timeline's next digest can go out, closing ``digest`` at
+    ``now``: the store's due rule that came with it (store.due), evaluated at its close."""
+    if digest.next_due is None:
+        raise ValueError(f"digest {digest.id} of {digest.timeline} came without its due rule")
+    return digest.next_due.next_delivery_at(now)
 
 
 def head(entry: Entry, digest: OpenDigest, policy: TimelinePolicy, now: float) -> DigestHead:
@@ -72,7 +69,7 @@ def head(entry: Entry, digest: OpenDigest, policy: TimelinePolicy, now: float) -
         reason(entry, digest),
         # what the digest took from the timeline plus what capacity trimmed before it
         len(digest.records) + digest.dropped,
-        next_delivery_at(policy, now),
+        next_delivery_at(digest, now),
     )
 
 
@@ -95,5 +92,5 @@ def compose(
         reason=reason(entry, digest),
         # what the digest took from the timeline plus what capacity trimmed before it
         total=len(digest.records) + digest.dropped,
-        next_delivery_at=next_delivery_at(policy, now),
+        next_delivery_at=next_delivery_at(digest, now),
     )

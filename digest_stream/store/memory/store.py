@@ -25,6 +25,7 @@ from digest_stream.store.base import (
     leading_id,
     reason_of,
 )
+from digest_stream.store.due import next_due
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import FLUSH_AT_FLOOR
 from digest_stream.store.memory.admin import MemoryAdmin
@@ -36,6 +37,7 @@ from digest_stream.store.memory.state import (
     score_key,
 )
 from digest_stream.store.policy import TimelinePolicy
+from digest_stream.vocabulary import DigestReason
 
 
 class MemoryStore(MemoryAdmin):
@@ -227,7 +229,7 @@ class MemoryStore(MemoryAdmin):
         validate.name(timeline, "timeline")
         validate.digest_id(digest_id)
         now = validate.time_value(now, "now")
-        self._policy(timeline)
+        rule = next_due(self._policy(timeline))
         if timeline not in state.ready:
             raise InvalidState(f"timeline is not ready: {timeline}")
         digest = state.digests.get(timeline)
@@ -253,6 +255,7 @@ class MemoryStore(MemoryAdmin):
             digest.opened_at,
             digest.expired,
             digest.reason,
+            rule,
         )
 
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
@@ -278,20 +281,15 @@ class MemoryStore(MemoryAdmin):
         pending.last_delivery = now
         pending.behind_open = False
         state.ready.pop(timeline, None)
-        fire = policy.next_fire(now)
-        # A calendar timeline waits for its next fire, others for the cool-down...
-        due, cause = (
-            (now + policy.minimum_delay, "COOLDOWN") if fire is None else (fire, "SCHEDULE")
-        )
-        # ...unless a flush came while the digest was open, or flush_at records did: then
-        # right after the floor (add leaves a READY timeline alone, so the close checks).
+        # A calendar timeline waits for its next fire, others for the cool-down, unless a
+        # flush came while the digest was open, or flush_at records did: then right after
+        # the floor (add leaves a READY timeline alone, so the close checks).
         soon = None
         if pending.cause == "FLUSHED":
-            soon = "FLUSHED"
+            soon = DigestReason.FLUSHED
         elif policy.flush_at is not None and len(pending.records) >= policy.flush_at:
-            soon = "FLUSH_AT"
-        if soon is not None and now + FLUSH_AT_FLOOR < due:
-            due, cause = now + FLUSH_AT_FLOOR, soon
+            soon = DigestReason.FLUSH_AT
+        due, cause = next_due(policy).after(now, soon)
         pending.cause = cause
         state.waiting[timeline] = due
         return True

@@ -19,6 +19,7 @@ from digest_stream.store.base import (
     DueBatch,
     NewRecord,
 )
+from digest_stream.store.due import next_due
 from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
 from digest_stream.store.redis import keys, replies
 from digest_stream.store.redis.admin import RedisAdmin
@@ -177,7 +178,10 @@ class RedisStore(RedisDigests, RedisAdmin):
                 *((b"".join(control_parts),) if control_parts else ()),
             ],
         )
-        return replies.add_result(reply, records, now)
+        result = replies.add_result(reply, records, now)
+        for digest in result.opened:  # the leading edge's: each with its due rule (store.due)
+            digest.next_due = next_due(self._resolver(digest.timeline))
+        return result
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""

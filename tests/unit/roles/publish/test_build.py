@@ -6,6 +6,7 @@ import pytest
 
 from digest_stream.roles.publish.build import build
 from digest_stream.store.base import OpenDigest, StoredRecord
+from digest_stream.store.due import next_due
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire import codec, envelope, formats
 from digest_stream.wire.formats import DigestFormat
@@ -26,8 +27,14 @@ def _stored(n: int, *, payload: bytes = b"p", fp: str | None = None) -> StoredRe
     return StoredRecord(f"r{n}", 1000.0 + n, codec.encode_event(event))
 
 
-def _digest(records: list[StoredRecord], dropped: int = 0, reason: str = "COOLDOWN") -> OpenDigest:
-    return OpenDigest("d1", "t", records, dropped, 1500.0, reason=reason)
+def _digest(
+    records: list[StoredRecord],
+    dropped: int = 0,
+    reason: str = "COOLDOWN",
+    policy: TimelinePolicy = TimelinePolicy(),  # noqa: B008 (frozen)
+) -> OpenDigest:
+    """Opened as a store opens it: with its policy's due rule."""
+    return OpenDigest("d1", "t", records, dropped, 1500.0, reason=reason, next_due=next_due(policy))
 
 
 @pytest.fixture(params=["avro", "json"])
@@ -43,10 +50,9 @@ def _decoded(values: list[bytes], output: DigestFormat) -> list[Digest]:
 def test_a_digest_is_one_message_of_its_records_newest_first_with_the_policys_fields(
     output: DigestFormat,
 ) -> None:
-    digest = _digest([_stored(2), _stored(1), _stored(0)], dropped=4)
-    built = build(
-        _entry(), digest, TimelinePolicy(minimum_delay=60), now=NOW, max_bytes=MAX, output=output
-    )
+    policy = TimelinePolicy(minimum_delay=60)
+    digest = _digest([_stored(2), _stored(1), _stored(0)], dropped=4, policy=policy)
+    built = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, output=output)
     (one,) = _decoded(built.values, output)
     assert [r.id for r in one.records] == ["r2", "r1", "r0"]
     assert (one.id, one.timeline, one.part, one.parts) == ("d1", "t", 1, 1)

@@ -1,0 +1,60 @@
+"""When a timeline is due again once its digest closes: the store's rule, declared once.
+
+The store attaches it to every digest it opens (``OpenDigest.next_due``): the publisher
+copies ``next_delivery_at`` from it into the digest, and the close applies it (the model
+here; the Redis close with the same inputs, which Python computes: ``close_inputs``). The
+due time depends on the close time, which is the digest's build time and is only known
+after the open, so the open returns the rule, not a time: the digest and the close then
+evaluate it at the same instant (``closing_at``), and a retried digest at its new one.
+
+The Lua close evaluates the last step itself (``soon``: a flush, or flush_at records, that
+came while the digest was open), atomically with what it reads; a calendar's next fire
+cannot be computed in Lua, so it travels as an argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from digest_stream.store.limits import FLUSH_AT_FLOOR
+from digest_stream.store.policy import TimelinePolicy
+from digest_stream.vocabulary import DigestReason
+
+
+@dataclass(frozen=True, slots=True)
+class NextDue:
+    """A timeline's rule for its next due time, from its policy."""
+
+    policy: TimelinePolicy
+
+    def after(self, closed_at: float, soon: DigestReason | None = None) -> tuple[float, str]:
+        """(due time, cause) once a digest closed at ``closed_at``: the calendar's next fire,
+        else the cool-down; with ``soon`` (FLUSHED or FLUSH_AT: it came while the digest was
+        open) no later than FLUSH_AT_FLOOR after the close, for that cause."""
+        fire = self.policy.next_fire(closed_at)
+        if fire is None:
+            due, cause = closed_at + self.policy.minimum_delay, DigestReason.COOLDOWN
+        else:
+            due, cause = fire, DigestReason.SCHEDULE
+        if soon is not None and closed_at + FLUSH_AT_FLOOR < due:
+            return closed_at + FLUSH_AT_FLOOR, soon.value
+        return due, cause.value
+
+    def next_delivery_at(self, closed_at: float) -> int:
+        """What a digest closed at ``closed_at`` names as the earliest its next one can go
+        out (ms): the due time, as soon as flush_at records could make it."""
+        soon = None if self.policy.flush_at is None else DigestReason.FLUSH_AT
+        return int(self.after(closed_at, soon)[0] * 1000)
+
+    def close_inputs(self, closed_at: float) -> tuple[float, float | None, int]:
+        """What the Redis close evaluates the rule with: the cool-down, the calendar's next
+        fire after ``closed_at`` (None: none) and flush_at (0: off)."""
+        policy = self.policy
+        return policy.minimum_delay, policy.next_fire(closed_at), policy.flush_at or 0
+
+
+@lru_cache(maxsize=1024)
+def next_due(policy: TimelinePolicy) -> NextDue:
+    """The rule of ``policy`` (one object per policy: digests of one policy share it)."""
+    return NextDue(policy)
