@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 
+from click.testing import CliRunner
+
+from digest_stream.cli import main
 from digest_stream.client import DigestReader
 from digest_stream.wire.models import Digest, DigestReason
 from tests.support import unique, wait_until
 from tests.support.kafka import send_events
-from tests.support.pipeline import PipelineFactory
+from tests.support.pipeline import PipelineFactory, cli_flags
 
 
 def test_the_service_publishes_json_digests_that_the_reader_reads_back(
@@ -63,4 +66,13 @@ def test_the_service_publishes_json_digests_that_the_reader_reads_back(
     with reader:
         wait_until(read_all, 60, "the digests through DigestReader", interval=0)
     assert got == [first, *parts]
+
+    # `tail` follows the setting: the same digests, one row each.
+    flags = [*cli_flags(pipe.settings), "--output-format", "json"]
+    tailed = CliRunner().invoke(
+        main, ["tail", "--from-beginning", "--max", str(len(got)), "--duration", "60", *flags]
+    )
+    assert tailed.exit_code == 0, tailed.output
+    rows = [line.split() for line in tailed.output.splitlines()[1:] if line.strip()]
+    assert [(row[1], row[-1]) for row in rows] == [(timeline, d.id) for d in got]
     assert service.stop() == 0, service.log()
