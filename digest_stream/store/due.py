@@ -28,24 +28,28 @@ class NextDue:
 
     policy: TimelinePolicy
 
+    def due(self, closed_at: float, soon: bool = False) -> float:
+        """When the timeline is due again once a digest closed at ``closed_at``: the
+        calendar's next fire, else the cool-down; ``soon`` (a flush, or flush_at records,
+        came while the digest was open): no later than FLUSH_AT_FLOOR after the close."""
+        policy = self.policy
+        fire = policy.next_fire(closed_at)
+        due = closed_at + policy.minimum_delay if fire is None else fire
+        floor = closed_at + FLUSH_AT_FLOOR
+        return floor if soon and floor < due else due
+
     def after(self, closed_at: float, soon: DigestReason | None = None) -> tuple[float, str]:
-        """(due time, cause) once a digest closed at ``closed_at``: the calendar's next fire,
-        else the cool-down; with ``soon`` (FLUSHED or FLUSH_AT: it came while the digest was
-        open) no later than FLUSH_AT_FLOOR after the close, for that cause."""
-        fire = self.policy.next_fire(closed_at)
-        if fire is None:
-            due, cause = closed_at + self.policy.minimum_delay, DigestReason.COOLDOWN
-        else:
-            due, cause = fire, DigestReason.SCHEDULE
-        if soon is not None and closed_at + FLUSH_AT_FLOOR < due:
-            return closed_at + FLUSH_AT_FLOOR, soon.value
-        return due, cause.value
+        """``due`` with the cause the timeline then waits for: ``soon`` (FLUSHED or FLUSH_AT)
+        when it made the timeline due sooner, else SCHEDULE or COOLDOWN."""
+        due = self.due(closed_at, soon is not None)
+        if soon is not None and due < self.due(closed_at):
+            return due, soon.value
+        return due, "COOLDOWN" if self.policy.schedule is None else "SCHEDULE"
 
     def next_delivery_at(self, closed_at: float) -> int:
         """What a digest closed at ``closed_at`` names as the earliest its next one can go
         out (ms): the due time, as soon as flush_at records could make it."""
-        soon = None if self.policy.flush_at is None else DigestReason.FLUSH_AT
-        return int(self.after(closed_at, soon)[0] * 1000)
+        return int(self.due(closed_at, self.policy.flush_at is not None) * 1000)
 
     def close_inputs(self, closed_at: float) -> tuple[float, float | None, int]:
         """What the Redis close evaluates the rule with: the cool-down, the calendar's next

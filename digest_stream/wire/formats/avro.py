@@ -71,17 +71,18 @@ class AvroFormat:
             events.append(event)
             if headers:
                 carried.append(headers)
-        if not events or head.dropped > INT_MAX:
+        digest_id, timeline, dropped, opened_at, reason, total, next_at = head  # one unpack
+        if not events or dropped > INT_MAX:
             return None  # nothing to publish, or a count the models path refuses loudly
         value = whole_digest(
-            head.id,
-            head.timeline,
+            digest_id,
+            timeline,
             events,
             timestamps,
-            head.dropped,
-            head.opened_at,
-            reason=head.reason,
-            total=head.total,
-            next_delivery_at=head.next_delivery_at,
+            dropped,
+            opened_at,
+            reason=reason,
+            total=total,
+            next_delivery_at=next_at,
         )
         return value, envelope.digest_headers(carried) if carried else []

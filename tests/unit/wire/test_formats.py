@@ -125,3 +125,10 @@ def test_the_settings_choose_the_format_and_json_leaves_room_for_base64() -> Non
     with pytest.raises(ValueError, match="json output format"):
         Settings(output_format="json", max_message_bytes=100_000, max_event_bytes=70_000)
     Settings(output_format="avro", max_message_bytes=100_000, max_event_bytes=70_000)
+
+
+def test_the_reader_refuses_a_registry_for_json_digests() -> None:
+    from digest_stream.client import DigestReader
+
+    with pytest.raises(ValueError, match="never registry-framed"):
+        DigestReader("127.0.0.1:1", "g", schema_registry_url="http://r", output_format="json")
