@@ -53,10 +53,10 @@ def build(
     if not whole and policy.collapse_by is None:
         # The format's own fast path (Avro: the stored event bytes laid out as they are).
         stored = output.from_stored(head(entry, digest, policy, now), digest.records, checked)
-        if stored is not None and len(stored[0]) <= part_budget(
-            digest.timeline, stored[1], max_bytes
-        ):
-            return Built([stored[0]], stored[1])
+        if stored is not None:
+            value, headers = stored
+            if len(value) <= part_budget(digest.timeline, headers, max_bytes):
+                return Built([value], headers)
         # None, or too large for one part: split into parts by the models path
     return _through_models(entry, digest, policy, now, max_bytes, output)
 

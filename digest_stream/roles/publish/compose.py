@@ -64,19 +64,15 @@ def head(entry: Entry, digest: OpenDigest, policy: TimelinePolicy, now: float) -
     rule = digest.next_due
     if rule is None:
         raise ValueError(f"digest {digest.id} of {digest.timeline} came without its due rule")
-    # tuple.__new__: half the cost of the named tuple's own __new__, once per digest.
-    return tuple.__new__(
-        DigestHead,
-        (
-            digest.id,
-            digest.timeline,
-            digest.dropped,
-            int(digest.opened_at * 1000),
-            reason(entry, digest),
-            # what the digest took from the timeline plus what capacity trimmed before it
-            len(digest.records) + digest.dropped,
-            rule.next_delivery_at(now),
-        ),
+    return (
+        digest.id,
+        digest.timeline,
+        digest.dropped,
+        int(digest.opened_at * 1000),
+        reason(entry, digest),
+        # what the digest took from the timeline plus what capacity trimmed before it
+        len(digest.records) + digest.dropped,
+        rule.next_delivery_at(now),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, NamedTuple, Protocol
+from typing import Literal, Protocol
 
 from digest_stream.wire.models import Digest, DigestReason
 
@@ -13,19 +13,11 @@ FormatName = Literal["avro", "json"]
 Header = tuple[str, bytes]
 
 
-class DigestHead(NamedTuple):
-    """A digest's own fields (everything but its records and their times), as composed.
-
-    A named tuple: one is made per digest on the publish path's hot loop.
-    """
-
-    id: str
-    timeline: str
-    dropped: int
-    opened_at: int  # ms
-    reason: DigestReason
-    total: int
-    next_delivery_at: int  # ms
+#: A digest's own fields (everything but its records and their times), as composed: id,
+#: timeline, dropped, opened_at (ms), reason, total, next_delivery_at (ms). A plain tuple:
+#: one is made per digest on the publish path's hot loop, and an exact tuple is the
+#: cheapest to make and to unpack (a named tuple cost 5% of an Avro digest's build).
+DigestHead = tuple[str, str, int, int, DigestReason, int, int]
 
 
 class StoredEvent(Protocol):

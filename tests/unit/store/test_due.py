@@ -38,3 +38,16 @@ def test_the_due_time_counts_from_the_close_and_names_its_cause() -> None:
 
 def test_one_rule_object_per_policy() -> None:
     assert next_due(TimelinePolicy()) is next_due(TimelinePolicy())
+
+
+def test_the_precomputed_lead_is_the_rule_at_every_close_time() -> None:
+    for policy in (
+        TimelinePolicy(minimum_delay=300),
+        TimelinePolicy(minimum_delay=0.25, flush_at=3),
+        TimelinePolicy(minimum_delay=300, flush_at=3),
+        TimelinePolicy(schedule="*/5 * * * *"),
+    ):
+        rule = next_due(policy)
+        for closed_at in (0.1, 1_764_000_000.123, 1_764_000_123.999):
+            expected = rule.due(closed_at, policy.flush_at is not None)
+            assert rule.next_delivery_at(closed_at) == int(expected * 1000)

@@ -104,7 +104,7 @@ def test_json_that_is_no_digest_is_a_decode_error(value: bytes) -> None:
 
 
 def test_only_avro_lays_a_digest_out_from_the_stored_event_bytes() -> None:
-    head = DigestHead("a" * 32, "t", 0, 1, DigestReason.IMMEDIATE, 1, 2)
+    head: DigestHead = ("a" * 32, "t", 0, 1, DigestReason.IMMEDIATE, 1, 2)
     event = codec.encode_event(Event(id="e", timestamp=1, payload=b"p"))
 
     class Stored:
