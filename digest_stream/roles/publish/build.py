@@ -52,7 +52,7 @@ def build(
     ago (the leading edge), not read back from Redis: their timestamps are taken as stored."""
     if not whole and policy.collapse_by is None:
         # The format's own fast path (Avro: the stored event bytes laid out as they are).
-        stored = output.from_stored(head(entry, digest, policy, now), digest.records, checked)
+        stored = output.from_stored(head(entry, digest, now), digest.records, checked)
         if stored is not None:
             value, headers = stored
             if len(value) <= part_budget(digest.timeline, headers, max_bytes):

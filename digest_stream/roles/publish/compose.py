@@ -51,16 +51,10 @@ def reason(entry: Entry, digest: OpenDigest) -> DigestReason:
     return _REASONS.get(digest.reason) or DigestReason(digest.reason)
 
 
-def next_delivery_at(digest: OpenDigest, now: float) -> int:
-    """The earliest time (ms) the timeline's next digest can go out, closing ``digest`` at
-    ``now``: the store's due rule that came with it (store.due), evaluated at its close."""
-    if digest.next_due is None:
-        raise ValueError(f"digest {digest.id} of {digest.timeline} came without its due rule")
-    return digest.next_due.next_delivery_at(now)
-
-
-def head(entry: Entry, digest: OpenDigest, policy: TimelinePolicy, now: float) -> DigestHead:
-    """The whole digest's own fields (a format's fast path lays its records out itself)."""
+def head(entry: Entry, digest: OpenDigest, now: float) -> DigestHead:
+    """The whole digest's own fields (a format's fast path lays its records out itself);
+    ``next_delivery_at`` is the store's due rule that came with it (store.due), evaluated at
+    ``now``, its close."""
     rule = digest.next_due
     if rule is None:
         raise ValueError(f"digest {digest.id} of {digest.timeline} came without its due rule")
@@ -86,14 +80,14 @@ def compose(
 ) -> Digest:
     """The whole digest (before any split) of ``records`` decoded from ``digest``."""
     shown = records if policy.collapse_by is None else collapse(records, policy.collapse_by)
+    digest_id, timeline, _, opened_at, why, total, next_at = head(entry, digest, now)
     return Digest.build(
-        id=digest.id,
-        timeline=digest.timeline,
+        id=digest_id,
+        timeline=timeline,
         records=shown,
-        opened_at=int(digest.opened_at * 1000),
+        opened_at=opened_at,
         dropped=dropped,
-        reason=reason(entry, digest),
-        # what the digest took from the timeline plus what capacity trimmed before it
-        total=len(digest.records) + digest.dropped,
-        next_delivery_at=next_delivery_at(digest, now),
+        reason=why,
+        total=total,
+        next_delivery_at=next_at,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from digest_stream.roles.publish.compose import collapse, compose, next_delivery_at
+from digest_stream.roles.publish.compose import collapse, compose, head
 from digest_stream.store.base import OpenDigest, StoredRecord
 from digest_stream.store.due import next_due
 from digest_stream.store.policy import TimelinePolicy
@@ -43,10 +43,11 @@ def test_collapsing_collapsed_records_adds_their_counts() -> None:
 def test_next_delivery_is_the_stores_due_rule_at_the_close() -> None:
     stored = [StoredRecord("r0", 0.0, b"")]
     opened = OpenDigest("a" * 32, "t", stored, 0, 10.0)
+    entry = ScheduleEntry(timeline="t", partition=0, scheduled_at=1, reason="IMMEDIATE")
     with pytest.raises(ValueError, match="without its due rule"):
-        next_delivery_at(opened, 20.0)  # only the store knows when the timeline is due
+        head(entry, opened, 20.0)  # only the store knows when the timeline is due
     opened.next_due = next_due(TimelinePolicy(minimum_delay=300))
-    assert next_delivery_at(opened, 1_000.0) == 1_300_000
+    assert head(entry, opened, 1_000.0)[-1] == 1_300_000
 
 
 def test_compose_explains_the_digest_and_counts_what_trimming_and_collapse_hid() -> None:
