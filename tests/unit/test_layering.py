@@ -146,3 +146,10 @@ def test_no_role_imports_another_roles_internals() -> None:
     # the rule is live: the leading edge and delivery both publish through roles.publish
     assert "digest_stream.roles.publish" in GRAPH["digest_stream.roles.ingest.leading"]
     assert "digest_stream.roles.publish" in GRAPH["digest_stream.roles.delivery.retries"]
+
+
+def test_the_vocabulary_sits_below_store_and_wire() -> None:
+    # One enum per vocabulary, imported by both floors: it must import nothing of the package.
+    assert GRAPH["digest_stream.vocabulary"] == set()
+    assert "digest_stream.vocabulary" in GRAPH["digest_stream.store.limits"]
+    assert "digest_stream.vocabulary" in GRAPH["digest_stream.wire.models"]

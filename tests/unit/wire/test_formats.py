@@ -132,3 +132,10 @@ def test_the_reader_refuses_a_registry_for_json_digests() -> None:
 
     with pytest.raises(ValueError, match="never registry-framed"):
         DigestReader("127.0.0.1:1", "g", schema_registry_url="http://r", output_format="json")
+
+
+def test_json_registers_nothing_even_with_a_registry_url() -> None:
+    # No network: an Avro format would register its schema here; JSON is never framed.
+    chosen = formats.choose("json", registry_url="http://127.0.0.1:1", topic="t")
+    assert chosen.name == "json"
+    assert chosen.frame(b"{}") == b"{}"
