@@ -33,6 +33,7 @@ from digest_stream.roles.ingest.check import Rules, check
 from digest_stream.roles.publish.compose import compose
 from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
 from digest_stream.store.base import OpenDigest, StoredRecord
+from digest_stream.store.due import next_due
 from digest_stream.wire import codec, control
 from digest_stream.wire.models import Event, Record, ScheduleEntry, ScheduleReason
 
@@ -103,7 +104,9 @@ def _compose_costs() -> dict[str, float]:
         for i in reversed(range(100))
     ]  # fmt: skip
     stored = [StoredRecord(r.id, r.timestamp / 1000, r.payload) for r in records]
-    opened = OpenDigest("a" * 32, "t", stored, 0, T0, reason="COOLDOWN")
+    opened = OpenDigest(
+        "a" * 32, "t", stored, 0, T0, reason="COOLDOWN", next_due=next_due(TimelinePolicy())
+    )
     entry = ScheduleEntry(
         timeline="t", partition=0, scheduled_at=1, reason=ScheduleReason.SCHEDULED
     )

@@ -34,6 +34,7 @@ from digest_stream.store.policy import (
     prefix_of,
     prefix_resolver,
 )
+from digest_stream.wire.formats.base import FormatName
 from digest_stream.wire.partitioner import DEFAULT_PARTITIONER, Partitioner
 
 ENV_PREFIX = "DIGEST_STREAM_"
@@ -170,6 +171,12 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(
         1_000_000, ge=10_000, description="Largest digest message; bigger ones are split."
     )
+    output_format: FormatName = Field(
+        "avro",
+        description="Digest message format: `avro` (schemas/digest.avsc; registry-framed when "
+        "schema_registry_url is set) or `json` (one UTF-8 JSON object per message, same fields, "
+        "payloads in base64; never framed).",
+    )
     carry_headers: list[str] = Field(
         default_factory=list,
         description='Event header names (JSON list, e.g. `["traceparent"]`) carried '
@@ -272,11 +279,15 @@ def check_sizes(settings: Settings) -> None:
     # Every event must fit a digest part of its own, with room for the digest's fields and
     # carried headers; otherwise a digest holding it could never be published.
     room = settings.max_message_bytes - MESSAGE_OVERHEAD_BYTES
+    if settings.output_format == "json":
+        # JSON carries a payload in base64: 4 bytes for every 3.
+        room = room * 3 // 4
     if settings.max_event_bytes > room:
         raise ValueError(
             f"{env_name('max_event_bytes')} ({settings.max_event_bytes}) must leave "
             f"{MESSAGE_OVERHEAD_BYTES} bytes of room under {env_name('max_message_bytes')} "
-            f"({settings.max_message_bytes}): at most {room}"
+            f"({settings.max_message_bytes}) in the {settings.output_format} output format: "
+            f"at most {room}"
         )
 
 

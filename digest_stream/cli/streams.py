@@ -148,6 +148,7 @@ def tail(
     }
     deadline = time.monotonic() + duration if duration > 0 else None
     shown = 0
+    avro = settings.output_format == "avro"
     # total: the records the digest stood for (dropped ones included); reason: why it went out.
     click.echo(f"{'time':8}  {'timeline':24} {'records':>7} {'total':>7} {'dropped':>7} "
                f"{'part':>5}  {'reason':9} {'latency':>9}  digest id")  # fmt: skip
@@ -155,8 +156,10 @@ def tail(
         settings.kafka_bootstrap_servers,
         group,
         topic=settings.output_topic,
-        schema_registry_url=settings.schema_registry_url,
+        # JSON digests are never framed: the registry (if any) is the events' only
+        schema_registry_url=settings.schema_registry_url if avro else None,
         schema_registry_config=settings.schema_registry_config,
+        output_format=settings.output_format,
         **overrides,
     ) as reader:
         while not stop.is_set() and (deadline is None or time.monotonic() < deadline):

@@ -12,7 +12,9 @@ from typing import Any, Self
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from digest_stream.client.defaults import CONSUMER_DEFAULTS, OUTPUT_TOPIC
+from digest_stream.wire import formats
 from digest_stream.wire.codec import DIGEST_SCHEMA, DecodeError, decode_digest
+from digest_stream.wire.formats import FormatName
 from digest_stream.wire.models import Digest
 from digest_stream.wire.registry import RegistryUnavailable, writer_schemas
 
@@ -77,6 +79,7 @@ class DigestReader:
     digests are read in the Confluent wire format: each writer schema is fetched by id once
     and resolved to this version's Digest schema. A registry that cannot answer raises
     `RegistryUnavailable` from `poll`, and the message is read again by the next `poll`.
+    `output_format` is the service's (`avro` by default; `json`: JSON digests, never framed).
     Not thread-safe: poll and close from one thread.
     """
 
@@ -89,8 +92,14 @@ class DigestReader:
         *,
         schema_registry_url: str | None = None,
         schema_registry_config: Mapping[str, Any] | None = None,
+        output_format: FormatName = "avro",
         **librdkafka_overrides: Any,
     ) -> None:
+        if output_format != "avro" and schema_registry_url:
+            raise ValueError(f"{output_format} digests are never registry-framed")
+        # The format the service writes (its output_format): Avro is read here, with the
+        # registry's writer schemas when framed; any other by its format.
+        self._format = None if output_format == "avro" else formats.choose(output_format)
         self._recent = _RecentKeys(dedupe_capacity)
         self._schemas = writer_schemas(
             schema_registry_url, schema_registry_config or {}, DIGEST_SCHEMA
@@ -188,6 +197,8 @@ class DigestReader:
     def _decode(self, message: Message) -> Digest:
         value = message.value() or b""
         try:
+            if self._format is not None:
+                return self._format.decode(value)
             if self._schemas is None:
                 return decode_digest(value)
             self._fetch_schema(message, value)

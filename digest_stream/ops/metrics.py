@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from digest_stream.wire.codec import DECODE_REASONS
+from digest_stream.wire.models import ScheduleReason
 
 # Store calls are sub-millisecond to tens of milliseconds on a healthy Redis.
 _STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -29,7 +30,7 @@ DEAD_LETTER_REASONS = (
     "publish-failed",
     *DECODE_REASONS,
 )
-SCHEDULE_REASONS = ("IMMEDIATE", "SCHEDULED", "RECOVERED")
+SCHEDULE_REASONS = tuple(reason.value for reason in ScheduleReason)
 PRODUCING_ROLES = ("scheduler", "delivery")
 CONSUMING_ROLES = ("ingest", "delivery")
 REBALANCE_KINDS = ("assigned", "revoked", "lost")

@@ -11,18 +11,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from digest_stream.store.due import NextDue
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import CAUSES, DIGEST_ID_LENGTH, OPEN_NONCE_LENGTH
+from digest_stream.vocabulary import Control
 
 #: Why a timeline is (or was) due: the ``reason`` of its next digest, as the store knows it.
 #: The delivery role adds RECOVERED (a digest re-announced by maintenance or a take-over).
 REASONS = tuple(CAUSES)
 
-#: Control operations that travel with a timeline's events (``NewRecord.control``).
-FLUSH = "flush"  # deliver what is pending now
-CANCEL = "cancel"  # remove the pending record ``id``
-CANCEL_ALL = "cancel_all"  # remove every pending record (``id`` is unused)
-CONTROLS = (FLUSH, CANCEL, CANCEL_ALL)
+#: Control operations that travel with a timeline's events (``NewRecord.control``): the
+#: members of vocabulary.Control, whose order numbers ds_add's packed controls.
+FLUSH = Control.FLUSH
+CANCEL = Control.CANCEL
+CANCEL_ALL = Control.CANCEL_ALL
+CONTROLS = tuple(Control)
 
 #: A store's namespace (every key and name of one deployment): letters, digits, "_", "." and
 #: "-" only, so it fits inside a Redis hash tag (no braces, colons or spaces) and any other
@@ -146,6 +149,9 @@ class OpenDigest:
     expired: bool = False
     #: Why the timeline became due (one of REASONS), kept with the digest for its reopen.
     reason: str = "IMMEDIATE"
+    #: When the timeline is due again once this digest closes: the store's rule, attached by
+    #: every open (store.due); the digest's next_delivery_at is read from it.
+    next_due: NextDue | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,8 @@ assembled library, so the Lua guards and the Python checks cannot drift apart.
 
 from __future__ import annotations
 
+from digest_stream.vocabulary import DigestReason
+
 #: Timeline names and record ids end up in key names and hash fields; anything longer is
 #: almost certainly a producer bug.
 MAX_NAME_BYTES = 1024
@@ -31,5 +33,5 @@ DIGEST_ID_LENGTH = 32
 #: has the nonce and its number in the call (the rest of DIGEST_ID_LENGTH, hex) as its id.
 OPEN_NONCE_LENGTH = 24
 #: Why a timeline is due (the ``reason`` of its next digest, ``base.REASONS``), and the one
-#: letter a timeline's meta in Redis records for it.
-CAUSES = {"IMMEDIATE": "i", "COOLDOWN": "c", "FLUSH_AT": "f", "SCHEDULE": "s", "FLUSHED": "x"}
+#: letter a timeline's meta in Redis records for it: the store's members of DigestReason.
+CAUSES = {reason.value: reason.letter for reason in DigestReason if reason.letter is not None}

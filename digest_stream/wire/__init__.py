@@ -1,1 +1,2 @@
-"""What travels over Kafka: the Avro schemas, their models, the codec and the header envelope."""
+"""What travels over Kafka: the Avro schemas, their models, the codec, the header envelope and
+the digest formats (``formats``: Avro, JSON)."""

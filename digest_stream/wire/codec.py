@@ -185,9 +185,17 @@ def _digest_record_datum(record: Record) -> dict[str, Any]:
 
 def _digest_datum(digest: Digest) -> dict[str, Any]:
     return {
+        **digest_fields(digest),
+        "records": [_digest_record_datum(record) for record in digest.records],
+    }
+
+
+def digest_fields(digest: Digest) -> dict[str, Any]:
+    """A digest's own fields (all but its records) by their schema names, the reason as its
+    symbol: what every output format writes."""
+    return {
         "id": digest.id,
         "timeline": digest.timeline,
-        "records": [_digest_record_datum(record) for record in digest.records],
         "start": digest.start,
         "end": digest.end,
         "dropped": digest.dropped,

@@ -17,6 +17,7 @@ from typing import Final
 
 from digest_stream.wire.avro_scan import long_bytes as _long
 from digest_stream.wire.models import DigestReason
+from digest_stream.wire.symbols import REASON_INDEX
 
 # count = 1 (zig-zag 2), first_seen = null (union branch 0): a record standing for itself.
 _PLAIN_RECORD_TAIL: Final = b"\x02\x00"
@@ -27,9 +28,9 @@ _PLAIN_RECORD_TAIL: Final = b"\x02\x00"
 _shared_long = lru_cache(maxsize=64)(_long)
 
 
-# The reason union of each DigestReason: branch 1, then its Avro index (schemas/digest.avsc
-# declares the symbols in this order), encoded once.
-_REASON_BYTES: Final = {reason: b"\x02" + _long(index) for index, reason in enumerate(DigestReason)}
+# The reason union of each DigestReason: branch 1, then its Avro index (its position in
+# schemas/digest.avsc), encoded once.
+_REASON_BYTES: Final = {reason: b"\x02" + _long(index) for reason, index in REASON_INDEX.items()}
 
 
 def _string(value: str) -> bytes:

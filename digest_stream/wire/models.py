@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from digest_stream.vocabulary import DigestReason
+
 MAX_TIMELINE_LENGTH: Final = 1024
 """Longest timeline accepted, in bytes of UTF-8.
 
@@ -141,23 +143,6 @@ class ScheduleReason(StrEnum):
     """The timeline's cool-down ended with records waiting."""
     RECOVERED = "RECOVERED"
     """Maintenance found a delivery that never completed and rescheduled it."""
-
-
-class DigestReason(StrEnum):
-    """Why a digest went out now (Digest.reason)."""
-
-    IMMEDIATE = "IMMEDIATE"
-    """First event of a quiet timeline: delivered at once."""
-    COOLDOWN = "COOLDOWN"
-    """The timeline's cool-down ended with records waiting."""
-    FLUSH_AT = "FLUSH_AT"
-    """The timeline held `flush_at` pending records."""
-    SCHEDULE = "SCHEDULE"
-    """The timeline's calendar schedule fired."""
-    FLUSHED = "FLUSHED"
-    """Someone asked for it (`digest-stream flush`, `EventProducer.flush_timeline(timeline)`)."""
-    RECOVERED = "RECOVERED"
-    """A delivery that had not completed was announced again (maintenance, a take-over)."""
 
 
 class ScheduleEntry(_Frozen):

@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from digest_stream.wire.models import INT_MAX, Digest, DigestReason, Record
-
-# Symbol order of the DigestReason enum in schemas/digest.avsc (its Avro index).
-_REASONS: Final = list(DigestReason)
+from digest_stream.wire.models import INT_MAX, Digest, Record
+from digest_stream.wire.symbols import REASON_INDEX
 
 
 def _varint_size(value: int) -> int:
@@ -54,7 +52,7 @@ def _record_size(record: Record) -> int:
 
 def _explained_size(digest: Digest) -> int:
     # reason (an enum in a union: branch, then symbol index), total, next_delivery_at.
-    reason = 1 if digest.reason is None else 1 + _varint_size(_REASONS.index(digest.reason))
+    reason = 1 if digest.reason is None else 1 + _varint_size(REASON_INDEX[digest.reason])
     return reason + _optional_size(digest.total) + _optional_size(digest.next_delivery_at)
 
 
@@ -141,9 +139,16 @@ def split_digest(digest: Digest, max_bytes: int) -> list[Digest]:
         bounds.append((first, end, oldest, newest))
         first = end
 
+    return numbered_parts(digest, bounds)
+
+
+def numbered_parts(digest: Digest, bounds: list[tuple[int, int, int, int]]) -> list[Digest]:
+    """The parts of ``digest`` holding its records ``[first:end]`` for each (first, end,
+    oldest, newest) of ``bounds``, numbered from 1; ``dropped`` on part 1 only."""
     parts = len(bounds)
     # model_copy skips validation: every field is valid by construction, and re-validating
     # thousands of records per part would cost more than the split itself.
+    records = digest.records
     return [
         digest.model_copy(
             update={

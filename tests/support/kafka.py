@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from digest_stream.settings import Settings
-from digest_stream.wire import codec
+from digest_stream.wire import codec, formats
 from digest_stream.wire.models import Digest, Event
 from digest_stream.wire.partitioner import partition_for as place
 from tests.support import unique, wait_until
@@ -25,10 +25,11 @@ def send_events(
     *,
     ids: Sequence[str] | None = None,
     headers: Sequence[tuple[str, bytes]] | None = None,
+    payload: bytes = b"{}",
 ) -> list[str]:
     """Send events to the events topic, round-robin over timelines, flushed; their ids in order.
 
-    `ids` default to `per_timeline` fresh ones per timeline; every payload is `{}`.
+    `ids` default to `per_timeline` fresh ones per timeline; every payload is `payload`.
     Event times rise by 1 ms per event from now, so send order is event-time order.
     """
     names = [timelines] if isinstance(timelines, str) else list(timelines)
@@ -48,7 +49,7 @@ def send_events(
     )
     base = int(time.time() * 1000)
     for i, record_id in enumerate(sent):
-        event = Event(id=record_id, timestamp=base + i, payload=b"{}")
+        event = Event(id=record_id, timestamp=base + i, payload=payload)
         producer.produce(
             settings.events_topic,
             key=names[i % len(names)].encode(),
@@ -95,6 +96,8 @@ class Collector:
 
     def __init__(self, settings: Settings, topic: str) -> None:
         self.messages: list[Message] = []
+        # Digests in the format the service writes (plain Avro unless told otherwise).
+        self._decode = formats.choose(settings.output_format).decode
         self._consumer = Consumer(
             {
                 "bootstrap.servers": settings.kafka_bootstrap_servers,
@@ -129,7 +132,7 @@ class Collector:
     @property
     def digests(self) -> list[Digest]:
         """Every digest message decoded, in arrival order."""
-        return [codec.decode_digest(m.value() or b"") for m in self.messages]
+        return [self._decode(m.value() or b"") for m in self.messages]
 
     def record_ids(self) -> set[str]:
         """Every record id seen in any digest."""

@@ -196,3 +196,10 @@ def test_the_service_names_no_store_backend() -> None:
     assert reaching == []
     # the check is live: the dev stack is seen reaching in
     assert f"{REDIS_STORE}.client" in GRAPH[f"{ROOT}.dev.redis"]
+
+
+def test_the_vocabulary_sits_below_store_and_wire() -> None:
+    # One enum per vocabulary, imported by both floors: it must import nothing of the package.
+    assert GRAPH["digest_stream.vocabulary"] == set()
+    assert "digest_stream.vocabulary" in GRAPH["digest_stream.store.limits"]
+    assert "digest_stream.vocabulary" in GRAPH["digest_stream.wire.models"]

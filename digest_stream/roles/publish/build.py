@@ -1,24 +1,24 @@
 """One digest, built: from its schedule entry, the opened digest and the timeline's policy to
 the message values that publish it.
 
-Pure: no Kafka, no Redis, no clock (``now`` is given). Two ways give the same bytes: the
-common digest's stored event bytes become its records as they are (no models, one encode
-pass), and everything else goes through the models (``collapse_by``, records that cannot be
-read, a digest too large for one message, or hooks that want the whole Digest).
+Pure: no Kafka, no Redis, no clock (``now`` is given). Two ways give the same message: the
+output format's own fast path for the common digest (Avro: the stored event bytes become its
+records as they are, no models, one encode pass), and the models for everything else
+(``collapse_by``, records that cannot be read, a digest too large for one message, hooks that
+want the whole Digest, or a format without a fast path).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from digest_stream.roles.publish.compose import Entry, compose, next_delivery_at, reason
+from digest_stream.roles.publish.compose import Entry, compose, head
 from digest_stream.roles.publish.parts import encoded_parts, part_budget
 from digest_stream.store.base import OpenDigest
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire import codec, envelope
-from digest_stream.wire.digest_bytes import whole_digest
-from digest_stream.wire.event_head import decode_event_head
-from digest_stream.wire.models import INT_MAX, Digest, Record
+from digest_stream.wire.formats import DigestFormat
+from digest_stream.wire.models import Digest, Record
 
 Headers = list[tuple[str, bytes]]
 
@@ -41,67 +41,33 @@ def build(
     *,
     now: float,
     max_bytes: int,
+    output: DigestFormat,
     whole: bool = False,
     checked: bool = False,
 ) -> Built:
-    """The messages that publish ``digest`` (opened for ``entry``) under ``policy``, each
-    within ``max_bytes`` next to its key and headers; ``whole``: always build the Digest
-    model too (hooks see it). ``now`` is when the timeline is closed (next_delivery_at).
-    ``checked``: the records' bytes are the ingest's, checked moments ago (the leading
-    edge), not read back from Redis: their timestamps are taken as stored."""
+    """The messages that publish ``digest`` (opened for ``entry``) under ``policy`` in the
+    ``output`` format, each within ``max_bytes`` next to its key and headers; ``whole``:
+    always build the Digest model too (hooks see it). ``now`` is when the timeline is closed
+    (next_delivery_at). ``checked``: the records' bytes are the ingest's, checked moments
+    ago (the leading edge), not read back from Redis: their timestamps are taken as stored."""
     if not whole and policy.collapse_by is None:
-        stored = _as_stored(entry, digest, policy, now, max_bytes, checked)
+        # The format's own fast path (Avro: the stored event bytes laid out as they are).
+        stored = output.from_stored(head(entry, digest, now), digest.records, checked)
         if stored is not None:
-            return stored
-    return _through_models(entry, digest, policy, now, max_bytes)
+            value, headers = stored
+            if len(value) <= part_budget(digest.timeline, headers, max_bytes):
+                return Built([value], headers)
+        # None, or too large for one part: split into parts by the models path
+    return _through_models(entry, digest, policy, now, max_bytes, output)
 
 
-def _as_stored(
+def _through_models(
     entry: Entry,
     digest: OpenDigest,
     policy: TimelinePolicy,
     now: float,
     max_bytes: int,
-    checked: bool,
-) -> Built | None:
-    """The common digest in one part, its stored event bytes as its records; None when it
-    has no readable record or needs splitting (then the models)."""
-    events: list[bytes] = []
-    timestamps: list[int] = []
-    carried: list[list[tuple[str, bytes]]] = []
-    for stored in digest.records:
-        try:
-            headers, event = envelope.unwrap(stored.payload)
-            if checked:  # the event's milliseconds, as the ingest divided them
-                timestamps.append(round(stored.timestamp * 1000))
-            else:
-                timestamps.append(decode_event_head(event).timestamp)  # and checks the bytes
-        except ValueError:
-            return None  # the models path says which and counts it lost
-        events.append(event)
-        if headers:
-            carried.append(headers)
-    if not events or digest.dropped > INT_MAX:
-        return None  # nothing to publish, or a count the models path refuses loudly
-    headers = envelope.digest_headers(carried) if carried else []
-    value = whole_digest(
-        digest.id,
-        digest.timeline,
-        events,
-        timestamps,
-        digest.dropped,
-        int(digest.opened_at * 1000),
-        reason=reason(entry, digest),
-        total=len(digest.records) + digest.dropped,
-        next_delivery_at=next_delivery_at(policy, now),
-    )
-    if len(value) > part_budget(digest.timeline, headers, max_bytes):
-        return None  # split into parts by the models path
-    return Built([value], headers)
-
-
-def _through_models(
-    entry: Entry, digest: OpenDigest, policy: TimelinePolicy, now: float, max_bytes: int
+    output: DigestFormat,
 ) -> Built:
     """The digest through the models: collapsed, split, unreadable records left out."""
     records: list[Record] = []
@@ -121,5 +87,5 @@ def _through_models(
     dropped = digest.dropped + (len(digest.records) - len(records))
     digest_model = compose(entry, digest, records, dropped, policy, now)
     headers = envelope.digest_headers(carried) if carried else []
-    values, headers = encoded_parts(digest_model, headers, max_bytes)
+    values, headers = encoded_parts(digest_model, headers, max_bytes, output)
     return Built(values, headers, digest_model, unreadable)

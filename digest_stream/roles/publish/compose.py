@@ -4,8 +4,8 @@ why it went out now, how many records it stood for, when the next one can come."
 from __future__ import annotations
 
 from digest_stream.store.base import OpenDigest
-from digest_stream.store.limits import FLUSH_AT_FLOOR
 from digest_stream.store.policy import TimelinePolicy
+from digest_stream.wire.formats import DigestHead
 from digest_stream.wire.models import Digest, DigestReason, Record, ScheduleEntry, ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields
 
@@ -51,14 +51,23 @@ def reason(entry: Entry, digest: OpenDigest) -> DigestReason:
     return _REASONS.get(digest.reason) or DigestReason(digest.reason)
 
 
-def next_delivery_at(policy: TimelinePolicy, now: float) -> int:
-    """The earliest time (ms) the timeline's next digest can go out, closing it at ``now`` or
-    later: its next schedule fire or cool-down, or the flush_at floor when sooner."""
-    fire = policy.next_fire(now)
-    earliest = now + policy.minimum_delay if fire is None else fire
-    if policy.flush_at is not None:
-        earliest = min(earliest, now + FLUSH_AT_FLOOR)
-    return int(earliest * 1000)
+def head(entry: Entry, digest: OpenDigest, now: float) -> DigestHead:
+    """The whole digest's own fields (a format's fast path lays its records out itself);
+    ``next_delivery_at`` is the store's due rule that came with it (store.due), evaluated at
+    ``now``, its close."""
+    rule = digest.next_due
+    if rule is None:
+        raise ValueError(f"digest {digest.id} of {digest.timeline} came without its due rule")
+    return (
+        digest.id,
+        digest.timeline,
+        digest.dropped,
+        int(digest.opened_at * 1000),
+        reason(entry, digest),
+        # what the digest took from the timeline plus what capacity trimmed before it
+        len(digest.records) + digest.dropped,
+        rule.next_delivery_at(now),
+    )
 
 
 def compose(
@@ -71,14 +80,14 @@ def compose(
 ) -> Digest:
     """The whole digest (before any split) of ``records`` decoded from ``digest``."""
     shown = records if policy.collapse_by is None else collapse(records, policy.collapse_by)
+    digest_id, timeline, _, opened_at, why, total, next_at = head(entry, digest, now)
     return Digest.build(
-        id=digest.id,
-        timeline=digest.timeline,
+        id=digest_id,
+        timeline=timeline,
         records=shown,
-        opened_at=int(digest.opened_at * 1000),
+        opened_at=opened_at,
         dropped=dropped,
-        reason=reason(entry, digest),
-        # what the digest took from the timeline plus what capacity trimmed before it
-        total=len(digest.records) + digest.dropped,
-        next_delivery_at=next_delivery_at(policy, now),
+        reason=why,
+        total=total,
+        next_delivery_at=next_at,
     )

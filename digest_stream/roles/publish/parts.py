@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from digest_stream.settings import MESSAGE_OVERHEAD_BYTES
-from digest_stream.wire import codec
+from digest_stream.wire.formats import DigestFormat
 from digest_stream.wire.models import Digest
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,10 @@ def headers_size(headers: list[tuple[str, bytes]]) -> int:
 
 
 def sized_parts(
-    whole: Digest, headers: list[tuple[str, bytes]], max_bytes: int
+    whole: Digest, headers: list[tuple[str, bytes]], max_bytes: int, output: DigestFormat
 ) -> tuple[list[Digest], list[tuple[str, bytes]]]:
-    """Split a digest so each part plus key and headers fits ``max_bytes``.
+    """Split a digest so each part (in the ``output`` format) plus key and headers fits
+    ``max_bytes``.
 
     Carried headers too heavy to ride on every part are cut to the ones that fit (logged,
     see carried_within): the records matter more than the headers that came with them, and a
@@ -49,7 +50,7 @@ def sized_parts(
         )  # fmt: skip
         headers = kept
         budget = part_budget(whole.timeline, headers, max_bytes)
-    return codec.split_digest(whole, budget), headers
+    return output.split(whole, budget), headers
 
 
 def carried_within(
@@ -75,11 +76,11 @@ def carried_within(
 
 
 def encoded_parts(
-    whole: Digest, headers: list[tuple[str, bytes]], max_bytes: int
+    whole: Digest, headers: list[tuple[str, bytes]], max_bytes: int, output: DigestFormat
 ) -> tuple[list[bytes], list[tuple[str, bytes]]]:
     """sized_parts, each part encoded as the message value it travels as."""
-    parts, headers = sized_parts(whole, headers, max_bytes)
-    return [codec.encode_digest(part) for part in parts], headers
+    parts, headers = sized_parts(whole, headers, max_bytes, output)
+    return [output.encode(part) for part in parts], headers
 
 
 def part_budget(timeline: str, headers: list[tuple[str, bytes]], max_bytes: int) -> int:

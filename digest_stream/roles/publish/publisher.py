@@ -23,7 +23,7 @@ from digest_stream.roles.publish.produce import Pending, produce_parts
 from digest_stream.roles.publish.report import Report
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestTarget, OpenDigest
-from digest_stream.wire import codec, registry
+from digest_stream.wire import formats
 from digest_stream.wire.models import ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields
 
@@ -46,14 +46,10 @@ class DigestPublisher:
         self._queue_full = metrics.producer_queue_full.labels(role=role)
         self._policy = settings.resolver()  # collapse_by and the next delivery time
         self.report = Report(metrics, hooks, clock)
-        # Schema registry mode: the Digest schema is registered here, at start (a refusal
-        # stops the start); each part then gets its 5-byte prefix. Plain mode: unchanged.
-        self._frame = registry.output_frame(
-            settings.schema_registry_url,
-            settings.schema_registry_config,
-            settings.output_topic,
-            codec.DIGEST_SCHEMA,
-        )
+        # The output format, chosen once. Avro in schema registry mode: the Digest schema is
+        # registered here, at start (a refusal stops the start); each part then gets its
+        # 5-byte prefix.
+        self._format = output_format(settings)
 
     def prepare(
         self,
@@ -74,6 +70,7 @@ class DigestPublisher:
             self._policy(entry.timeline),
             now=closing_at,
             max_bytes=self._settings.max_message_bytes,
+            output=self._format,
             whole=bool(self._hooks),
             checked=checked,
         )
@@ -113,12 +110,22 @@ class DigestPublisher:
                 item.waiting -= 1
 
         topic = self._settings.output_topic
-        if produce_parts(self._producer, topic, item, self._frame, on_delivery):
+        if produce_parts(self._producer, topic, item, self._format.frame, on_delivery):
             self._queue_full.inc()
 
     def published(self, items: Sequence[Pending]) -> None:
         """Count acknowledged digests and tell the hooks."""
         self.report.published([item for item in items if item.parts])
+
+
+def output_format(settings: Settings) -> formats.DigestFormat:
+    """The digest format the settings choose, ready for the output topic."""
+    return formats.choose(
+        settings.output_format,
+        registry_url=settings.schema_registry_url,
+        registry_config=settings.schema_registry_config,
+        topic=settings.output_topic,
+    )
 
 
 def close_targets(items: Sequence[Pending]) -> list[DigestTarget]:

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 
 from digest_stream.store import validate
 from digest_stream.store.base import DigestTarget, OpenDigest, age_key, reason_of
+from digest_stream.store.due import next_due
 from digest_stream.store.errors import InvalidState
-from digest_stream.store.limits import FLUSH_AT_FLOOR
 from digest_stream.store.memory.state import DigestState, MemoryState, TimelineState
+from digest_stream.vocabulary import DigestReason
 
 
 class MemoryDigests:
@@ -23,7 +24,7 @@ class MemoryDigests:
         validate.name(timeline, "timeline")
         validate.digest_id(digest_id)
         now = validate.time_value(now, "now")
-        self.state.timeline_policy(timeline)
+        rule = next_due(self.state.timeline_policy(timeline))
         if timeline not in state.ready:
             raise InvalidState(f"timeline is not ready: {timeline}")
         digest = state.digests.get(timeline)
@@ -49,6 +50,7 @@ class MemoryDigests:
             digest.opened_at,
             digest.expired,
             digest.reason,
+            rule,
         )
 
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
@@ -74,20 +76,15 @@ class MemoryDigests:
         pending.last_delivery = now
         pending.behind_open = False
         state.ready.pop(timeline, None)
-        fire = policy.next_fire(now)
-        # A calendar timeline waits for its next fire, others for the cool-down...
-        due, cause = (
-            (now + policy.minimum_delay, "COOLDOWN") if fire is None else (fire, "SCHEDULE")
-        )
-        # ...unless a flush came while the digest was open, or flush_at records did: then
-        # right after the floor (add leaves a READY timeline alone, so the close checks).
+        # A calendar timeline waits for its next fire, others for the cool-down, unless a
+        # flush came while the digest was open, or flush_at records did: then right after
+        # the floor (add leaves a READY timeline alone, so the close checks).
         soon = None
         if pending.cause == "FLUSHED":
-            soon = "FLUSHED"
+            soon = DigestReason.FLUSHED
         elif policy.flush_at is not None and len(pending.records) >= policy.flush_at:
-            soon = "FLUSH_AT"
-        if soon is not None and now + FLUSH_AT_FLOOR < due:
-            due, cause = now + FLUSH_AT_FLOOR, soon
+            soon = DigestReason.FLUSH_AT
+        due, cause = next_due(policy).after(now, soon)
         pending.cause = cause
         state.waiting[timeline] = due
         return True

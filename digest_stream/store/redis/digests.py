@@ -8,6 +8,7 @@ from redis.exceptions import ResponseError
 
 from digest_stream.store import validate
 from digest_stream.store.base import DigestTarget, OpenDigest
+from digest_stream.store.due import next_due
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.store.redis import keys, protocol, replies, routing
@@ -53,7 +54,7 @@ class RedisDigests:
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
         """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
         call = self._open_call((partition, timeline, digest_id), now)
-        return replies.open_digest(timeline, self.calls.fcall("ds_open", *call))
+        return self._opened(timeline, self.calls.fcall("ds_open", *call))
 
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
         """Close that digest; False when the id is unknown or already closed."""
@@ -71,9 +72,15 @@ class RedisDigests:
         return [
             InvalidState(f"timeline is not ready: {target[1]}")
             if reply == 0
-            else replies.open_digest(target[1], reply)
+            else self._opened(target[1], reply)
             for target, reply in zip(targets, found, strict=True)
         ]
+
+    def _opened(self, timeline: str, reply: Reply) -> OpenDigest:
+        """An open's reply decoded, with the timeline's due rule (store.due) attached."""
+        digest = replies.open_digest(timeline, reply)
+        digest.next_due = next_due(self.calls.timeline_policy(timeline))
+        return digest
 
     def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
         """close() for several digests: one FCALL per partition (ds_close_many), pipelined the

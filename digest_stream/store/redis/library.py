@@ -27,7 +27,7 @@ from digest_stream.store.redis.policy_wire import POLICY_FIELDS
 NAME = "digest_stream"
 #: Version of the library this code expects on the server (``ds_version`` answers it): bump it
 #: with any change of the Lua, so a node running other code is told apart by version first.
-VERSION = "21"
+VERSION = "22"
 
 #: The parts of ``store/redis/lua/``, in the order they are joined: each uses only names that the
 #: constants or the parts before it define (a local not yet declared would be read as a global).
@@ -63,6 +63,8 @@ LUA_CONSTANTS: dict[str, object] = {
     "CAUSES": {reason.lower(): letter for reason, letter in limits.CAUSES.items()},
     # the operation of each code of ds_add's packed controls: its position, from 1
     "CONTROL_CODES": CONTROLS,
+    # each operation by its member name in lower case (CONTROLS.flush)
+    "CONTROLS": {control.name.lower(): control.value for control in CONTROLS},
     # each packed policy option's name and guard, in the packed order (policy_wire.py)
     "POLICY_FIELDS": POLICY_FIELDS,
     # the wire protocol: formats, widths, key suffixes and layouts, reply positions

@@ -15,6 +15,7 @@ from digest_stream.store.base import (
     DueBatch,
     NewRecord,
 )
+from digest_stream.store.due import next_due
 from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
 from digest_stream.store.redis import protocol, replies
 from digest_stream.store.redis.calls import RedisCalls
@@ -32,7 +33,7 @@ _RECORD_HEAD, _RECORD_TAIL = (head.pack for head in protocol.RECORD.heads)
 _CONTROL_HEAD, _NAME_LENGTH = (head.pack for head in protocol.CONTROL.heads)
 #: Operation codes of CONTROL: each control's position in CONTROLS, from 1 (the Lua's
 #: CONTROL_CODES is written from the same tuple).
-CONTROL_CODES = {control: code for code, control in enumerate(CONTROLS, start=1)}
+CONTROL_CODES: dict[str, int] = {control: code for code, control in enumerate(CONTROLS, start=1)}
 
 
 def _short_ascii(value: object) -> bool:
@@ -152,7 +153,10 @@ class RedisWrites:
                 *((b"".join(control_parts),) if control_parts else ()),
             ],
         )
-        return replies.add_result(reply, records, now)
+        result = replies.add_result(reply, records, now)
+        for digest in result.opened:  # the leading edge's: each with its due rule (store.due)
+            digest.next_due = next_due(self.calls.resolver(digest.timeline))
+        return result
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""

@@ -55,6 +55,7 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
         f"local OPEN_NONCE_LENGTH = {limits.OPEN_NONCE_LENGTH}",
         "local CAUSES = {" + causes + "}",
         "local CONTROL_CODES = {" + ", ".join(f"'{c}'" for c in CONTROLS) + "}",
+        "local CONTROLS = {" + ", ".join(f"{c.name.lower()} = '{c}'" for c in CONTROLS) + "}",
         "local POLICY_FIELDS = {"
         + ", ".join(f"{{'{spec.name}', '{spec.kind.packed}'}}" for spec in PACKED)
         + "}",

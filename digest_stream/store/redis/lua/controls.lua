@@ -1,7 +1,7 @@
 -- controls.lua: the control operations a batch may hold (flush, cancel, cancel_all),
 -- applied by ds_add at their place among the records.
 -- Holds: cancel_records, flush_timeline, apply_control.
--- Needs: CAUSES (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
+-- Needs: CAUSES, CONTROLS (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
 --   format_float, format_timeline_meta, parse_timeline_meta (encoding); call_chunked (helpers);
 --   encode_inline, mark_cause, META, read_container, record_count (containers).
 
@@ -69,7 +69,7 @@ end
 -- One control operation on a timeline (ds_add applies a batch's controls with it).
 -- Returns became ready 1|0 and the records it cancelled.
 local function apply_control(tag, operation, timeline, id, now)
-    if operation == 'flush' then
+    if operation == CONTROLS.flush then
         return flush_timeline(tag, timeline, now), 0
     end
     return 0, cancel_records(timeline_key(tag, timeline), id)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from digest_stream.roles.publish.build import build
 from digest_stream.store.base import OpenDigest, StoredRecord
+from digest_stream.store.due import next_due
 from digest_stream.store.policy import TimelinePolicy
-from digest_stream.wire import codec, envelope
+from digest_stream.wire import codec, envelope, formats
+from digest_stream.wire.formats import DigestFormat
 from digest_stream.wire.models import Digest, DigestReason, Event, ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields
 
@@ -23,50 +27,68 @@ def _stored(n: int, *, payload: bytes = b"p", fp: str | None = None) -> StoredRe
     return StoredRecord(f"r{n}", 1000.0 + n, codec.encode_event(event))
 
 
-def _digest(records: list[StoredRecord], dropped: int = 0, reason: str = "COOLDOWN") -> OpenDigest:
-    return OpenDigest("d1", "t", records, dropped, 1500.0, reason=reason)
+def _digest(
+    records: list[StoredRecord],
+    dropped: int = 0,
+    reason: str = "COOLDOWN",
+    policy: TimelinePolicy = TimelinePolicy(),  # noqa: B008 (frozen)
+) -> OpenDigest:
+    """Opened as a store opens it: with its policy's due rule."""
+    return OpenDigest("d1", "t", records, dropped, 1500.0, reason=reason, next_due=next_due(policy))
 
 
-def _decoded(values: list[bytes]) -> list[Digest]:
-    return [codec.decode_digest(value) for value in values]
+@pytest.fixture(params=["avro", "json"])
+def output(request: pytest.FixtureRequest) -> DigestFormat:
+    """Every test holds in each output format."""
+    return formats.choose(request.param)
 
 
-def test_a_digest_is_one_message_of_its_records_newest_first_with_the_policys_fields() -> None:
-    digest = _digest([_stored(2), _stored(1), _stored(0)], dropped=4)
-    built = build(_entry(), digest, TimelinePolicy(minimum_delay=60), now=NOW, max_bytes=MAX)
-    (one,) = _decoded(built.values)
+def _decoded(values: list[bytes], output: DigestFormat) -> list[Digest]:
+    return [output.decode(value) for value in values]
+
+
+def test_a_digest_is_one_message_of_its_records_newest_first_with_the_policys_fields(
+    output: DigestFormat,
+) -> None:
+    policy = TimelinePolicy(minimum_delay=60)
+    digest = _digest([_stored(2), _stored(1), _stored(0)], dropped=4, policy=policy)
+    built = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, output=output)
+    (one,) = _decoded(built.values, output)
     assert [r.id for r in one.records] == ["r2", "r1", "r0"]
     assert (one.id, one.timeline, one.part, one.parts) == ("d1", "t", 1, 1)
     assert (one.start, one.end, one.opened_at) == (1_000_000, 1_000_002, 1_500_000)
     assert (one.dropped, one.total) == (4, 7)  # total: taken plus trimmed before
     assert one.reason == DigestReason.COOLDOWN
     assert one.next_delivery_at == int((NOW + 60) * 1000)
-    assert built.whole is None  # nothing asked for the model
+    # nothing asked for the model: Avro lays the stored bytes out, JSON needs the models
+    assert (built.whole is None) == (output.name == "avro")
     assert (built.headers, built.unreadable) == ([], [])
 
 
-def test_built_as_stored_or_through_the_models_the_bytes_are_the_same() -> None:
+def test_built_as_stored_or_through_the_models_the_bytes_are_the_same(output: DigestFormat) -> None:
     digest = _digest([_stored(1), _stored(0)])
     policy = TimelinePolicy()
-    stored = build(_entry(), digest, policy, now=NOW, max_bytes=MAX)
-    modelled = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, whole=True)
+    stored = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, output=output)
+    modelled = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, output=output, whole=True)
     assert modelled.values == stored.values
     assert modelled.whole is not None
     assert [r.id for r in modelled.whole.records] == ["r1", "r0"]
 
 
-def test_a_re_announced_entry_goes_out_as_recovered() -> None:
+def test_a_re_announced_entry_goes_out_as_recovered(output: DigestFormat) -> None:
     built = build(
         _entry(ScheduleReason.RECOVERED), _digest([_stored(0)]), TimelinePolicy(),
-        now=NOW, max_bytes=MAX,
+        now=NOW, max_bytes=MAX, output=output,
     )  # fmt: skip
-    assert _decoded(built.values)[0].reason == DigestReason.RECOVERED
+    assert _decoded(built.values, output)[0].reason == DigestReason.RECOVERED
 
 
-def test_collapse_by_collapses_records_sharing_the_attribute() -> None:
+def test_collapse_by_collapses_records_sharing_the_attribute(output: DigestFormat) -> None:
     digest = _digest([_stored(2, fp="A"), _stored(1, fp="B"), _stored(0, fp="A")])
-    built = build(_entry(), digest, TimelinePolicy(collapse_by="fp"), now=NOW, max_bytes=MAX)
-    (one,) = _decoded(built.values)
+    built = build(
+        _entry(), digest, TimelinePolicy(collapse_by="fp"), now=NOW, max_bytes=MAX, output=output
+    )
+    (one,) = _decoded(built.values, output)
     assert [(r.id, r.count, r.first_seen) for r in one.records] == [
         ("r2", 2, 1_000_000),
         ("r1", 1, None),
@@ -74,29 +96,35 @@ def test_collapse_by_collapses_records_sharing_the_attribute() -> None:
     assert one.total == 3
 
 
-def test_an_unreadable_record_is_left_out_counted_and_named() -> None:
+def test_an_unreadable_record_is_left_out_counted_and_named(output: DigestFormat) -> None:
     broken = StoredRecord("bad", 1000.5, b"\x02")  # cut short
     built = build(_entry(), _digest([_stored(1), broken, _stored(0)]), TimelinePolicy(),
-                  now=NOW, max_bytes=MAX)  # fmt: skip
-    (one,) = _decoded(built.values)
+                  now=NOW, max_bytes=MAX, output=output)  # fmt: skip
+    (one,) = _decoded(built.values, output)
     assert [r.id for r in one.records] == ["r1", "r0"]
     assert (one.dropped, one.total) == (1, 3)
     assert [record_id for record_id, _ in built.unreadable] == ["bad"]
 
 
-def test_a_digest_without_a_readable_record_publishes_nothing() -> None:
-    empty = build(_entry(), _digest([]), TimelinePolicy(), now=NOW, max_bytes=MAX)
+def test_a_digest_without_a_readable_record_publishes_nothing(output: DigestFormat) -> None:
+    empty = build(_entry(), _digest([]), TimelinePolicy(), now=NOW, max_bytes=MAX, output=output)
     assert (empty.values, empty.unreadable) == ([], [])
     broken = StoredRecord("bad", 1000.0, b"\xff")
-    unreadable = build(_entry(), _digest([broken]), TimelinePolicy(), now=NOW, max_bytes=MAX)
+    unreadable = build(
+        _entry(), _digest([broken]), TimelinePolicy(), now=NOW, max_bytes=MAX, output=output
+    )
     assert unreadable.values == []
     assert [record_id for record_id, _ in unreadable.unreadable] == ["bad"]
 
 
-def test_a_digest_too_large_for_one_message_goes_out_in_parts_within_the_limit() -> None:
+def test_a_digest_too_large_for_one_message_goes_out_in_parts_within_the_limit(
+    output: DigestFormat,
+) -> None:
     records = [_stored(n, payload=bytes(3000)) for n in reversed(range(20))]
-    built = build(_entry(), _digest(records), TimelinePolicy(), now=NOW, max_bytes=16_384)
-    parts = _decoded(built.values)
+    built = build(
+        _entry(), _digest(records), TimelinePolicy(), now=NOW, max_bytes=16_384, output=output
+    )
+    parts = _decoded(built.values, output)
     assert len(parts) > 1
     assert all(len(value) + len(b"t") <= 16_384 for value in built.values)
     assert [p.part for p in parts] == list(range(1, len(parts) + 1))
@@ -104,18 +132,20 @@ def test_a_digest_too_large_for_one_message_goes_out_in_parts_within_the_limit()
     assert [r.id for p in parts for r in p.records] == [f"r{n}" for n in reversed(range(20))]
 
 
-def test_carried_headers_ride_on_every_part() -> None:
+def test_carried_headers_ride_on_every_part(output: DigestFormat) -> None:
     event = codec.encode_event(Event(id="r0", timestamp=1_000_000, payload=b"p"))
     payload = envelope.wrap([("traceparent", b"00-abc")], frozenset({"traceparent"}), event)
     built = build(
         _entry(), _digest([StoredRecord("r0", 1000.0, payload)]), TimelinePolicy(),
-        now=NOW, max_bytes=MAX,
+        now=NOW, max_bytes=MAX, output=output,
     )  # fmt: skip
     assert built.headers == [("traceparent", b"00-abc")]
-    assert [r.id for r in _decoded(built.values)[0].records] == ["r0"]
+    assert [r.id for r in _decoded(built.values, output)[0].records] == ["r0"]
 
 
-def test_checked_records_give_the_same_bytes_from_their_stored_timestamps() -> None:
+def test_checked_records_give_the_same_bytes_from_their_stored_timestamps(
+    output: DigestFormat,
+) -> None:
     # As the ingest stores them: seconds, the event's milliseconds divided by 1,000.
     millis = [1_764_000_000_123, 1_764_000_000_999, 1_764_000_001_001]
     records = [
@@ -126,7 +156,10 @@ def test_checked_records_give_the_same_bytes_from_their_stored_timestamps() -> N
     ][::-1]
     digest = _digest(records)
     policy = TimelinePolicy()
-    checked = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, checked=True)
-    assert checked.values == build(_entry(), digest, policy, now=NOW, max_bytes=MAX).values
-    (one,) = _decoded(checked.values)
+    checked = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, output=output, checked=True)
+    assert (
+        checked.values
+        == build(_entry(), digest, policy, now=NOW, max_bytes=MAX, output=output).values
+    )
+    (one,) = _decoded(checked.values, output)
     assert (one.start, one.end) == (millis[0], millis[-1])

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from zoneinfo import ZoneInfo
+import pytest
 
-from digest_stream.roles.publish.compose import collapse, compose, next_delivery_at
+from digest_stream.roles.publish.compose import collapse, compose, head
 from digest_stream.store.base import OpenDigest, StoredRecord
+from digest_stream.store.due import next_due
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire.models import DigestReason, Record, ScheduleEntry, ScheduleReason
 
@@ -40,16 +40,14 @@ def test_collapsing_collapsed_records_adds_their_counts() -> None:
     assert [(r.id, r.count, r.first_seen) for r in again] == [("b", 6, 1)]
 
 
-def test_next_delivery_is_the_cool_down_the_flush_floor_or_the_next_fire() -> None:
-    now = 1_000.0
-    assert next_delivery_at(TimelinePolicy(minimum_delay=300), now) == 1_300_000
-    assert next_delivery_at(TimelinePolicy(minimum_delay=300, flush_at=5), now) == 1_001_000
-    berlin = ZoneInfo("Europe/Berlin")
-    at = datetime(2026, 3, 2, 10, tzinfo=berlin).timestamp()
-    daily = TimelinePolicy(schedule="0 9 * * *", timezone="Europe/Berlin")
-    assert next_delivery_at(daily, at) == int(
-        datetime(2026, 3, 3, 9, tzinfo=berlin).timestamp() * 1000
-    )
+def test_next_delivery_is_the_stores_due_rule_at_the_close() -> None:
+    stored = [StoredRecord("r0", 0.0, b"")]
+    opened = OpenDigest("a" * 32, "t", stored, 0, 10.0)
+    entry = ScheduleEntry(timeline="t", partition=0, scheduled_at=1, reason="IMMEDIATE")
+    with pytest.raises(ValueError, match="without its due rule"):
+        head(entry, opened, 20.0)  # only the store knows when the timeline is due
+    opened.next_due = next_due(TimelinePolicy(minimum_delay=300))
+    assert head(entry, opened, 1_000.0)[-1] == 1_300_000
 
 
 def test_compose_explains_the_digest_and_counts_what_trimming_and_collapse_hid() -> None:
@@ -60,6 +58,7 @@ def test_compose_explains_the_digest_and_counts_what_trimming_and_collapse_hid()
         timeline="t", partition=0, scheduled_at=1, reason=ScheduleReason.SCHEDULED
     )
     policy = TimelinePolicy(minimum_delay=60, collapse_by="fp")
+    opened.next_due = next_due(policy)
     digest = compose(entry, opened, records, 5, policy, 20.0)
     assert (digest.reason, digest.total, digest.next_delivery_at) == (
         DigestReason.FLUSH_AT,
