@@ -2,8 +2,9 @@
 -- applied by ds_add at their place among the records.
 -- Holds: cancel_records, flush_timeline, apply_control.
 -- Needs: CAUSES, CONTROLS (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
---   format_float, format_timeline_meta, parse_timeline_meta (encoding); call_chunked (helpers);
---   encode_inline, mark_cause, META, read_container, record_count (containers).
+--   format_float, format_timeline_meta, parse_timeline_meta (encoding); call_chunked
+--   (helpers); encode_inline, META, read_container, record_count (containers); mark_cause
+--   (container_writes).
 
 -- Removes pending records of a timeline container (all of them, or the one `id`), keeping
 -- its meta (last delivery, marks, cause). Returns how many it removed.

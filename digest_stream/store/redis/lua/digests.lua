@@ -7,7 +7,7 @@
 --   ready_key, timeline_key, waiting_key (keys); format_digest_meta, format_float,
 --   format_timeline_meta, parse_digest_meta, parse_timeline_meta, ttl_ms (encoding);
 --   call_chunked, sort_records (helpers); encode_inline, held_count, holds_no_records, META,
---   read_container, read_head, read_meta, write_meta (containers).
+--   read_container, read_head, read_meta (containers); write_meta (container_writes).
 
 -- The tag and timeline of a timeline-level call (its first argument: the timeline).
 local function timeline_keys(keys, args)

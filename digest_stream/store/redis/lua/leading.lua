@@ -2,8 +2,8 @@
 -- digest in the same call.
 -- Holds: leading_records, lead, begin_leading, end_leading.
 -- Needs: CAUSES, DIGEST_ID_LENGTH, OPEN_NONCE_LENGTH (Python); digest_key (keys);
---   format_digest_meta, format_integer (encoding); distinct_records, encode_inline
---   (containers).
+--   format_digest_meta, format_integer (encoding); encode_inline (containers);
+--   distinct_records (container_writes).
 --
 -- A timeline an add finds with nothing stored gets its first digest in that same add, in
 -- exactly the state ds_open leaves: the digest (id: the nonce and its number) holds the

@@ -8,8 +8,9 @@
 -- Needs: ADD_ARGS, ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET, OPEN_NONCE_LENGTH (Python);
 --   invalid_argument, parse_integer, parse_policies, parse_time, parse_topic_id, parse_ttl,
 --   POLICY_WIDTH (guards); call_tag (keys); format_integer, ttl_ms (encoding); read_fence,
---   refresh_partition_ttl (helpers); begin_leading, end_leading (leading); add_run,
---   add_with_controls, advance_fence, parse_controls, parse_records, parse_timelines (add).
+--   refresh_partition_ttl (helpers); begin_leading, end_leading (leading); parse_controls,
+--   parse_records, parse_timelines (add_args); add_run, add_with_controls, advance_fence
+--   (add).
 --
 -- expected_fence, through_offset, topic_id, open_nonce: "" = none. policies: their count,
 -- then POLICY_WIDTH arguments each (parse_policies); a timeline points at its own by index. timelines, records, controls: packed

@@ -3,8 +3,8 @@
 -- ARGV: timeline
 -- Reply: state, due, last_delivery, pending, digest_id, open_records, dropped, cause
 -- Needs: INSPECT_REPLY (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
---   format_float, parse_digest_meta, parse_timeline_meta (encoding); last_delivery_of,
---   read_meta, record_count (containers); timeline_keys (digests).
+--   format_float, parse_digest_meta, parse_timeline_meta (encoding); read_meta, record_count
+--   (containers); last_delivery_of (container_writes); timeline_keys (digests).
 --
 -- Reply: due, last_delivery, digest_id and cause nil when none; cause is the letter recorded
 -- with its records, else with its open digest.

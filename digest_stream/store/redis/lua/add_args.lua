@@ -1,0 +1,135 @@
+-- add_args.lua: reading ds_add's packed arguments (its timelines, records and controls),
+-- every one checked before anything is written.
+-- Holds: new_timeline, unpacked, parse_timelines, parse_records, parse_controls.
+-- Needs: CONTROL_CODES, CONTROL_FORMAT, MAX_NAME_BYTES, MAX_OFFSET, RECORD_FORMAT,
+--   TIMELINE_FORMAT (Python); invalid_argument, parse_integer, parse_name, parse_time
+--   (guards); timeline_key (keys); format_integer (encoding).
+
+-- ds_add takes its timelines, its records and its controls each as ONE packed argument
+-- (TIMELINE_FORMAT, RECORD_FORMAT and CONTROL_FORMAT, declared in store/redis/protocol.py):
+-- one argument per record field cost the client more than the Lua did.
+
+-- A timeline of an add call: its own state and its (shared) policy, not a copy of the
+-- policy's values (at one record per timeline, every per-timeline field is per-record
+-- work). The state fields add and begin_timelines set are made here, so the table is
+-- allocated at its final size once.
+local function new_timeline(policy, timeline, key)
+    return {
+        timeline = timeline, key = key, policy = policy, ready = false, due_changed = false,
+        became_ready = false, head = false, batch = false, touched = false,
+    }
+end
+
+-- Runs `decode` (which walks a packed argument with struct.unpack); a packed argument
+-- that ends early or holds too little is refused as one, the guards' own errors pass.
+local function unpacked(decode, what)
+    local ok, err = pcall(decode)
+    if not ok then
+        -- pcall hands a guard's error({err = ...}) back as its "ERR ..." string; a struct
+        -- error is a plain message ("<script>: bad argument ...")
+        if type(err) == 'table' then
+            error(err)
+        elseif type(err) == 'string' and string.sub(err, 1, 4) == 'ERR ' then
+            error({err = err})
+        end
+        invalid_argument('malformed ' .. what)
+    end
+end
+
+-- The timelines of an add call (one packed argument): each with its policy (parsed once
+-- per distinct policy) and key.
+local function parse_timelines(packed, tag, policies)
+    local timelines, seen = {}, {}
+    unpacked(function()
+        local position, size = 1, #packed
+        while position <= size do
+            local index, name
+            index, name, position = struct.unpack(TIMELINE_FORMAT, packed, position)
+            local policy = policies[index]
+            if policy == nil then
+                parse_integer(index, 'policy index', 1, #policies)
+            end
+            parse_name(name, 'timeline')
+            if seen[name] then
+                invalid_argument('timeline listed twice: ' .. name)
+            end
+            seen[name] = true
+            local timeline = new_timeline(policy, name, timeline_key(tag, name))
+            timelines[#timelines + 1] = timeline
+        end
+    end, 'timelines')
+    return timelines
+end
+
+-- The records of an add call (one packed argument), each pointing at its timeline.
+-- Per record, the checks run inline and the parse_* helpers only raise the error:
+-- this loop is the one part of the library that runs once per record.
+local function parse_records(packed, timelines, through_offset)
+    local records, count = {}, 0
+    -- the loop's library functions and limits as locals: read once per call, not per record
+    local unpack, huge, last = struct.unpack, math.huge, through_offset or MAX_OFFSET
+    unpacked(function()
+        local position, size = 1, #packed
+        while position <= size do
+            local index, id, timestamp, offset, payload
+            index, id, timestamp, offset, payload, position =
+                unpack(RECORD_FORMAT, packed, position)
+            -- a table lookup: nil unless an integer in 1..#timelines
+            local timeline = timelines[index]
+            if timeline == nil then
+                parse_integer(index, 'timeline index', 1, #timelines)
+            end
+            local length = #id
+            if length == 0 or length > MAX_NAME_BYTES then
+                parse_name(id, 'record id')
+            end
+            if not (timestamp >= 0 and timestamp < huge) then
+                parse_time(timestamp, 'record timestamp')
+            end
+            -- an integer (a whole double: `% 1` is an operator, math.floor a call) up to the
+            -- through offset; else the precise error
+            if not (offset >= 0 and offset <= last) or offset % 1 ~= 0 then
+                parse_integer(offset, 'offset', 0, MAX_OFFSET)
+                invalid_argument('record offset ' .. format_integer(offset)
+                    .. ' is past through_offset ' .. format_integer(through_offset))
+            end
+            count = count + 1
+            records[count] = {
+                timeline = timeline,
+                id = id,
+                timestamp = timestamp,
+                offset = offset,
+                payload = payload,
+            }
+        end
+    end, 'records')
+    return records
+end
+
+-- The control operations of an add call (one packed argument, in order): each with the
+-- number of records before it, so the call applies both in their offset order.
+local function parse_controls(packed, record_count, through_offset)
+    local controls, previous = {}, 0
+    unpacked(function()
+        local position, size = 1, #packed
+        while position <= size do
+            local before, offset, code, timeline, id
+            before, offset, code, timeline, id, position =
+                struct.unpack(CONTROL_FORMAT, packed, position)
+            parse_integer(before, 'records before a control', previous, record_count)
+            previous = before
+            parse_integer(offset, 'offset', 0, through_offset or MAX_OFFSET)
+            local operation = CONTROL_CODES[code]
+            if operation == nil then
+                invalid_argument('unknown control operation code: ' .. tostring(code))
+            end
+            parse_name(timeline, 'timeline')
+            controls[#controls + 1] = {
+                before = before, offset = offset, operation = operation, timeline = timeline,
+                id = operation == 'cancel' and parse_name(id, 'record id') or nil,
+            }
+        end
+    end, 'controls')
+    return controls
+end
+

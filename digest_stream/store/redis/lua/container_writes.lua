@@ -1,0 +1,260 @@
+-- container_writes.lua: writing record containers (containers.lua holds their encodings and
+-- reading): a meta replaced in place, a batch appended or stored in the fitting encoding,
+-- trimmed to capacity, and a cause marked.
+-- Holds: write_meta, last_delivery_of, hash_fields, write_hash, trim_victims,
+--   SHORT_STRING_HEADER, string_header, PADDED_WRITTEN, distinct_records, append_inline,
+--   store_batch, mark_cause.
+-- Needs: digest_key (keys); encode_field, format_timeline_meta, format_written,
+--   parse_digest_meta, parse_timeline_meta, WRITTEN_WIDTH (encoding); call_chunked,
+--   sort_records (helpers); decode_inline, encode_inline, hash_record_count, inline_blob,
+--   INLINE_MAX_BYTES, META, read_container, read_head, read_meta (containers).
+
+-- Replaces the meta of the container `head` was read from, keeping its records; a
+-- missing container becomes an inline one holding only the meta.
+local function write_meta(key, head, meta)
+    if head.kind == 'hash' then
+        redis.call('HSET', key, META, meta)
+    elseif head.start ~= nil then
+        -- keep the records' bytes as they are; only the head changes
+        local records = string.sub(inline_blob(key, head), head.start)
+        redis.call('SET', key, cmsgpack.pack(meta) .. records, 'KEEPTTL')
+    else
+        -- missing, or an unreadable head: no record behind it could be decoded either
+        redis.call('SET', key, encode_inline(meta, {}), 'KEEPTTL')
+    end
+end
+
+-- A timeline's last delivery: in its own meta (parsed), else in its open digest's meta
+-- (the digest carries it while open). `digest`: that digest's parsed meta, false when
+-- the caller found none, or nil to have it read here, only when it is needed.
+local function last_delivery_of(tag, timeline, meta, digest)
+    if meta.last_delivery ~= nil then
+        return meta.last_delivery
+    end
+    if digest == nil then
+        digest = parse_digest_meta(read_meta(digest_key(tag, timeline)))
+    end
+    return digest and digest.last_delivery or nil
+end
+
+-- Appends `records` to `fields` as HSET field/value pairs: id -> timestamp .. payload.
+local function hash_fields(fields, records)
+    for _, record in ipairs(records) do
+        fields[#fields + 1] = record.id
+        fields[#fields + 1] = encode_field(record.timestamp, record.payload)
+    end
+    return fields
+end
+
+local function write_hash(key, meta, records)
+    redis.call('DEL', key)
+    call_chunked('HSET', key, hash_fields({META, meta}, records))
+end
+
+-- Ids to remove so that `records` keeps the newest `capacity`; damaged ids go first.
+local function trim_victims(tag, records, damaged, capacity)
+    local victims = {}
+    for _, id in ipairs(damaged) do
+        table.insert(victims, id)
+    end
+    -- damaged entries are gone anyway: only intact records count against capacity
+    local excess = #records - capacity
+    if excess > 0 then
+        local oldest_first = sort_records(tag, records, false)
+        for i = 1, excess do
+            table.insert(victims, oldest_first[i].id)
+        end
+    end
+    return victims
+end
+
+-- The msgpack header of a string of `length` bytes, as cmsgpack writes it (fixstr, str8,
+-- str16, str32), so a record packed by hand reads back exactly like one cmsgpack packed.
+local SHORT_STRING_HEADER = {} -- by length, filled as they come (as COUNT_TEXT)
+
+local function string_header(length)
+    if length <= 0xff then
+        local header = SHORT_STRING_HEADER[length]
+        if header == nil then
+            header = length < 32 and string.char(0xa0 + length) or string.char(0xd9, length)
+            SHORT_STRING_HEADER[length] = header
+        end
+        return header
+    elseif length <= 0xffff then
+        return struct.pack('>BH', 0xda, length)
+    end
+    return struct.pack('>BI4', 0xdb, length)
+end
+
+-- A timeline meta whose written count is WRITTEN_WIDTH (3) digits wide (format_written):
+-- the count append_inline rewrites in place. (A literal: the library's load cannot call
+-- string functions.)
+local PADDED_WRITTEN = '^%d%d%d|'
+
+-- The records of a batch, one per id: a repeated id keeps its first place and its last
+-- value (as if it had overwritten the earlier one).
+local function distinct_records(batch)
+    if #batch < 2 then
+        return batch
+    end
+    local records, position = {}, {}
+    for _, record in ipairs(batch) do
+        local index = position[record.id]
+        if index == nil then
+            records[#records + 1] = record
+            position[record.id] = #records
+        else
+            records[index] = record
+        end
+    end
+    return records
+end
+
+-- The common case of an inline (or missing) container, in O(batch): the records are
+-- appended to the stored value (APPEND) and the count at its head rewritten in place
+-- (SETRANGE, the same width: WRITTEN_WIDTH), without reading the records stored: the head
+-- (read_head with prefix_only) is all it needs. A record whose id is stored already is
+-- appended too, and supersedes the earlier entry (decode_inline); `written` counts entries,
+-- so it bounds the records held from above, and every limit checked on it (inline_records,
+-- capacity) holds for the exact count too. Past a limit the general path decodes and
+-- counts exactly. Returns the count written, or false to send the caller there.
+local function append_inline(key, head, batch, capacity, inline_records, ms)
+    if head.kind == 'inline' and (head.start == nil
+            or not string.find(head.meta, PADDED_WRITTEN)) then
+        return false -- an unreadable head, or a count written before it was padded
+    end
+    local meta = head.parsed or parse_timeline_meta(head.meta)
+    local records = distinct_records(batch)
+    local count = meta.written + #records
+    if count > inline_records or (capacity > 0 and count > capacity)
+            or count >= 10 ^ WRITTEN_WIDTH then
+        return false
+    end
+    -- parts[1] and [2]: for a value written whole (below), its head and the records stored;
+    -- then byte for byte what cmsgpack.pack(id, timestamp, payload) writes per record
+    local parts = {'', ''}
+    for _, record in ipairs(records) do
+        parts[#parts + 1] = string_header(#record.id)
+        parts[#parts + 1] = record.id
+        parts[#parts + 1] = cmsgpack.pack(record.timestamp)
+        parts[#parts + 1] = string_header(#record.payload)
+        parts[#parts + 1] = record.payload
+    end
+    meta.written = count
+    if head.kind ~= 'inline' or head.blob ~= nil then
+        -- a new container, or one read whole with its head (shorter than HEAD_READ, often
+        -- just a meta: what the leading edge leaves): one SET instead of four commands
+        parts[1] = cmsgpack.pack(format_timeline_meta(meta))
+        parts[2] = head.blob and string.sub(head.blob, head.start) or ''
+        local blob = table.concat(parts)
+        if #blob > INLINE_MAX_BYTES then
+            return false
+        end
+        redis.call('SET', key, blob, 'PX', ms)
+        if head.kind == 'inline' then
+            head.blob, head.appended = nil, true -- as below: stale, and written is a bound
+        end
+        return count
+    end
+    local length = redis.call('APPEND', key, table.concat(parts))
+    if length > INLINE_MAX_BYTES then
+        -- grown past the inline size: a hash of everything it holds now, the batch included
+        local _, stored, _, superseded = decode_inline(redis.call('GET', key))
+        head.blob = nil -- what was read is stale
+        meta.written = count - superseded
+        write_hash(key, format_timeline_meta(meta), stored)
+        redis.call('PEXPIRE', key, ms)
+        return meta.written
+    end
+    head.blob, head.appended = nil, true -- what was read is stale; written is a bound
+    redis.call('SETRANGE', key, head.start - #head.meta - 1, format_written(count))
+    -- APPEND leaves the string room to grow (as much again as its length: a timeline that
+    -- gets one record per batch would hold twice its bytes); BITOP writes the same bytes to
+    -- a value of exactly their size (dropping the TTL, which is set again below).
+    redis.call('BITOP', 'OR', key, key)
+    redis.call('PEXPIRE', key, ms)
+    return count
+end
+
+-- Applies one batch's records (in order) to a timeline container, trims it to
+-- capacity, stores it in the fitting encoding and sets its TTL (ms). `head` is the
+-- container as begin_timelines found it (nothing has written it since; an inline one
+-- possibly read as its prefix only). Returns how many it dropped, and how many records it
+-- holds now (for an inline container appended to: entries, an upper bound).
+local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
+    if head.kind ~= 'hash' then
+        local written = append_inline(key, head, batch, capacity, inline_records, ms)
+        if written then
+            return 0, written
+        end
+    end
+    if head.kind == 'hash' then
+        local meta = head.parsed or parse_timeline_meta(head.meta)
+        meta.written = meta.written + call_chunked('HSET', key, hash_fields({}, batch))
+        local dropped = 0
+        if capacity > 0 and hash_record_count(key, head) > capacity then
+            local container = read_container(key, 'hash')
+            local victims = trim_victims(tag, container.records, container.damaged, capacity)
+            call_chunked('HDEL', key, victims)
+            dropped = #victims
+            meta.written = meta.written - dropped
+            meta.dropped = meta.dropped + dropped
+        end
+        redis.call('HSET', key, META, format_timeline_meta(meta))
+        redis.call('PEXPIRE', key, ms)
+        return dropped, meta.written
+    end
+
+    -- the general path: decoded, merged, trimmed and written whole (a missing container
+    -- may carry a fresh meta)
+    local raw_meta, records, superseded = head.meta, {}, 0
+    if head.kind == 'inline' then
+        local _
+        raw_meta, records, _, superseded = decode_inline(inline_blob(key, head))
+    end
+    local meta = parse_timeline_meta(raw_meta)
+    meta.written = math.max(0, meta.written - superseded) -- the rewrite drops those entries
+    local position = {}
+    for index, record in ipairs(records) do
+        position[record.id] = index
+    end
+    for _, record in ipairs(batch) do
+        local index = position[record.id]
+        local stored = {id = record.id, timestamp = record.timestamp, payload = record.payload}
+        if index == nil then
+            table.insert(records, stored)
+            position[record.id] = #records
+            meta.written = meta.written + 1
+        else
+            records[index] = stored
+        end
+    end
+    local dropped = 0
+    if capacity > 0 and #records > capacity then
+        records = sort_records(tag, records, false)
+        dropped = #records - capacity
+        local kept = {}
+        for i = dropped + 1, #records do
+            kept[#kept + 1] = records[i]
+        end
+        records = kept
+        meta.written = meta.written - dropped
+        meta.dropped = meta.dropped + dropped
+    end
+    local blob = #records <= inline_records and encode_inline(format_timeline_meta(meta), records)
+    if blob and #blob <= INLINE_MAX_BYTES then
+        redis.call('SET', key, blob, 'PX', ms)
+    else
+        write_hash(key, format_timeline_meta(meta), records)
+        redis.call('PEXPIRE', key, ms)
+    end
+    return dropped, meta.written
+end
+
+-- Sets the cause in the meta of an existing container, keeping its records.
+local function mark_cause(key, cause)
+    local head = read_head(key)
+    local meta = parse_timeline_meta(head.meta)
+    meta.cause = cause
+    write_meta(key, head, format_timeline_meta(meta))
+end
