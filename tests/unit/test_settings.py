@@ -98,7 +98,7 @@ def test_readme_settings_table_is_generated_from_the_model() -> None:
     )
     assert match, "README.md lacks the settings-table markers"
     assert match.group(1).strip() == settings_table().strip(), (
-        "README settings table is stale: regenerate with `python -m digest_stream.settings`"
+        "README settings table is stale: regenerate with `python -m digest_stream.ops.config`"
     )
 
 
