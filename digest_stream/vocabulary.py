@@ -13,7 +13,7 @@ from typing import Final
 
 class DigestReason(StrEnum):
     """Why a digest went out now (``Digest.reason``; the Avro enum of schemas/digest.avsc,
-    whose symbol order is checked against this at import, wire/reason_index.py)."""
+    whose symbol order is checked against this at import, wire/symbols.py)."""
 
     IMMEDIATE = "IMMEDIATE"
     """First event of a quiet timeline: delivered at once."""

@@ -1,5 +1,5 @@
-"""One digest, built: from its schedule entry, the opened digest and the timeline's policy to
-the message values that publish it.
+"""One digest, built: from its schedule entry and the opened digest (which carries its
+timeline's policy, in the due rule the store attached) to the message values that publish it.
 
 Pure: no Kafka, no Redis, no clock (``now`` is given). Two ways give the same message: the
 output format's own fast path for the common digest (Avro: the stored event bytes become its
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from digest_stream.roles.publish.compose import Entry, compose, head
+from digest_stream.roles.publish.compose import Entry, compose, due_rule, head
 from digest_stream.roles.publish.parts import encoded_parts, part_budget
 from digest_stream.store.base import OpenDigest
 from digest_stream.store.policy import TimelinePolicy
@@ -37,7 +37,6 @@ class Built:
 def build(
     entry: Entry,
     digest: OpenDigest,
-    policy: TimelinePolicy,
     *,
     now: float,
     max_bytes: int,
@@ -45,11 +44,13 @@ def build(
     whole: bool = False,
     checked: bool = False,
 ) -> Built:
-    """The messages that publish ``digest`` (opened for ``entry``) under ``policy`` in the
-    ``output`` format, each within ``max_bytes`` next to its key and headers; ``whole``:
-    always build the Digest model too (hooks see it). ``now`` is when the timeline is closed
+    """The messages that publish ``digest`` (opened for ``entry``) under its timeline's policy
+    (the one its due rule carries: resolved once, by the store's open) in the ``output``
+    format, each within ``max_bytes`` next to its key and headers; ``whole``: always build
+    the Digest model too (hooks see it). ``now`` is when the timeline is closed
     (next_delivery_at). ``checked``: the records' bytes are the ingest's, checked moments
     ago (the leading edge), not read back from Redis: their timestamps are taken as stored."""
+    policy = due_rule(digest).policy
     if not whole and policy.collapse_by is None:
         # The format's own fast path (Avro: the stored event bytes laid out as they are).
         stored = output.from_stored(head(entry, digest, now), digest.records, checked)

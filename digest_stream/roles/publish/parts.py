@@ -90,5 +90,4 @@ def part_budget(timeline: str, headers: list[tuple[str, bytes]], max_bytes: int)
         return max_bytes - len(timeline.encode())
     size = headers_size(headers)
     budget = max_bytes - len(timeline.encode()) - size
-    fits = budget >= MIN_PART_BUDGET and size <= MAX_CARRIED_HEADER_BYTES
-    return budget if not headers or fits else -1
+    return budget if budget >= MIN_PART_BUDGET and size <= MAX_CARRIED_HEADER_BYTES else -1

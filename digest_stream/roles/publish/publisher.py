@@ -44,7 +44,6 @@ class DigestPublisher:
         self._producer = producer
         self._hooks = hooks
         self._queue_full = metrics.producer_queue_full.labels(role=role)
-        self._policy = settings.resolver()  # collapse_by and the next delivery time
         self.report = Report(metrics, hooks, clock)
         # The output format, chosen once. Avro in schema registry mode: the Digest schema is
         # registered here, at start (a refusal stops the start); each part then gets its
@@ -67,7 +66,6 @@ class DigestPublisher:
         built = build(
             entry,
             digest,
-            self._policy(entry.timeline),
             now=closing_at,
             max_bytes=self._settings.max_message_bytes,
             output=self._format,

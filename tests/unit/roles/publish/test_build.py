@@ -1,4 +1,5 @@
-"""One digest built from (schedule entry, opened digest, policy): the messages that publish it."""
+"""One digest built from (schedule entry, opened digest with its policy): the messages that
+publish it."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_a_digest_is_one_message_of_its_records_newest_first_with_the_policys_fi
 ) -> None:
     policy = TimelinePolicy(minimum_delay=60)
     digest = _digest([_stored(2), _stored(1), _stored(0)], dropped=4, policy=policy)
-    built = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, output=output)
+    built = build(_entry(), digest, now=NOW, max_bytes=MAX, output=output)
     (one,) = _decoded(built.values, output)
     assert [r.id for r in one.records] == ["r2", "r1", "r0"]
     assert (one.id, one.timeline, one.part, one.parts) == ("d1", "t", 1, 1)
@@ -67,27 +68,23 @@ def test_a_digest_is_one_message_of_its_records_newest_first_with_the_policys_fi
 
 def test_built_as_stored_or_through_the_models_the_bytes_are_the_same(output: DigestFormat) -> None:
     digest = _digest([_stored(1), _stored(0)])
-    policy = TimelinePolicy()
-    stored = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, output=output)
-    modelled = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, output=output, whole=True)
+    stored = build(_entry(), digest, now=NOW, max_bytes=MAX, output=output)
+    modelled = build(_entry(), digest, now=NOW, max_bytes=MAX, output=output, whole=True)
     assert modelled.values == stored.values
     assert modelled.whole is not None
     assert [r.id for r in modelled.whole.records] == ["r1", "r0"]
 
 
 def test_a_re_announced_entry_goes_out_as_recovered(output: DigestFormat) -> None:
-    built = build(
-        _entry(ScheduleReason.RECOVERED), _digest([_stored(0)]), TimelinePolicy(),
-        now=NOW, max_bytes=MAX, output=output,
-    )  # fmt: skip
+    digest = _digest([_stored(0)])
+    built = build(_entry(ScheduleReason.RECOVERED), digest, now=NOW, max_bytes=MAX, output=output)
     assert _decoded(built.values, output)[0].reason == DigestReason.RECOVERED
 
 
 def test_collapse_by_collapses_records_sharing_the_attribute(output: DigestFormat) -> None:
-    digest = _digest([_stored(2, fp="A"), _stored(1, fp="B"), _stored(0, fp="A")])
-    built = build(
-        _entry(), digest, TimelinePolicy(collapse_by="fp"), now=NOW, max_bytes=MAX, output=output
-    )
+    records = [_stored(2, fp="A"), _stored(1, fp="B"), _stored(0, fp="A")]
+    digest = _digest(records, policy=TimelinePolicy(collapse_by="fp"))
+    built = build(_entry(), digest, now=NOW, max_bytes=MAX, output=output)
     (one,) = _decoded(built.values, output)
     assert [(r.id, r.count, r.first_seen) for r in one.records] == [
         ("r2", 2, 1_000_000),
@@ -98,7 +95,7 @@ def test_collapse_by_collapses_records_sharing_the_attribute(output: DigestForma
 
 def test_an_unreadable_record_is_left_out_counted_and_named(output: DigestFormat) -> None:
     broken = StoredRecord("bad", 1000.5, b"\x02")  # cut short
-    built = build(_entry(), _digest([_stored(1), broken, _stored(0)]), TimelinePolicy(),
+    built = build(_entry(), _digest([_stored(1), broken, _stored(0)]),
                   now=NOW, max_bytes=MAX, output=output)  # fmt: skip
     (one,) = _decoded(built.values, output)
     assert [r.id for r in one.records] == ["r1", "r0"]
@@ -107,12 +104,10 @@ def test_an_unreadable_record_is_left_out_counted_and_named(output: DigestFormat
 
 
 def test_a_digest_without_a_readable_record_publishes_nothing(output: DigestFormat) -> None:
-    empty = build(_entry(), _digest([]), TimelinePolicy(), now=NOW, max_bytes=MAX, output=output)
+    empty = build(_entry(), _digest([]), now=NOW, max_bytes=MAX, output=output)
     assert (empty.values, empty.unreadable) == ([], [])
     broken = StoredRecord("bad", 1000.0, b"\xff")
-    unreadable = build(
-        _entry(), _digest([broken]), TimelinePolicy(), now=NOW, max_bytes=MAX, output=output
-    )
+    unreadable = build(_entry(), _digest([broken]), now=NOW, max_bytes=MAX, output=output)
     assert unreadable.values == []
     assert [record_id for record_id, _ in unreadable.unreadable] == ["bad"]
 
@@ -121,9 +116,7 @@ def test_a_digest_too_large_for_one_message_goes_out_in_parts_within_the_limit(
     output: DigestFormat,
 ) -> None:
     records = [_stored(n, payload=bytes(3000)) for n in reversed(range(20))]
-    built = build(
-        _entry(), _digest(records), TimelinePolicy(), now=NOW, max_bytes=16_384, output=output
-    )
+    built = build(_entry(), _digest(records), now=NOW, max_bytes=16_384, output=output)
     parts = _decoded(built.values, output)
     assert len(parts) > 1
     assert all(len(value) + len(b"t") <= 16_384 for value in built.values)
@@ -136,7 +129,7 @@ def test_carried_headers_ride_on_every_part(output: DigestFormat) -> None:
     event = codec.encode_event(Event(id="r0", timestamp=1_000_000, payload=b"p"))
     payload = envelope.wrap([("traceparent", b"00-abc")], frozenset({"traceparent"}), event)
     built = build(
-        _entry(), _digest([StoredRecord("r0", 1000.0, payload)]), TimelinePolicy(),
+        _entry(), _digest([StoredRecord("r0", 1000.0, payload)]),
         now=NOW, max_bytes=MAX, output=output,
     )  # fmt: skip
     assert built.headers == [("traceparent", b"00-abc")]
@@ -155,11 +148,7 @@ def test_checked_records_give_the_same_bytes_from_their_stored_timestamps(
         for n, ms in enumerate(millis)
     ][::-1]
     digest = _digest(records)
-    policy = TimelinePolicy()
-    checked = build(_entry(), digest, policy, now=NOW, max_bytes=MAX, output=output, checked=True)
-    assert (
-        checked.values
-        == build(_entry(), digest, policy, now=NOW, max_bytes=MAX, output=output).values
-    )
+    checked = build(_entry(), digest, now=NOW, max_bytes=MAX, output=output, checked=True)
+    assert checked.values == build(_entry(), digest, now=NOW, max_bytes=MAX, output=output).values
     (one,) = _decoded(checked.values, output)
     assert (one.start, one.end) == (millis[0], millis[-1])
