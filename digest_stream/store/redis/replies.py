@@ -25,6 +25,7 @@ from digest_stream.store.base import (
     age_key,
     reason_of,
 )
+from digest_stream.store.due import NextDue
 from digest_stream.store.errors import InvalidArgument, InvalidState
 from digest_stream.store.limits import CAUSES
 from digest_stream.store.redis import protocol
@@ -188,8 +189,9 @@ def due_batch(reply: Reply) -> DueBatch:
     )
 
 
-def open_digest(timeline: str, reply: Reply) -> OpenDigest:
-    """``ds_open`` (protocol.OPEN_REPLY): records {id, timestamp, payload, ...}."""
+def open_digest(timeline: str, reply: Reply, rule: NextDue) -> OpenDigest:
+    """``ds_open`` (protocol.OPEN_REPLY): records {id, timestamp, payload, ...}; ``rule``:
+    the timeline's due rule (store.due), which every opened digest carries."""
     values = array(reply)
     flat = array(values[_OPEN["records"]])
     records = [
@@ -204,6 +206,7 @@ def open_digest(timeline: str, reply: Reply) -> OpenDigest:
         opened_at=number(values[_OPEN["opened_at"]]),
         expired=integer(values[_OPEN["expired"]]) == 1,
         reason=cause(values[_OPEN["cause"]]) or "IMMEDIATE",
+        next_due=rule,
     )
 
 
