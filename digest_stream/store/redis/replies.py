@@ -7,7 +7,7 @@ error replies to the store's exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from redis.exceptions import ResponseError
@@ -129,9 +129,12 @@ _STATS = protocol.STATS_REPLY.at
 _FENCE = protocol.FENCE_REPLY.at
 
 
-def add_result(reply: Reply, records: Sequence[NewRecord], now: float) -> AddResult:
+def add_result(
+    reply: Reply, records: Sequence[NewRecord], now: float, rule: Callable[[str], NextDue]
+) -> AddResult:
     """``ds_add`` (protocol.ADD_REPLY); ``records`` and ``now``: the call's (a led digest
-    holds its timeline's records of the call, not sent back)."""
+    holds its timeline's records of the call, not sent back); ``rule``: a timeline's due
+    rule, which each led digest carries."""
     values = array(reply)
     led = array(values[_ADD["led"]])
     fence_before = optional_integer(values[_ADD["fence_before"]])
@@ -144,12 +147,16 @@ def add_result(reply: Reply, records: Sequence[NewRecord], now: float) -> AddRes
         fence_after=optional_integer(values[_ADD["fence_after"]]),
         fence_topic=optional_text(values[_ADD["fence_topic"]]),
         cancelled=integer(values[_ADD["cancelled"]]),
-        opened=led_digests(led, records, fence_before, now) if led else [],
+        opened=led_digests(led, records, fence_before, now, rule) if led else [],
     )
 
 
 def led_digests(
-    led: list[Reply], records: Sequence[NewRecord], fence_before: int | None, now: float
+    led: list[Reply],
+    records: Sequence[NewRecord],
+    fence_before: int | None,
+    now: float,
+    rule: Callable[[str], NextDue],
 ) -> list[OpenDigest]:
     """The digests an add led ({timeline, id, ...}), from the call's own records: those
     past the fence found, one per id (its first place, its last value), newest first."""
@@ -167,7 +174,7 @@ def led_digests(
         ordered = (
             [*kept.values()] if len(kept) == 1 else sorted(kept.values(), key=age_key, reverse=True)
         )
-        digests.append(OpenDigest(digest_id, name, ordered, 0, now))
+        digests.append(OpenDigest(digest_id, name, ordered, 0, now, next_due=rule(name)))
     return digests
 
 

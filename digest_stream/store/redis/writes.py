@@ -153,10 +153,10 @@ class RedisWrites:
                 *((b"".join(control_parts),) if control_parts else ()),
             ],
         )
-        result = replies.add_result(reply, records, now)
-        for digest in result.opened:  # the leading edge's: each with its due rule (store.due)
-            digest.next_due = next_due(self.calls.resolver(digest.timeline))
-        return result
+        # the leading edge's digests, each with its due rule (store.due)
+        return replies.add_result(
+            reply, records, now, lambda timeline: next_due(self.calls.resolver(timeline))
+        )
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
