@@ -7,7 +7,7 @@ so all of them live in one Redis Cluster slot and one function call can touch th
 
 from __future__ import annotations
 
-from digest_stream.store.redis.protocol import KEY_LAYOUTS, KEY_SUFFIXES, TIMELINE_KEYS, Command
+from digest_stream.store.redis.protocol import KEY_SUFFIXES, TIMELINE_KEYS, Command
 
 
 def partition_tag(namespace: str, partition: int) -> str:
@@ -56,11 +56,6 @@ def key(kind: str, tag: str, timeline: str = "") -> str:
     return f"{tag}:{KEY_SUFFIXES[kind]}"
 
 
-def layout_keys(layout: str, tag: str, timeline: str = "") -> list[str]:
-    """The KEYS of a command of ``layout`` (protocol.KEY_LAYOUTS), in their order."""
-    return [key(kind, tag, timeline) for kind in KEY_LAYOUTS[layout]]
-
-
 def command_keys(command: Command, tag: str, timeline: str = "") -> list[str]:
     """The KEYS ``command`` takes, in its order."""
-    return layout_keys(command.keys, tag, timeline)
+    return [key(kind, tag, timeline) for kind in command.key_names]
