@@ -153,10 +153,16 @@ def topic_id(value: object) -> str | None:
     return value
 
 
-def fence_arguments(
-    expected_fence: object, through_offset: object
-) -> tuple[int | None, int | None]:
-    """The optional fence arguments of add; records() then checks ``through`` per record."""
+def add_arguments(
+    now: object,
+    expected_fence: object,
+    through_offset: object,
+    topic: object,
+    nonce: object,
+) -> tuple[float, int | None, int | None, str | None, str | None]:
+    """An add's arguments besides its partition and records, checked: now, the optional fence
+    (expected, through; records() then checks ``through`` per record), topic id, open nonce."""
+    checked_now = time_value(now, "now")
     expected = None if expected_fence is None else offset(expected_fence)
     through = None if through_offset is None else offset(through_offset)
-    return expected, through
+    return checked_now, expected, through, topic_id(topic), open_nonce(nonce)

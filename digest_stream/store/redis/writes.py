@@ -62,10 +62,9 @@ class RedisWrites:
         operations included (applied in offset order among the records), the leading
         edge's digests opened in it when ``open_nonce`` asks."""
         tag = self.calls.tag(partition)
-        now = validate.time_value(now, "now")
-        expected, through = validate.fence_arguments(expected_fence, through_offset)
-        topic = validate.topic_id(topic_id)
-        nonce = validate.open_nonce(open_nonce)
+        now, expected, through, topic, nonce = validate.add_arguments(
+            now, expected_fence, through_offset, topic_id, open_nonce
+        )
         return self._add_call(tag, records, now, expected, through, topic, nonce)
 
     def _add_call(
