@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
+from digest_stream.store.base import CONTROLS
+
 # Keys -------------------------------------------------------------------------------------
 
 #: The suffix of each key of a partition tag T (``T:<suffix>``; a timeline's keys
@@ -127,6 +129,10 @@ CONTROL = Packed(
         ("id", "str16"),
     ),
 )
+
+#: Operation codes of CONTROL: each control's position in CONTROLS, from 1 (the Lua's
+#: CONTROL_CODES is written from the same tuple, library.py).
+CONTROL_CODES: dict[str, int] = {control: code for code, control in enumerate(CONTROLS, start=1)}
 
 # Commands ---------------------------------------------------------------------------------
 

@@ -8,13 +8,7 @@ import math
 from collections.abc import Sequence
 
 from digest_stream.store import validate
-from digest_stream.store.base import (
-    CONTROLS,
-    DEFAULT_SLICE,
-    AddResult,
-    DueBatch,
-    NewRecord,
-)
+from digest_stream.store.base import DEFAULT_SLICE, AddResult, DueBatch, NewRecord
 from digest_stream.store.due import next_due
 from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
 from digest_stream.store.redis import protocol, replies
@@ -31,9 +25,6 @@ from digest_stream.store.redis.replies import arg
 _RECORD_HEAD, _RECORD_TAIL = (head.pack for head in protocol.RECORD.heads)
 # records before it, offset, operation code, timeline name length; then the id's length
 _CONTROL_HEAD, _NAME_LENGTH = (head.pack for head in protocol.CONTROL.heads)
-#: Operation codes of CONTROL: each control's position in CONTROLS, from 1 (the Lua's
-#: CONTROL_CODES is written from the same tuple).
-CONTROL_CODES: dict[str, int] = {control: code for code, control in enumerate(CONTROLS, start=1)}
 
 
 def _short_ascii(value: object) -> bool:
@@ -110,7 +101,7 @@ class RedisWrites:
                 name, encoded_id = timeline.encode(), record_id.encode()
                 control_parts += (
                     _CONTROL_HEAD(
-                        len(record_parts) // 4, offset, CONTROL_CODES[control], len(name)
+                        len(record_parts) // 4, offset, protocol.CONTROL_CODES[control], len(name)
                     ),
                     name,
                     _NAME_LENGTH(len(encoded_id)),
