@@ -16,7 +16,7 @@ from digest_stream.store.errors import InvalidArgument, LibraryVersionMismatch
 from digest_stream.store.limits import INLINE_MAX_RECORDS
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 from digest_stream.store.redis import keys, library, protocol, routing
-from digest_stream.store.redis.replies import Reply, map_error, text
+from digest_stream.store.redis.replies import Reply, arg, map_error, text
 from digest_stream.store.redis.routing import RedisClient
 
 #: Timelines with up to this many records live in one compact string (see lua/containers.lua):
@@ -69,6 +69,9 @@ class RedisCalls:
         self.namespace = validate.namespace(namespace)
         default = policy if policy is not None else TimelinePolicy()
         self.policy = validate.policy(default, "<default>")
+        #: The partition_ttl argument of the writing calls: the default policy's ttl, formatted
+        #: once (it is fixed for the store's life).
+        self.partition_ttl = arg(self.policy.ttl)
         self.resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
         self._load_library = load_library
         if isinstance(inline_records, bool) or not isinstance(inline_records, int):

@@ -48,7 +48,7 @@ class RedisDigests:
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
         """Close that digest; False when the id is unknown or already closed."""
         tag, args, policy = self._checked((partition, timeline, digest_id), now)
-        args += (arg(self.calls.policy.ttl), *pack(policy, now))
+        args += (self.calls.partition_ttl, *pack(policy, now))
         return integer(self.calls.call(protocol.DS_CLOSE, tag, args, timeline)) == 1
 
     def open_many(
@@ -71,7 +71,7 @@ class RedisDigests:
         same way."""
         now = validate.time_value(now, "now")
         policies, fields, _ = self._targets(targets, now)
-        head = [arg(now), arg(self.calls.policy.ttl), *policies.args()]
+        head = [arg(now), self.calls.partition_ttl, *policies.args()]
         found = self._many(protocol.DS_CLOSE_MANY, targets, head, fields)
         return [integer(reply) == 1 for reply in found]
 

@@ -125,7 +125,7 @@ class RedisWrites:
             )
         head = {
             "now": arg(now),
-            "partition_ttl": arg(self.calls.policy.ttl),
+            "partition_ttl": self.calls.partition_ttl,
             "inline_records": str(self.calls.inline_records),
             "expected_fence": "" if expected is None else str(expected),
             "through_offset": "" if through is None else str(through),
@@ -154,7 +154,7 @@ class RedisWrites:
         now = validate.time_value(now, "now")
         args = protocol.DS_SCHEDULE.arguments(
             now=arg(now),
-            partition_ttl=arg(self.calls.policy.ttl),
+            partition_ttl=self.calls.partition_ttl,
             limit=str(validate.limit(limit)),
         )
         return replies.due_batch(self.calls.call(protocol.DS_SCHEDULE, tag, args))
@@ -169,7 +169,7 @@ class RedisWrites:
         args = protocol.DS_MAINTENANCE.arguments(
             deadline=arg(deadline),
             now=arg(now),
-            partition_ttl=arg(self.calls.policy.ttl),
+            partition_ttl=self.calls.partition_ttl,
             limit=str(validate.limit(limit)),
         )
         return replies.due_batch(self.calls.call(protocol.DS_MAINTENANCE, tag, args))
