@@ -22,7 +22,7 @@ from digest_stream.store.limits import (
     MAX_TOPIC_ID_BYTES,
     OPEN_NONCE_LENGTH,
 )
-from digest_stream.store.policy import TimelinePolicy
+from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 
 #: Partitions are Kafka partition numbers (int32).
 MAX_PARTITION = 2**31 - 1
@@ -109,6 +109,15 @@ def policy(value: object, timeline: str) -> TimelinePolicy:
     if not isinstance(value, TimelinePolicy):
         raise InvalidArgument(f"policy for {timeline!r} is not a TimelinePolicy: {value!r}")
     return value
+
+
+def policies(
+    default: TimelinePolicy | None, resolver: PolicyResolver | None
+) -> tuple[TimelinePolicy, PolicyResolver]:
+    """A store's default policy, checked (``TimelinePolicy()`` when None), and its resolver
+    (the default for every timeline when None)."""
+    checked = policy(TimelinePolicy() if default is None else default, "<default>")
+    return checked, (resolver if resolver is not None else (lambda _timeline: checked))
 
 
 def records(values: Sequence[NewRecord], through: int | None = None) -> bool:
