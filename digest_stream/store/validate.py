@@ -122,7 +122,7 @@ def policies(
 
 def records(values: Sequence[NewRecord], through: int | None = None) -> bool:
     """Every record of an add batch, before anything is written; ``through`` (already
-    checked by fence_arguments) must cover every record's offset. Returns whether the batch
+    checked by add_arguments) must cover every record's offset. Returns whether the batch
     holds control operations.
 
     One pass over the batch (the ingest hot path), in the order the Lua guard checks.
