@@ -66,7 +66,7 @@ class RedisWrites:
         expected: int | None,
         through: int | None,
         topic: str | None,
-        nonce: str | None = None,
+        nonce: str | None,
     ) -> AddResult:
         """One ds_add, a batch holding controls included (packed as its last argument)."""
         index: dict[str, int] = {}
