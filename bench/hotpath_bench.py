@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     def fake_fcall(function: str, call_keys: list[str], call_args: Sequence[Any], **_: Any) -> Any:
         # The packing redis-py does is part of the hot path: keep it, send nothing.
         connection.pack_command("FCALL", function, len(call_keys), *call_keys, *call_args)
-        return [[], BATCH, 0, 0, None, BATCH - 1, None, 0]  # ds_add's reply
+        return [[], BATCH, 0, 0, None, BATCH - 1, None, 0, []]  # ds_add's reply (no led digest)
 
     # The FCALL every part of the store calls through (RedisCalls.fcall; before issue 29 the
     # store's own _fcall: --against an older tree finds that one).

@@ -22,7 +22,7 @@ from digest_stream.store.limits import (
     MAX_TOPIC_ID_BYTES,
     OPEN_NONCE_LENGTH,
 )
-from digest_stream.store.policy import TimelinePolicy
+from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 
 #: Partitions are Kafka partition numbers (int32).
 MAX_PARTITION = 2**31 - 1
@@ -111,9 +111,18 @@ def policy(value: object, timeline: str) -> TimelinePolicy:
     return value
 
 
+def policies(
+    default: TimelinePolicy | None, resolver: PolicyResolver | None
+) -> tuple[TimelinePolicy, PolicyResolver]:
+    """A store's default policy, checked (``TimelinePolicy()`` when None), and its resolver
+    (the default for every timeline when None)."""
+    checked = policy(TimelinePolicy() if default is None else default, "<default>")
+    return checked, (resolver if resolver is not None else (lambda _timeline: checked))
+
+
 def records(values: Sequence[NewRecord], through: int | None = None) -> bool:
     """Every record of an add batch, before anything is written; ``through`` (already
-    checked by fence_arguments) must cover every record's offset. Returns whether the batch
+    checked by add_arguments) must cover every record's offset. Returns whether the batch
     holds control operations.
 
     One pass over the batch (the ingest hot path), in the order the Lua guard checks.
@@ -153,10 +162,16 @@ def topic_id(value: object) -> str | None:
     return value
 
 
-def fence_arguments(
-    expected_fence: object, through_offset: object
-) -> tuple[int | None, int | None]:
-    """The optional fence arguments of add; records() then checks ``through`` per record."""
+def add_arguments(
+    now: object,
+    expected_fence: object,
+    through_offset: object,
+    topic: object,
+    nonce: object,
+) -> tuple[float, int | None, int | None, str | None, str | None]:
+    """An add's arguments besides its partition and records, checked: now, the optional fence
+    (expected, through; records() then checks ``through`` per record), topic id, open nonce."""
+    checked_now = time_value(now, "now")
     expected = None if expected_fence is None else offset(expected_fence)
     through = None if through_offset is None else offset(through_offset)
-    return expected, through
+    return checked_now, expected, through, topic_id(topic), open_nonce(nonce)

@@ -41,10 +41,9 @@ def add(
 ) -> AddResult:
     """``DigestStore.add`` over the model's state (``open_digest``: its ``open``)."""
     state = model.partition(partition)
-    now = validate.time_value(now, "now")
-    expected, through = validate.fence_arguments(expected_fence, through_offset)
-    topic = validate.topic_id(topic_id)
-    nonce = validate.open_nonce(open_nonce)
+    now, expected, through, topic, nonce = validate.add_arguments(
+        now, expected_fence, through_offset, topic_id, open_nonce
+    )
     validate.records(records, through)
     policies = {record.timeline: model.timeline_policy(record.timeline) for record in records}
 

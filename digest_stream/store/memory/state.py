@@ -61,10 +61,7 @@ class MemoryState:
         policy: TimelinePolicy | None = None,
         resolver: PolicyResolver | None = None,
     ) -> None:
-        default = policy if policy is not None else TimelinePolicy()
-        validate.policy(default, "<default>")
-        self.policy = default
-        self._resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
+        self.policy, self._resolver = validate.policies(policy, resolver)
         self._partitions: dict[int, PartitionState] = {}
 
     def partition(self, partition: int) -> PartitionState:

@@ -16,7 +16,7 @@ from digest_stream.store.errors import InvalidArgument, LibraryVersionMismatch
 from digest_stream.store.limits import INLINE_MAX_RECORDS
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 from digest_stream.store.redis import keys, library, protocol, routing
-from digest_stream.store.redis.replies import Reply, map_error, text
+from digest_stream.store.redis.replies import Reply, arg, map_error, text
 from digest_stream.store.redis.routing import RedisClient
 
 #: Timelines with up to this many records live in one compact string (see lua/containers.lua):
@@ -67,9 +67,10 @@ class RedisCalls:
             raise InvalidArgument("the Redis client must not decode responses: payloads are bytes")
         self.client = client
         self.namespace = validate.namespace(namespace)
-        default = policy if policy is not None else TimelinePolicy()
-        self.policy = validate.policy(default, "<default>")
-        self.resolver: PolicyResolver = resolver if resolver is not None else (lambda _: default)
+        self.policy, self.resolver = validate.policies(policy, resolver)
+        #: The partition_ttl argument of the writing calls: the default policy's ttl, formatted
+        #: once (it is fixed for the store's life).
+        self.partition_ttl = arg(self.policy.ttl)
         self._load_library = load_library
         if isinstance(inline_records, bool) or not isinstance(inline_records, int):
             raise InvalidArgument(f"inline_records must be an int, got {inline_records!r}")

@@ -30,36 +30,26 @@ class RedisDigests:
 
     def _checked(
         self, target: DigestTarget, now: float
-    ) -> tuple[list[str], list[str | bytes], TimelinePolicy]:
-        """A digest call's keys, its leading arguments (timeline, id, now) and the policy."""
+    ) -> tuple[str, list[str | bytes], TimelinePolicy]:
+        """A digest call's tag, its leading arguments (timeline, id, now) and the policy."""
         partition, timeline, digest_id = target
         tag = self.calls.tag(partition)
         validate.name(timeline, "timeline")
         validate.digest_id(digest_id)
         now = validate.time_value(now, "now")
-        return (
-            keys.layout_keys("timeline", tag, timeline),
-            [timeline, digest_id, arg(now)],
-            self.calls.timeline_policy(timeline),
-        )
-
-    def _open_call(self, target: DigestTarget, now: float) -> Call:
-        call_keys, args, policy = self._checked(target, now)
-        return call_keys, [*args, *pack(policy, now)]
-
-    def _close_call(self, target: DigestTarget, now: float) -> Call:
-        call_keys, args, policy = self._checked(target, now)
-        return call_keys, [*args, arg(self.calls.policy.ttl), *pack(policy, now)]
+        return tag, [timeline, digest_id, arg(now)], self.calls.timeline_policy(timeline)
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:
         """Open (or reopen) the timeline's digest; ``digest_id`` is used only for a new one."""
-        call = self._open_call((partition, timeline, digest_id), now)
-        return self._opened(timeline, self.calls.fcall("ds_open", *call))
+        tag, args, policy = self._checked((partition, timeline, digest_id), now)
+        reply = self.calls.call(protocol.DS_OPEN, tag, [*args, *pack(policy, now)], timeline)
+        return replies.open_digest(timeline, reply, next_due(policy))
 
     def close(self, partition: int, timeline: str, digest_id: str, now: float) -> bool:
         """Close that digest; False when the id is unknown or already closed."""
-        call = self._close_call((partition, timeline, digest_id), now)
-        return integer(self.calls.fcall("ds_close", *call)) == 1
+        tag, args, policy = self._checked((partition, timeline, digest_id), now)
+        args += (self.calls.partition_ttl, *pack(policy, now))
+        return integer(self.calls.call(protocol.DS_CLOSE, tag, args, timeline)) == 1
 
     def open_many(
         self, targets: Sequence[DigestTarget], now: float
@@ -67,46 +57,44 @@ class RedisDigests:
         """open() for several timelines: one FCALL per partition (ds_open_many), pipelined in
         one round trip per Redis node; each open atomic on its own, in order."""
         now = validate.time_value(now, "now")
-        policies, fields = self._targets(targets, now)
-        found = self._many("ds_open_many", targets, [arg(now), *policies.args()], fields)
+        policies, fields, resolved = self._targets(targets, now)
+        found = self._many(protocol.DS_OPEN_MANY, targets, [arg(now), *policies.args()], fields)
         return [
-            InvalidState(f"timeline is not ready: {target[1]}")
+            InvalidState(f"timeline is not ready: {timeline}")
             if reply == 0
-            else self._opened(target[1], reply)
-            for target, reply in zip(targets, found, strict=True)
+            else replies.open_digest(timeline, reply, next_due(policy))
+            for (_, timeline, _), reply, policy in zip(targets, found, resolved, strict=True)
         ]
-
-    def _opened(self, timeline: str, reply: Reply) -> OpenDigest:
-        """An open's reply decoded, with the timeline's due rule (store.due) attached."""
-        digest = replies.open_digest(timeline, reply)
-        digest.next_due = next_due(self.calls.timeline_policy(timeline))
-        return digest
 
     def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
         """close() for several digests: one FCALL per partition (ds_close_many), pipelined the
         same way."""
         now = validate.time_value(now, "now")
-        policies, fields = self._targets(targets, now)
-        head = [arg(now), arg(self.calls.policy.ttl), *policies.args()]
-        return [integer(reply) == 1 for reply in self._many("ds_close_many", targets, head, fields)]
+        policies, fields, _ = self._targets(targets, now)
+        head = [arg(now), self.calls.partition_ttl, *policies.args()]
+        found = self._many(protocol.DS_CLOSE_MANY, targets, head, fields)
+        return [integer(reply) == 1 for reply in found]
 
     def _targets(
         self, targets: Sequence[DigestTarget], now: float
-    ) -> tuple[PolicyTable, list[list[str | bytes]]]:
-        """The policies of a many-target call (each sent once) and each target's fields:
-        timeline, digest id, the index of its policy."""
+    ) -> tuple[PolicyTable, list[list[str | bytes]], list[TimelinePolicy]]:
+        """The policies of a many-target call (each sent once), each target's fields
+        (timeline, digest id, the index of its policy) and each target's checked policy."""
         policies = PolicyTable(now)
         fields: list[list[str | bytes]] = []
+        resolved: list[TimelinePolicy] = []
         for _, timeline, digest_id in targets:
             validate.name(timeline, "timeline")
             validate.digest_id(digest_id)
-            number = policies.index(self.calls.resolver(timeline), timeline)
+            policy = self.calls.resolver(timeline)
+            number = policies.index(policy, timeline)  # checks the policy
             fields.append([timeline, digest_id, str(number)])
-        return policies, fields
+            resolved.append(policy)
+        return policies, fields, resolved
 
     def _many(
         self,
-        function: str,
+        command: protocol.Command,
         targets: Sequence[DigestTarget],
         head: list[str | bytes],
         fields: Sequence[list[str | bytes]],
@@ -120,7 +108,7 @@ class RedisDigests:
         members: list[list[int]] = []
         for partition, indexes in groups.items():
             tag = self.calls.tag(partition)
-            call_keys = keys.layout_keys(protocol.DS_OPEN_MANY.keys, tag)  # ds_close_many's too
+            call_keys = keys.command_keys(command, tag)
             for first in range(0, len(indexes), MANY_CHUNK):
                 chunk = indexes[first : first + MANY_CHUNK]
                 args = list(head)
@@ -129,7 +117,7 @@ class RedisDigests:
                 calls.append((call_keys, args))
                 members.append(chunk)
         out: list[Reply] = [None] * len(targets)
-        for chunk, reply in zip(members, self._fcall_many(function, calls), strict=True):
+        for chunk, reply in zip(members, self._fcall_many(command.function, calls), strict=True):
             for index, value in zip(chunk, array(reply), strict=True):
                 out[index] = value
         return out

@@ -7,14 +7,7 @@ so all of them live in one Redis Cluster slot and one function call can touch th
 
 from __future__ import annotations
 
-from digest_stream.store.redis.protocol import KEY_LAYOUTS, KEY_SUFFIXES, TIMELINE_KEYS, Command
-
-_WAITING = KEY_SUFFIXES["waiting"]
-_READY = KEY_SUFFIXES["ready"]
-_FENCE = KEY_SUFFIXES["fence"]
-_TIMELINE = KEY_SUFFIXES["timeline"]
-_DIGEST = KEY_SUFFIXES["digest"]
-_SCRATCH = KEY_SUFFIXES["scratch"]
+from digest_stream.store.redis.protocol import KEY_SUFFIXES, TIMELINE_KEYS, Command
 
 
 def partition_tag(namespace: str, partition: int) -> str:
@@ -22,34 +15,38 @@ def partition_tag(namespace: str, partition: int) -> str:
     return f"{{{namespace}:{partition}}}"
 
 
+# One key each, by name: what tests and tools read a partition's keys with (the store's calls
+# take a command's keys from its layout, command_keys).
+
+
 def waiting_key(tag: str) -> str:
     """Zset of WAITING timelines scored by due time."""
-    return f"{tag}:{_WAITING}"
+    return key("waiting", tag)
 
 
 def ready_key(tag: str) -> str:
     """Zset of READY timelines scored by the time they became ready."""
-    return f"{tag}:{_READY}"
+    return key("ready", tag)
 
 
 def fence_key(tag: str) -> str:
     """The partition's applied-offset fence."""
-    return f"{tag}:{_FENCE}"
+    return key("fence", tag)
 
 
 def timeline_key(tag: str, timeline: str) -> str:
     """Record container (inline string or hash) of a timeline's pending records."""
-    return f"{tag}:{_TIMELINE}:{timeline}"
+    return key("timeline", tag, timeline)
 
 
 def digest_key(tag: str, timeline: str) -> str:
     """Record container (inline string or hash) of a timeline's open digest."""
-    return f"{tag}:{_DIGEST}:{timeline}"
+    return key("digest", tag, timeline)
 
 
 def scratch_key(tag: str) -> str:
     """Zset a call may use to sort records and deletes before it returns."""
-    return f"{tag}:{_SCRATCH}"
+    return key("scratch", tag)
 
 
 def key(kind: str, tag: str, timeline: str = "") -> str:
@@ -59,21 +56,6 @@ def key(kind: str, tag: str, timeline: str = "") -> str:
     return f"{tag}:{KEY_SUFFIXES[kind]}"
 
 
-def layout_keys(layout: str, tag: str, timeline: str = "") -> list[str]:
-    """The KEYS of a command of ``layout`` (protocol.KEY_LAYOUTS), in their order."""
-    return [key(kind, tag, timeline) for kind in KEY_LAYOUTS[layout]]
-
-
 def command_keys(command: Command, tag: str, timeline: str = "") -> list[str]:
     """The KEYS ``command`` takes, in its order."""
-    return layout_keys(command.keys, tag, timeline)
-
-
-def partition_keys(tag: str) -> list[str]:
-    """Partition-level keys, in the order the partition-level functions expect them."""
-    return layout_keys("partition", tag)
-
-
-def timeline_keys(tag: str, timeline: str) -> list[str]:
-    """Keys the timeline-level functions expect, in order."""
-    return layout_keys("timeline", tag, timeline)
+    return [key(kind, tag, timeline) for kind in command.key_names]

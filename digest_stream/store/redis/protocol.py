@@ -1,7 +1,7 @@
 """The store's wire protocol, declared once: every function of the Lua library, its keys, its
 arguments (with the packed formats) and its reply.
 
-Python packs and decodes from these declarations (``store.py``, ``digests.py``, ``keys.py``,
+Python packs and decodes from these declarations (``writes.py``, ``digests.py``, ``keys.py``,
 ``replies.py``); ``library.py`` writes what the Lua needs of them (formats, widths, key
 suffixes and layouts, reply positions) as constants at the top of the library, and registers
 each command's callback from ``COMMANDS``. Each command's Lua file (``lua/commands/``) opens
@@ -14,6 +14,8 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import cast
+
+from digest_stream.store.base import CONTROLS
 
 # Keys -------------------------------------------------------------------------------------
 
@@ -127,6 +129,10 @@ CONTROL = Packed(
         ("id", "str16"),
     ),
 )
+
+#: Operation codes of CONTROL: each control's position in CONTROLS, from 1 (the Lua's
+#: CONTROL_CODES is written from the same tuple, library.py).
+CONTROL_CODES: dict[str, int] = {control: code for code, control in enumerate(CONTROLS, start=1)}
 
 # Commands ---------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ error replies to the store's exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
 
 from redis.exceptions import ResponseError
@@ -25,6 +25,7 @@ from digest_stream.store.base import (
     age_key,
     reason_of,
 )
+from digest_stream.store.due import NextDue
 from digest_stream.store.errors import InvalidArgument, InvalidState
 from digest_stream.store.limits import CAUSES
 from digest_stream.store.redis import protocol
@@ -128,9 +129,12 @@ _STATS = protocol.STATS_REPLY.at
 _FENCE = protocol.FENCE_REPLY.at
 
 
-def add_result(reply: Reply, records: Sequence[NewRecord], now: float) -> AddResult:
+def add_result(
+    reply: Reply, records: Sequence[NewRecord], now: float, rule: Callable[[str], NextDue]
+) -> AddResult:
     """``ds_add`` (protocol.ADD_REPLY); ``records`` and ``now``: the call's (a led digest
-    holds its timeline's records of the call, not sent back)."""
+    holds its timeline's records of the call, not sent back); ``rule``: a timeline's due
+    rule, which each led digest carries."""
     values = array(reply)
     led = array(values[_ADD["led"]])
     fence_before = optional_integer(values[_ADD["fence_before"]])
@@ -143,12 +147,16 @@ def add_result(reply: Reply, records: Sequence[NewRecord], now: float) -> AddRes
         fence_after=optional_integer(values[_ADD["fence_after"]]),
         fence_topic=optional_text(values[_ADD["fence_topic"]]),
         cancelled=integer(values[_ADD["cancelled"]]),
-        opened=led_digests(led, records, fence_before, now) if led else [],
+        opened=led_digests(led, records, fence_before, now, rule) if led else [],
     )
 
 
 def led_digests(
-    led: list[Reply], records: Sequence[NewRecord], fence_before: int | None, now: float
+    led: list[Reply],
+    records: Sequence[NewRecord],
+    fence_before: int | None,
+    now: float,
+    rule: Callable[[str], NextDue],
 ) -> list[OpenDigest]:
     """The digests an add led ({timeline, id, ...}), from the call's own records: those
     past the fence found, one per id (its first place, its last value), newest first."""
@@ -166,7 +174,7 @@ def led_digests(
         ordered = (
             [*kept.values()] if len(kept) == 1 else sorted(kept.values(), key=age_key, reverse=True)
         )
-        digests.append(OpenDigest(digest_id, name, ordered, 0, now))
+        digests.append(OpenDigest(digest_id, name, ordered, 0, now, next_due=rule(name)))
     return digests
 
 
@@ -188,8 +196,9 @@ def due_batch(reply: Reply) -> DueBatch:
     )
 
 
-def open_digest(timeline: str, reply: Reply) -> OpenDigest:
-    """``ds_open`` (protocol.OPEN_REPLY): records {id, timestamp, payload, ...}."""
+def open_digest(timeline: str, reply: Reply, rule: NextDue) -> OpenDigest:
+    """``ds_open`` (protocol.OPEN_REPLY): records {id, timestamp, payload, ...}; ``rule``:
+    the timeline's due rule (store.due), which every opened digest carries."""
     values = array(reply)
     flat = array(values[_OPEN["records"]])
     records = [
@@ -204,6 +213,7 @@ def open_digest(timeline: str, reply: Reply) -> OpenDigest:
         opened_at=number(values[_OPEN["opened_at"]]),
         expired=integer(values[_OPEN["expired"]]) == 1,
         reason=cause(values[_OPEN["cause"]]) or "IMMEDIATE",
+        next_due=rule,
     )
 
 

@@ -8,13 +8,7 @@ import math
 from collections.abc import Sequence
 
 from digest_stream.store import validate
-from digest_stream.store.base import (
-    CONTROLS,
-    DEFAULT_SLICE,
-    AddResult,
-    DueBatch,
-    NewRecord,
-)
+from digest_stream.store.base import DEFAULT_SLICE, AddResult, DueBatch, NewRecord
 from digest_stream.store.due import next_due
 from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
 from digest_stream.store.redis import protocol, replies
@@ -31,9 +25,6 @@ from digest_stream.store.redis.replies import arg
 _RECORD_HEAD, _RECORD_TAIL = (head.pack for head in protocol.RECORD.heads)
 # records before it, offset, operation code, timeline name length; then the id's length
 _CONTROL_HEAD, _NAME_LENGTH = (head.pack for head in protocol.CONTROL.heads)
-#: Operation codes of CONTROL: each control's position in CONTROLS, from 1 (the Lua's
-#: CONTROL_CODES is written from the same tuple).
-CONTROL_CODES: dict[str, int] = {control: code for code, control in enumerate(CONTROLS, start=1)}
 
 
 def _short_ascii(value: object) -> bool:
@@ -62,10 +53,9 @@ class RedisWrites:
         operations included (applied in offset order among the records), the leading
         edge's digests opened in it when ``open_nonce`` asks."""
         tag = self.calls.tag(partition)
-        now = validate.time_value(now, "now")
-        expected, through = validate.fence_arguments(expected_fence, through_offset)
-        topic = validate.topic_id(topic_id)
-        nonce = validate.open_nonce(open_nonce)
+        now, expected, through, topic, nonce = validate.add_arguments(
+            now, expected_fence, through_offset, topic_id, open_nonce
+        )
         return self._add_call(tag, records, now, expected, through, topic, nonce)
 
     def _add_call(
@@ -76,7 +66,7 @@ class RedisWrites:
         expected: int | None,
         through: int | None,
         topic: str | None,
-        nonce: str | None = None,
+        nonce: str | None,
     ) -> AddResult:
         """One ds_add, a batch holding controls included (packed as its last argument)."""
         index: dict[str, int] = {}
@@ -111,7 +101,7 @@ class RedisWrites:
                 name, encoded_id = timeline.encode(), record_id.encode()
                 control_parts += (
                     _CONTROL_HEAD(
-                        len(record_parts) // 4, offset, CONTROL_CODES[control], len(name)
+                        len(record_parts) // 4, offset, protocol.CONTROL_CODES[control], len(name)
                     ),
                     name,
                     _NAME_LENGTH(len(encoded_id)),
@@ -135,7 +125,7 @@ class RedisWrites:
             )
         head = {
             "now": arg(now),
-            "partition_ttl": arg(self.calls.policy.ttl),
+            "partition_ttl": self.calls.partition_ttl,
             "inline_records": str(self.calls.inline_records),
             "expected_fence": "" if expected is None else str(expected),
             "through_offset": "" if through is None else str(through),
@@ -153,10 +143,10 @@ class RedisWrites:
                 *((b"".join(control_parts),) if control_parts else ()),
             ],
         )
-        result = replies.add_result(reply, records, now)
-        for digest in result.opened:  # the leading edge's: each with its due rule (store.due)
-            digest.next_due = next_due(self.calls.resolver(digest.timeline))
-        return result
+        # the leading edge's digests, each with its due rule (store.due)
+        return replies.add_result(
+            reply, records, now, lambda timeline: next_due(self.calls.resolver(timeline))
+        )
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
@@ -164,7 +154,7 @@ class RedisWrites:
         now = validate.time_value(now, "now")
         args = protocol.DS_SCHEDULE.arguments(
             now=arg(now),
-            partition_ttl=arg(self.calls.policy.ttl),
+            partition_ttl=self.calls.partition_ttl,
             limit=str(validate.limit(limit)),
         )
         return replies.due_batch(self.calls.call(protocol.DS_SCHEDULE, tag, args))
@@ -179,7 +169,7 @@ class RedisWrites:
         args = protocol.DS_MAINTENANCE.arguments(
             deadline=arg(deadline),
             now=arg(now),
-            partition_ttl=arg(self.calls.policy.ttl),
+            partition_ttl=self.calls.partition_ttl,
             limit=str(validate.limit(limit)),
         )
         return replies.due_batch(self.calls.call(protocol.DS_MAINTENANCE, tag, args))

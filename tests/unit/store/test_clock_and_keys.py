@@ -8,7 +8,7 @@ import time
 import pytest
 
 from digest_stream.clock import Clock, ManualClock, SystemClock
-from digest_stream.store.redis import keys, library
+from digest_stream.store.redis import keys, library, protocol
 
 
 def test_manual_clock_moves_only_when_told() -> None:
@@ -33,13 +33,13 @@ def test_system_clock_is_wall_time() -> None:
 def test_keys_share_the_partition_tag() -> None:
     tag = keys.partition_tag("d", 7)
     assert tag == "{d:7}"
-    assert keys.timeline_keys(tag, "user:{x}") == [
+    assert keys.command_keys(protocol.DS_OPEN, tag, "user:{x}") == [
         "{d:7}:t:user:{x}",
         "{d:7}:d:user:{x}",
         "{d:7}:w",
         "{d:7}:r",
     ]
-    assert keys.partition_keys(tag) == ["{d:7}:w", "{d:7}:r", "{d:7}:o"]
+    assert keys.command_keys(protocol.DS_STATS, tag) == ["{d:7}:w", "{d:7}:r", "{d:7}:o"]
     assert keys.fence_key(tag) == "{d:7}:o"
 
 
