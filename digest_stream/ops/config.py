@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import ValidationError
 
@@ -28,20 +28,35 @@ SECRET_KAFKA_KEY = re.compile(
 SECRET_REGISTRY_KEY = re.compile(r"password|secret|token|credential|user\.info", re.I)
 
 
+#: A password given as a query argument (redis-py's from_url passes `?password=` on).
+_QUERY_PASSWORD = re.compile(r"(?P<head>(?:^|&)password=)(?P<value>[^&]*)", re.I)
+
+
 def mask_url(url: str) -> str:
-    """The URL with its password (if any) replaced by ***; the user name stays visible."""
+    """The URL with its password (if any, also `?password=`) replaced by ***; the user stays."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return MASK
+    parts = parts._replace(query=_QUERY_PASSWORD.sub(rf"\g<head>{MASK}", parts.query))
     if parts.password is None:
-        return url
+        return urlunsplit(parts)
     host = parts.hostname or ""
     if ":" in host:
         host = f"[{host}]"
     port = f":{parts.port}" if parts.port is not None else ""
     user = parts.username or ""
     return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}{port}"))
+
+
+def url_passwords(url: str) -> list[str]:
+    """The passwords a URL holds: its userinfo's and any `?password=` argument's."""
+    try:
+        parts = urlsplit(url)
+        found = [parts.password] if parts.password else []
+    except ValueError:
+        return []
+    return found + [unquote(m["value"]) for m in _QUERY_PASSWORD.finditer(parts.query)]
 
 
 def mask_kafka_config(config: Mapping[str, KafkaValue]) -> dict[str, KafkaValue]:
@@ -71,12 +86,7 @@ def secret_values(settings: Settings) -> list[str]:
             # "user:password": the password alone is what must never show.
             found.append(value.partition(":")[2] or value if key.endswith("user.info") else value)
     for url in (settings.redis_url, settings.schema_registry_url or ""):
-        try:
-            password = urlsplit(url).password
-        except ValueError:
-            password = None
-        if password:
-            found.append(password)
+        found.extend(url_passwords(url))
     # Very short values would mask unrelated text; they are still masked in `config show`.
     return [v for v in found if len(v) >= 4]
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import time
 
-from tests.support import wait_until
+import pytest
+import redis
+
+from tests.support import free_port, wait_until
+from tests.support.http import probe
 from tests.support.kafka import committed_offsets, digest_ids_by_record, end_offsets, send_events
 from tests.support.pipeline import PipelineFactory
 from tests.support.proxy import TcpProxy
@@ -55,3 +59,33 @@ def test_redis_outage_pauses_ingest_commits_nothing_and_loses_nothing(
     assert redis_proxy.refused > 0  # the service did try to reconnect through the outage
     assert service.stop() == 0
     out.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="readiness only checks FCALL_RO ds_version, which a Redis refusing writes (OOM, "
+    "NOPERM on ds_add) still answers: /readyz stays 200 while ingest is paused",
+)
+def test_a_redis_refusing_writes_makes_the_service_not_ready(
+    pipeline_factory: PipelineFactory, redis_client: redis.Redis
+) -> None:
+    # docs/operations.md (Upgrades): a refused ds_add is treated like an unavailable Redis,
+    # "it pauses and retries, /readyz 503". OOM refuses every write as NOPERM does.
+    pipe = pipeline_factory(partitions=2, minimum_delay=1.0, increment_delay=0.2, maximum_delay=2.0)
+    port = free_port()
+    service = pipe.process(DIGEST_STREAM_METRICS_PORT=str(port))
+    url = f"http://127.0.0.1:{port}/readyz"
+    wait_until(lambda: probe(url)[0] == 200, 60, "/readyz 200 before the fault")
+    used = int(redis_client.info("memory")["used_memory"])
+    policy = str(redis_client.config_get("maxmemory-policy")["maxmemory-policy"])
+    redis_client.config_set("maxmemory-policy", "noeviction")
+    redis_client.config_set("maxmemory", str(max(1, used // 2)))
+    try:
+        send_events(pipe.settings, [f"oom:{i}" for i in range(4)], 5)
+        wait_until(lambda: "partitions paused" in service.log(), 30, "the ingest to pause")
+        wait_until(lambda: probe(url)[0] == 503, 10, f"/readyz 503 while paused: {probe(url)}")
+    finally:
+        redis_client.config_set("maxmemory", "0")
+        redis_client.config_set("maxmemory-policy", policy)
+    wait_until(lambda: probe(url)[0] == 200, 60, "/readyz 200 once Redis takes writes again")
+    assert service.stop() == 0

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer
 
 from digest_stream.cli import main
 from digest_stream.kafka import consumer_config, producer_config
-from digest_stream.ops.config import mask_url, masked_settings
+from digest_stream.ops.config import mask_url, masked_settings, secret_values
 from digest_stream.settings import CONFIG_ENV, Settings
 from digest_stream.store import DigestStore, MemoryStore, NewRecord, RedisStore, connect
 
@@ -98,6 +98,14 @@ def test_mask_url_keeps_everything_but_the_password() -> None:
     assert mask_url("redis://u:p@[::1]:6379") == "redis://u:***@[::1]:6379"
     masked = masked_settings(Settings(kafka_config={"sasl.oauthbearer.config": "x=y"}))
     assert masked["kafka_config"] == {"sasl.oauthbearer.config": "***"}
+
+
+def test_a_password_in_the_url_query_is_masked_too() -> None:
+    # redis-py takes `?password=` as the password (from_url passes query arguments on).
+    url = "rediss://svc@h:6380/0?password=qu3ry-pass&ssl_ca_certs=/etc/ca.pem"
+    assert mask_url(url) == "rediss://svc@h:6380/0?password=***&ssl_ca_certs=/etc/ca.pem"
+    assert mask_url("redis://u:p@h/0?password=q") == "redis://u:***@h/0?password=***"
+    assert "qu3ry-pass" in secret_values(Settings(redis_url=url))
 
 
 @pytest.mark.usefixtures("clean_env")
