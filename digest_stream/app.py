@@ -116,6 +116,7 @@ class App:
         self.ingest: Ingest | None = None
         self.delivery: Delivery | None = None
         self.heartbeats = Heartbeats()
+        self._runners: list[Runner] = []  # one per role thread, for readiness
         self.health = Health(self)
         self.server: OpsServer | None = None
         #: librdkafka's error callback of every client of this process: readiness names it.
@@ -206,6 +207,11 @@ class App:
         return None if self.ingest is None else self.ingest.owned
 
     @property
+    def paused_roles(self) -> list[str]:
+        """Roles whose fetching is paused while an outage is waited out."""
+        return [runner.role for runner in self._runners if runner.paused]
+
+    @property
     def stopping(self) -> bool:
         """stop() was asked for (or a role failed)."""
         return self._stop.is_set()
@@ -213,6 +219,7 @@ class App:
     def _spawn(self, runner: Runner, role: Role) -> None:
         """The role's thread: its runner joins the group, the role steps until a stop."""
         name = runner.role
+        self._runners.append(runner)
 
         def loop() -> None:
             try:

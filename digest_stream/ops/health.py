@@ -110,6 +110,11 @@ class HealthView(Protocol):
         """Every role was started."""
 
     @property
+    def paused_roles(self) -> list[str]:
+        """Roles whose fetching is paused while an outage (the store's, the registry's) is
+        waited out."""
+
+    @property
     def stopping(self) -> bool:
         """A stop was asked for (or a role failed)."""
 
@@ -222,6 +227,10 @@ class Health:
             details["delivery_partitions"] = assigned
             if not assigned:
                 problems.append("no schedule partitions assigned")
+        for role in app.paused_roles:
+            # A store refusing writes (OOM, an ACL) still answers the version check below:
+            # the role's own pause is what says it cannot do its work.
+            problems.append(f"{role} paused, waiting out an outage (see the log)")
         self._kafka_cause(problems, details)
         if app.store is not None:
             self._store_cause(app.store, problems, details)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 import redis
 
 from tests.support import free_port, wait_until
@@ -61,11 +60,6 @@ def test_redis_outage_pauses_ingest_commits_nothing_and_loses_nothing(
     out.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="readiness only checks FCALL_RO ds_version, which a Redis refusing writes (OOM, "
-    "NOPERM on ds_add) still answers: /readyz stays 200 while ingest is paused",
-)
 def test_a_redis_refusing_writes_makes_the_service_not_ready(
     pipeline_factory: PipelineFactory, redis_client: redis.Redis
 ) -> None:

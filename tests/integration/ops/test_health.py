@@ -35,6 +35,7 @@ class FakeView:
     owned_partitions: frozenset[int] | None = frozenset({0})
     started: bool = True
     stopping: bool = False
+    paused_roles: list[str] = field(default_factory=list)
     failed: BaseException | None = None
     settings: Settings = field(default_factory=lambda: Settings(stall_timeout=5.0))
     clock: Clock = field(default_factory=ManualClock)
@@ -104,6 +105,17 @@ def test_ingest_without_its_scheduler_is_never_ready() -> None:
     assert details["problems"] == [
         "ingest runs without the scheduler: its partitions are never ticked"
     ]
+
+
+def test_a_role_paused_for_an_outage_is_not_ready_and_ready_again_when_it_resumes() -> None:
+    # A Redis refusing writes (OOM, an ACL) still answers the version check: the pause is
+    # what tells that the role cannot do its work.
+    view = FakeView(paused_roles=["ingest"])
+    ok, details = health(view).ready()
+    assert not ok
+    assert details["problems"] == ["ingest paused, waiting out an outage (see the log)"]
+    view.paused_roles = []
+    assert health(view).ready()[0]
 
 
 @pytest.mark.parametrize(
