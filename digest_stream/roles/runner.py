@@ -34,7 +34,6 @@ from digest_stream.kafka import (
     take_batch,
     usable,
 )
-from digest_stream.ops.failures import one_line
 from digest_stream.roles.retry import until_redis_answers
 from digest_stream.settings import Settings, env_name
 
@@ -266,9 +265,10 @@ class Runner:
             wait = state.next_action.sleep if state.next_action else 0.0
             log.log(
                 logging.ERROR if state.attempt_number == 1 else logging.WARNING,
-                "%s: %s; partitions paused, nothing committed; retry %d in %.2fs",
+                "%s: Redis unreachable or refusing (%s); partitions paused, nothing committed; "
+                "retry %d in %.2fs",
                 self.role,
-                _why(state.outcome.exception() if state.outcome else None, self.settings),
+                state.outcome.exception() if state.outcome else "?",
                 state.attempt_number,
                 wait,
             )
@@ -336,8 +336,3 @@ def consumer_lag(consumer: Consumer) -> dict[int, int]:
         if high >= 0 and start >= 0:
             lag[tp.partition] = max(0, high - start)
     return lag
-
-
-def _why(exc: BaseException | None, settings: Settings) -> str:
-    """What a store outage is, as the one line commands print (OOM, an ACL, unreachable...)."""
-    return "the store failed" if exc is None else one_line(exc, settings)

@@ -88,7 +88,7 @@ def test_rolled_back_fence_is_noticed_when_redis_was_down_at_assignment(
             own_redis.shutdown_nosave()
             own_redis.start()  # back to the snapshot: `pending` is gone from Redis
             wait_until(
-                lambda: "at assignment; starting from the group's commit" in b.log(),
+                lambda: "Redis unreachable at assignment" in b.log(),
                 60,
                 "b to be assigned a's partition during the outage",
             )

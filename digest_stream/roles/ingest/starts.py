@@ -11,7 +11,6 @@ import logging
 
 from confluent_kafka import OFFSET_INVALID, TopicPartition
 
-from digest_stream.ops.failures import one_line
 from digest_stream.roles.ingest import fence
 from digest_stream.roles.ingest.applier import Applier
 from digest_stream.roles.ingest.ledger import Ledger
@@ -68,12 +67,7 @@ class Starts:
         except BackendError as exc:  # the first add checks the fence instead
             if not unavailable(exc):
                 raise
-            log.error(
-                "partition %d: %s at assignment; starting from the group's commit, the first "
-                "add checks the fence",
-                partition,
-                one_line(exc),
-            )
+            log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)
             return fence.start_without_store(committed)
         return fence.start(
             partition,
