@@ -156,8 +156,9 @@ class Settings(BaseSettings):
     direct_leading_edge: bool = Field(
         True,
         description="The ingest opens a quiet timeline's first digest in its add and publishes "
-        "it to the output topic itself (one store call, one produce; a failure hands it to "
-        "delivery under the same id); false = announce it on the schedule topic for delivery.",
+        "it to the output topic itself (one store call and one batch produce per consumed "
+        "batch; a failure hands it to delivery under the same id); false = announce it on the "
+        "schedule topic for delivery.",
     )
     on_state_loss: Literal["replay", "continue"] = Field(
         "replay",

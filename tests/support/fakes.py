@@ -164,6 +164,23 @@ class FakeProducer:
             raise BufferError("Local: Queue full")
         self.pending.append((on_delivery, Message(topic=topic, key=key, value=value)))
 
+    def produce_batch(self, topic: str, messages: list[dict[str, Any]], **_: Any) -> int:
+        """As librdkafka's batch produce: a message refused (no room) gets an ``_error``
+        and no report; returns how many were queued."""
+        queued = 0
+        for message in messages:
+            if self.queue_full_next:
+                self.queue_full_next -= 1
+                self.queue_full_raised += 1
+                message["_error"] = KafkaError(KafkaError._QUEUE_FULL)
+                continue
+            value, key = message.get("value"), message.get("key")
+            self.pending.append(
+                (message.get("callback"), Message(topic=topic, key=key, value=value))
+            )
+            queued += 1
+        return queued
+
     def _report(self) -> int:
         if self.hold:
             return 0

@@ -99,12 +99,13 @@ class LeadingEdge:
         # starts when it is built, however long the add waited out an outage before.
         closing_at = self._clock.now()
         publisher = self._publisher
-        for partition, opened in queued:
-            for digest in opened:
-                item = publisher.prepare_leading(partition, digest, closing_at)
-                if item.parts:
-                    publisher.produce(item)
-                self._flying.append(item)
+        items = [
+            publisher.prepare_leading(partition, digest, closing_at)
+            for partition, opened in queued
+            for digest in opened
+        ]
+        publisher.produce_many(items)
+        self._flying += items
 
     def finish(self, *, wait: float = 0.0, retry: bool = True) -> None:
         """Publish what is queued, close what the broker acknowledged, hand what it refused

@@ -11,7 +11,7 @@ ingest hands it to delivery with an announcement (the digest stays open, same id
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -19,7 +19,7 @@ from digest_stream.clock import Clock
 from digest_stream.ops.hooks import Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.publish.build import build
-from digest_stream.roles.publish.produce import Pending, produce_parts
+from digest_stream.roles.publish.produce import Pending, produce_batch, produce_parts
 from digest_stream.roles.publish.report import Report
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestTarget, OpenDigest
@@ -90,30 +90,52 @@ class DigestPublisher:
 
     def produce(self, item: Pending) -> None:
         """Produce every part of ``item`` (a new attempt: its errors and acks start over).
-
         Each part's delivery report lands in ``item``: an error in ``item.errors``, an
         acknowledgement in ``item.waiting``. A part refused at once (too large, say) fails
         the attempt the same way, and the parts after it are not produced."""
-        item.errors.clear()
-        item.waiting = len(item.parts)
-        item.attempt += 1
-        attempt = item.attempt
-
-        def on_delivery(error: KafkaError | None, _message: Message) -> None:
-            if item.attempt != attempt:
-                return  # an earlier attempt's late report: this attempt's parts decide
-            if error is not None:
-                item.errors.append(str(error))
-            else:
-                item.waiting -= 1
-
+        on_delivery = _attempt(item)
         topic = self._settings.output_topic
         if produce_parts(self._producer, topic, item, self._format.frame, on_delivery):
             self._queue_full.inc()
 
+    def produce_many(self, items: Sequence[Pending]) -> None:
+        """``produce`` for each of ``items`` that has parts: those of one part without headers
+        (nearly every leading digest) in one batch call, the others one by one."""
+        batch: list[Pending] = []
+        for item in items:
+            if len(item.parts) == 1 and not item.headers:
+                batch.append(item)
+            elif item.parts:
+                self.produce(item)
+        if not batch:
+            return
+        reports = [_attempt(item) for item in batch]
+        topic = self._settings.output_topic
+        for item in produce_batch(self._producer, topic, batch, self._format.frame, reports):
+            self.produce(item)  # no room in the queue: one by one, waiting for room
+
     def published(self, items: Sequence[Pending]) -> None:
         """Count acknowledged digests and tell the hooks."""
         self.report.published([item for item in items if item.parts])
+
+
+def _attempt(item: Pending) -> Callable[[KafkaError | None, Message], None]:
+    """Start a new attempt of ``item`` (its errors and acks start over); its parts' delivery
+    report, which ignores an earlier attempt's late reports."""
+    item.errors.clear()
+    item.waiting = len(item.parts)
+    item.attempt += 1
+    attempt = item.attempt
+
+    def on_delivery(error: KafkaError | None, _message: Message) -> None:
+        if item.attempt != attempt:
+            return  # an earlier attempt's late report: this attempt's parts decide
+        if error is not None:
+            item.errors.append(str(error))
+        else:
+            item.waiting -= 1
+
+    return on_delivery
 
 
 def output_format(settings: Settings) -> formats.DigestFormat:
