@@ -49,6 +49,7 @@ since at-least-once's first commit may be its last. The ratios use the steady ra
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -215,6 +216,7 @@ def reach(
     launch = meter.sample() if meter is not None else {}  # the processes: none yet
     first: tuple[float, int] | None = None
     at_first: dict[str, float] = {}
+    threads_first: dict[str, float] = {}
     while True:
         service.check()
         done = measure()
@@ -223,6 +225,7 @@ def reach(
         if first is None and since is not None:
             first = (now, since)
             at_first = meter.sample() if meter is not None else {}
+            threads_first = meter.threads() if meter is not None else {}
         if done >= total:
             break
         if now - started > timeout:
@@ -241,6 +244,12 @@ def reach(
         launch["process"] = 0.0  # the processes started after the meter's first sample
         result["cpu"] = cpu_per_100k(at_first, at_end, counted - first[1])
         result["cpu_cold"] = cpu_per_100k(launch, at_end, counted)
+        # where the service's steady CPU went, by thread (a thread started later from 0)
+        steady_events = max(counted - first[1], 1)
+        result["threads"] = {
+            name: (seconds - threads_first.get(name, 0.0)) * 100_000 / steady_events
+            for name, seconds in meter.threads().items()
+        }
     return result
 
 
@@ -326,6 +335,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
         raw, cold, steady, split, off = [], [], [], [], []
         cpu: list[dict[str, float]] = []
         cpu_cold: list[dict[str, float]] = []  # from the launch: the interpreter's start too
+        threads: list[dict[str, float]] = []
         kstreams: dict[str, list[dict[str, Any]]] = {g: [] for g in guarantees}
         try:
             produce(env.bootstrap, raw_topic, pairs)
@@ -336,6 +346,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
                 steady.append(run["steady"])
                 cpu.append(run["cpu"])
                 cpu_cold.append(run["cpu_cold"])
+                threads.append(run["threads"])
                 split.append(catch_up(env, pairs, split=True)["steady"])
                 if per_timeline == 1:  # the leading edge's path matters most here
                     off.append(catch_up(env, pairs, settings=OFF)["steady"])
@@ -354,6 +365,7 @@ def catchup(env: Stack, count: int, reps: int) -> dict[str, Any]:
             "split_vs_one": ratio(split, steady),
             "cpu_per_100k": _cpu(cpu),
             "cpu_cold_per_100k": _cpu(cpu_cold),
+            "cpu_threads_per_100k": _by_thread(threads),
         }
         if off:
             result["shapes"][shape] |= {"off": summary(off), "direct_vs_off": ratio(steady, off)}
@@ -392,6 +404,14 @@ def _cpu(runs: list[dict[str, float]]) -> dict[str, Any]:
     return {part: summary([run[part] for run in runs], 2) for part in ("process", "redis", "total")}
 
 
+def _by_thread(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The service's CPU-seconds per 100,000 events by thread name, median over the runs (a
+    thread missing from a run counts 0 there), largest first."""
+    names = {name for run in runs for name in run}
+    medians = {name: statistics.median(run.get(name, 0.0) for run in runs) for name in names}
+    return {name: round(value, 2) for name, value in sorted(medians.items(), key=lambda i: -i[1])}
+
+
 def _kstreams_row(
     row: dict[str, Any],
     steady: list[float],
@@ -423,7 +443,16 @@ def cpu_text(row: dict[str, Any]) -> str:
         text += f"; Kafka Streams {guarantee} {value['median']}"
     if "cpu_vs_kstreams" in row:
         text += f" (ours / at-least-once {row['cpu_vs_kstreams']['at-least-once']['median']})"
+    threads = row.get("cpu_threads_per_100k")
+    if threads:
+        text += "; service by thread: " + thread_text(threads)
     return text
+
+
+def thread_text(threads: dict[str, float]) -> str:
+    """'ingest 2.1, ingest-store 0.8, ...': the threads over 0.05 CPU-s per 100k events."""
+    shown = [(name.removeprefix("digest-"), v) for name, v in threads.items() if v >= 0.05]
+    return ", ".join(f"{name} {value}" for name, value in shown)
 
 
 #: The long runs, events per timeline -> events (full, --quick). At 20 per timeline the peer's

@@ -165,6 +165,27 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU-seconds per thread name of a live process, from /proc ({} for one that is gone).
+    The service names its threads at the OS level (ops/threads.py); librdkafka's (``rdk:*``)
+    are summed as one. A thread that ended is no longer counted: pool and role threads live
+    as long as the process."""
+    used: dict[str, float] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return used
+    for task in tasks:
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended meanwhile
+        name = "librdkafka" if name.startswith("rdk:") else name
+        used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return used
+
+
 def redis_cpu(client: redis.Redis) -> float:
     """CPU-seconds the Redis server has used (`INFO cpu`: user + system, all its threads)."""
     info = client.info("cpu")
@@ -185,6 +206,14 @@ class CpuMeter:
         used = {"process": sum(process_cpu(pid) for pid in self.pids())}
         if self.client is not None:
             used["redis"] = redis_cpu(self.client)
+        return used
+
+    def threads(self) -> dict[str, float]:
+        """CPU-seconds used so far per thread name, over the processes (thread_cpu)."""
+        used: dict[str, float] = {}
+        for pid in self.pids():
+            for name, seconds in thread_cpu(pid).items():
+                used[name] = used.get(name, 0.0) + seconds
         return used
 
     def close(self) -> None:

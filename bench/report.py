@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.catchup_bench import shape_label
+from bench.catchup_bench import shape_label, thread_text
 from bench.common import RESULTS_DIR
 from bench.peer_kstreams import CPU_TARGETS as KSTREAMS_CPU_TARGETS
 from bench.peer_kstreams import TARGETS as KSTREAMS_TARGETS
@@ -298,6 +298,9 @@ def _cpu_row(block: dict[str, Any], shape: str, row: dict[str, Any], rerun: str)
         f"digest-stream service {_rate(own['process'])} + Redis {_rate(own['redis'])} = "
         f"{_rate(own['total'])}"
     )
+    threads = row.get("cpu_threads_per_100k")
+    if threads:  # written since the service names its threads
+        figure += f" (service by thread: {thread_text(threads)})"
     theirs = row.get("kstreams_cpu_per_100k", {})
     figure += "".join(f"; Kafka Streams {g} {_rate(v)}" for g, v in theirs.items())
     if "cpu_vs_kstreams" not in row:

@@ -18,6 +18,7 @@ from digest_stream.ops.health import Health, Heartbeats, PartitionGauges
 from digest_stream.ops.hooks import Hook, Hooks, load_hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.ops.server import OpsServer
+from digest_stream.ops.threads import name_os_thread
 from digest_stream.roles.delivery import Delivery
 from digest_stream.roles.ingest import Ingest, ingest_role
 from digest_stream.roles.publish import DigestPublisher
@@ -222,6 +223,7 @@ class App:
         self._runners.append(runner)
 
         def loop() -> None:
+            name_os_thread()
             try:
                 runner.start(role, self._stop.is_set)
                 next_lag = 0.0

@@ -11,6 +11,8 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from digest_stream.ops.threads import name_os_thread
+
 log = logging.getLogger(__name__)
 
 _NOT_FOUND = b"not found: try /metrics, /healthz or /readyz\n"
@@ -56,14 +58,16 @@ class OpsServer:
 
         self._httpd = ThreadingHTTPServer((host, port), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="digest-ops-http", daemon=True
-        )
+        self._thread = threading.Thread(target=self._serve, name="digest-ops-http", daemon=True)
 
     @property
     def port(self) -> int:
         """The bound port (useful with port 0)."""
         return int(self._httpd.server_address[1])
+
+    def _serve(self) -> None:
+        name_os_thread()
+        self._httpd.serve_forever()
 
     def start(self) -> None:
         """Serve on a daemon thread."""

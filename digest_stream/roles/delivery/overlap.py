@@ -24,6 +24,7 @@ from confluent_kafka import Message
 
 from digest_stream.ops.hooks import Hooks
 from digest_stream.ops.metrics import Metrics
+from digest_stream.ops.threads import name_os_thread
 from digest_stream.roles.delivery.partitions import Stamp
 from digest_stream.roles.runner import Runner
 from digest_stream.store.base import DigestStore, DigestTarget, OpenDigest
@@ -114,7 +115,9 @@ class Overlap:
         self._closing: Closing | None = None  # the last batch, its closes under way
         # One thread, one store call at a time in the order asked: a later open never passes
         # an earlier close of the same timeline.
-        self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delivery-store")
+        self._helper = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="delivery-store", initializer=name_os_thread
+        )
 
     def open_ahead(self, batch: Batch, busy: Batch) -> None:
         """Start the batch's opens on the helper thread, but for the timelines ``busy`` (the

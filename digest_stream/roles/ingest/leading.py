@@ -32,6 +32,7 @@ from confluent_kafka import Producer
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import Hooks
 from digest_stream.ops.metrics import Metrics
+from digest_stream.ops.threads import name_os_thread
 from digest_stream.roles.publish import DigestPublisher, Pending, close_targets
 from digest_stream.roles.scheduler import ScheduleEmitter
 from digest_stream.store.base import DigestStore, OpenDigest
@@ -67,7 +68,9 @@ class LeadingEdge:
         self._flying: list[Pending] = []
         # Closes run on a thread of their own: Redis answers one only after the add it is
         # running, which the role thread would otherwise wait out.
-        self._closer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leading-close")
+        self._closer = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="leading-close", initializer=name_os_thread
+        )
         self._closing: list[tuple[Future[list[bool]], list[Pending]]] = []
         self._unclosed: list[Pending] = []  # acknowledged; their close found Redis down
         self._queued: list[tuple[int, list[OpenDigest]]] = []

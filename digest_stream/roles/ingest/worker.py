@@ -11,6 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from digest_stream.ops.threads import name_os_thread
 from digest_stream.store.base import AddResult, NewRecord
 
 
@@ -35,7 +36,9 @@ class StoreWorker:
 
     def __init__(self, call: Callable[[Batch], AddResult]) -> None:
         self._call = call
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-store")
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="ingest-store", initializer=name_os_thread
+        )
         self._in_flight: Future[list[Batch]] | None = None
 
     @property

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
-from bench.catchup_bench import SHAPES, backlog, shape_label
-from bench.common import CpuMeter, cpu_per_100k, process_cpu
+from bench.catchup_bench import SHAPES, _by_thread, backlog, shape_label, thread_text
+from bench.common import CpuMeter, cpu_per_100k, process_cpu, thread_cpu
+from digest_stream.ops.threads import name_os_thread
 
 
 def test_process_cpu_counts_this_process_work_and_nothing_for_a_missing_pid() -> None:
@@ -43,3 +45,30 @@ def test_shapes_read_as_events_per_timeline() -> None:
     assert shape_label("20i") == "20 event(s)/timeline, interleaved"
     assert shape_label("1000") == "1000 event(s)/timeline"
     assert set(SHAPES) == {"1", "20", "20i", "1000"}
+
+
+def test_cpu_by_thread_names_the_thread_that_burned_it() -> None:
+    def burn() -> None:
+        name_os_thread()
+        deadline = time.thread_time() + 0.3
+        while time.thread_time() < deadline:  # this thread's CPU, not wall time
+            pass
+
+    worker = threading.Thread(target=burn, name="bench-burner")
+    before = CpuMeter(lambda: [os.getpid()]).threads().get("bench-burner", 0.0)
+    worker.start()
+    while worker.is_alive() and "bench-burner" not in thread_cpu(os.getpid()):
+        time.sleep(0.01)
+    used: dict[str, float] = {}
+    while worker.is_alive():  # read while it lives: an ended thread is no longer listed
+        used = thread_cpu(os.getpid())
+        time.sleep(0.01)
+    worker.join()
+    assert used.get("bench-burner", 0.0) - before >= 0.15
+    assert thread_cpu(2**22 + 1) == {}
+
+
+def test_threads_are_summarised_by_median_largest_first() -> None:
+    runs = [{"digest-ingest": 2.0, "ingest-store_0": 1.0}, {"digest-ingest": 4.0}]
+    assert _by_thread(runs) == {"digest-ingest": 3.0, "ingest-store_0": 0.5}
+    assert thread_text({"digest-ingest": 3.0, "librdkafka": 0.01}) == "ingest 3.0"
