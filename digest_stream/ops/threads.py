@@ -18,7 +18,10 @@ def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        prctl: Callable[..., int] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl
+        # PyDLL: the call keeps the GIL (a CDLL call releases it, and the thread would then
+        # wait a switch interval to get it back before its first task)
+        libc = ctypes.PyDLL(ctypes.util.find_library("c") or "libc.so.6")
+        prctl: Callable[..., int] = libc.prctl
         return prctl
     except (OSError, AttributeError):
         return None

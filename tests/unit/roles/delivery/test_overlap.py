@@ -7,6 +7,7 @@ from typing import Any
 from digest_stream.roles.delivery import Delivery
 from digest_stream.settings import Settings
 from digest_stream.store import MemoryStore
+from tests.support import wait_until
 from tests.support.fakes import FakeConsumer, FakeProducer
 from tests.unit.roles.delivery.rig import (
     OUTPUT,
@@ -39,9 +40,9 @@ def test_the_next_batch_is_opened_while_this_one_is_published() -> None:
     # closes overlap t2's publishing, so t1 is committed once they are done, in the next step.
     assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
     assert consumer.committed_offsets == {}
-    t2 = store.inspect(0, "t2")
-    assert t2 is not None
-    assert t2.open_digest is not None
+    # opened on the helper thread, which may still be at it when the step returns
+    wait_until(lambda: store.inspect(0, "t2").open_digest is not None, 5, "t2 opened ahead")
+    assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]
     assert delivery.step() == 1
     assert [key for key, _ in producer.on(OUTPUT)] == [b"t1", b"t2"]
     assert consumer.committed_offsets == {0: 2}  # nothing in hand: closed before returning
