@@ -13,6 +13,8 @@ from digest_stream.wire.event_head import EventHead, decode_event_head
 from digest_stream.wire.models import MAX_TIMELINE_LENGTH, Event, validate_timeline
 from digest_stream.wire.registry import WriterSchemas
 
+_tuple_new = tuple.__new__
+
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
 
 # A record id of at most this many characters is within the store's byte limit whatever they
@@ -101,7 +103,9 @@ def check(
     # The stored payload is the event's own encoding: delivery decodes it into a record.
     carry = rules.carry_headers
     payload = envelope.wrap(headers, carry, value) if carry else value
-    return NewRecord(timeline, event.id, timestamp, payload, offset)  # positional: cheaper
+    # tuple.__new__: every field given, without NewRecord's generated __new__ (a tenth of
+    # the check's time)
+    return _tuple_new(NewRecord, (timeline, event.id, timestamp, payload, offset, None))
 
 
 #: The record id a control without one carries (never looked at by the store).
