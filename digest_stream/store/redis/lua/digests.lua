@@ -1,13 +1,15 @@
 -- digests.lua: opening and closing digests: what ds_open, ds_close and their many-target
 -- forms (lua/commands/) share.
 -- Holds: timeline_keys (also used by admin commands), digest_reply, open_target, many_targets,
---   new_moves, moves_float, digest_id_and_records, apply_moves, close_target.
+--   new_moves, moves_float, DIGEST_HEAD_READ, DIGEST_HEAD_LAST, digest_id_and_records,
+--   apply_moves, policy_ttl_text, closed_empty, close_target.
 -- Needs: CAUSES, FLUSH_AT_FLOOR, OPEN_REPLY, TARGET_WIDTH (Python); invalid_argument,
 --   parse_digest_id, parse_name, parse_policies, policy_at (guards); call_tag, digest_key,
 --   ready_key, timeline_key, waiting_key (keys); format_digest_meta, format_float,
---   format_timeline_meta, parse_digest_meta, parse_timeline_meta, ttl_ms (encoding);
---   call_chunked, sort_records (helpers); encode_inline, held_count, holds_no_records, META,
---   read_container, read_head, read_meta (containers); write_meta (container_writes).
+--   format_integer, format_timeline_meta, parse_digest_meta, parse_timeline_meta, ttl_ms
+--   (encoding); call_chunked, sort_records (helpers); encode_inline, held_count,
+--   holds_no_records, inline_head, META, read_container, read_head, read_meta (containers);
+--   write_meta (container_writes).
 
 -- The tag and timeline of a timeline-level call (its first argument: the timeline).
 local function timeline_keys(keys, args)
@@ -120,15 +122,64 @@ local function moves_float(moves, number)
     return text
 end
 
--- The id and record count of a digest's meta, or nil: what a close checks, read without
+-- Bytes read from the front of a digest to find its meta: a digest meta (32-hex id, two
+-- times, counts, mark, cause) fits with its msgpack header (a longer head is read whole).
+local DIGEST_HEAD_READ = 128
+local DIGEST_HEAD_LAST = '127' -- as text: a number argument is formatted on every call
+
+-- The id (nil for none) and record count of a digest's meta (nil: none), read without
 -- splitting the whole meta (most of a close's Lua time went to that).
-local function digest_id_and_records(digest)
-    local raw = read_meta(digest)
+local function meta_id_and_records(raw)
     if raw == nil then
-        return nil
+        return nil, 0
     end
     local id, records = string.match(raw, '^([^|]*)|[^|]*|[^|]*|(%d*)')
-    return id, tonumber(records) or 0
+    return id, tonumber(records or '') or 0
+end
+
+-- Bytes of a digest's meta: BAR separates its fields; a str8 msgpack header (STR8, then
+-- the length) opens a meta of 32 to 255 bytes, as every digest meta is.
+local BAR, STR8, ZERO, NINE = 124, 0xd9, 48, 57
+
+-- Whether the digest at `digest` is `digest_id`'s (an id is hex: no BAR), and whether it
+-- holds records: what a close checks, from the digest's first bytes in ONE command
+-- (GETRANGE: a missing key reads as ""). The usual meta is read in place, a few bytes
+-- compared; any other (a hash digest answers WRONGTYPE, a meta past those bytes, a count
+-- that starts with 0) by its kind (read_meta) and a match.
+local function digest_is(digest, digest_id)
+    local prefix = redis.pcall('GETRANGE', digest, '0', DIGEST_HEAD_LAST)
+    local raw
+    if type(prefix) == 'string' then
+        local stop = string.byte(prefix, 1) == STR8 and string.byte(prefix, 2) + 2
+        -- its meta is prefix[3..stop]; the id field is prefix[3..after - 1]
+        local after = 3 + #digest_id
+        if stop and stop <= #prefix then
+            if after > stop or string.byte(prefix, after) ~= BAR
+                    or string.sub(prefix, 3, after - 1) ~= digest_id then
+                return false, false
+            end
+            -- the dropped and opened_at fields end at the next two bars, then the count
+            local bar = string.find(prefix, '|', after + 1, true)
+            bar = bar and bar < stop and string.find(prefix, '|', bar + 1, true)
+            if not bar or bar > stop then
+                return false, false -- not a digest meta: not that digest
+            end
+            local digit = bar < stop and string.byte(prefix, bar + 1) or BAR
+            if digit ~= ZERO then
+                return true, digit > ZERO and digit <= NINE
+            end
+        end
+        raw = inline_head(prefix)
+        if raw == nil and #prefix == DIGEST_HEAD_READ then
+            raw = read_meta(digest)
+        end
+    elseif string.find(prefix.err, '^WRONGTYPE') then
+        raw = read_meta(digest)
+    else
+        error(prefix)
+    end
+    local id, records = meta_id_and_records(raw)
+    return id == digest_id, records > 0
 end
 
 local function apply_moves(tag, moves)
@@ -137,19 +188,59 @@ local function apply_moves(tag, moves)
     call_chunked('ZADD', waiting_key(tag), moves.wait)
 end
 
+-- The text of a policy's TTL in ms (a number argument of redis.call is formatted on every
+-- call), made once per policy of a call.
+local function policy_ttl_text(policy)
+    local text = policy.ttl_ms_text
+    if text == nil then
+        text = format_integer(ttl_ms(policy.ttl))
+        policy.ttl_ms_text = text
+    end
+    return text
+end
+
+-- The closed timeline meta of a timeline that holds nothing (the usual close of a leading
+-- digest: nothing came while it was open), as an inline container: it differs between such
+-- closes of one call only by its cause, so each is made once.
+local function closed_empty(moves, now, cause)
+    local closed = moves.closed[cause]
+    if closed == nil then
+        closed = encode_inline(format_timeline_meta({written = 0, dropped = 0,
+            last_delivery = now, expired = false, behind_open = false, cause = cause}), {})
+        moves.closed[cause] = closed
+    end
+    return closed
+end
+
 -- Closes one digest, its schedule change listed in `moves`. Returns 1 when that digest was
 -- closed, 0 for an unknown or already closed id, and whether the partition keys' TTL needs
 -- a refresh (the timeline waits again).
 local function close_target(tag, timeline, digest_id, now, policy, moves)
     local digest = digest_key(tag, timeline)
-    local id, records = digest_id_and_records(digest)
-    if id ~= digest_id then
+    local matches, holds_records = digest_is(digest, digest_id)
+    if not matches then
         return 0, false
     end
     redis.call('DEL', digest)
     local source = timeline_key(tag, timeline)
+    local next_fire = policy.schedule -- the schedule's next fire
+    local due = next_fire or now + policy.minimum_delay
+    if holds_records then
+        -- Nothing came while it was open (every leading digest's usual close): no container,
+        -- so one write, made only where none is (NX), without reading first; a container
+        -- there is read and rewritten below. With no container, neither a flush nor
+        -- flush_at can have come: the cause is the cool-down's (or the schedule's).
+        local cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
+        if redis.call('SET', source, closed_empty(moves, now, cause), 'PX',
+                policy_ttl_text(policy), 'NX') then
+            moves.unready[#moves.unready + 1] = timeline
+            moves.wait[#moves.wait + 1] = moves_float(moves, due)
+            moves.wait[#moves.wait + 1] = timeline
+            return 1, true
+        end
+    end
     local head = read_head(source)
-    if records == 0 and holds_no_records(source, head) then
+    if not holds_records and holds_no_records(source, head) then
         -- An empty digest ends the cool-down: retire, the next event is immediate.
         if head.kind ~= 'none' then
             redis.call('DEL', source)
@@ -161,8 +252,7 @@ local function close_target(tag, timeline, digest_id, now, policy, moves)
     local timeline_meta = parse_timeline_meta(head.meta)
     timeline_meta.last_delivery = now
     timeline_meta.behind_open = false -- that digest is closed: nothing waits behind it
-    local next_fire, flush_at = policy.schedule, policy.flush_at -- the schedule's next fire
-    local due, soon = next_fire or now + policy.minimum_delay, nil
+    local flush_at, soon = policy.flush_at, nil
     -- A flush that came while the digest was open (flush_timeline), or flush_at records that
     -- did (add leaves a READY timeline alone): due right after the floor, not a cool-down later.
     if timeline_meta.cause == CAUSES.flushed then
@@ -176,19 +266,8 @@ local function close_target(tag, timeline, digest_id, now, policy, moves)
     else
         timeline_meta.cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
     end
-    if head.kind == 'none' then
-        -- Nothing came while it was open (every leading digest's usual close): one write,
-        -- of a meta that differs between such closes of one call only by its cause.
-        local closed = moves.closed[timeline_meta.cause]
-        if closed == nil then
-            closed = encode_inline(format_timeline_meta(timeline_meta), {})
-            moves.closed[timeline_meta.cause] = closed
-        end
-        redis.call('SET', source, closed, 'PX', ttl_ms(policy.ttl))
-    else
-        write_meta(source, head, format_timeline_meta(timeline_meta))
-        redis.call('PEXPIRE', source, ttl_ms(policy.ttl))
-    end
+    write_meta(source, head, format_timeline_meta(timeline_meta))
+    redis.call('PEXPIRE', source, policy_ttl_text(policy))
     moves.unready[#moves.unready + 1] = timeline
     moves.wait[#moves.wait + 1] = moves_float(moves, due)
     moves.wait[#moves.wait + 1] = timeline

@@ -1,9 +1,10 @@
 -- leading.lua: the leading edge: an add with an open nonce opens a new timeline's first
 -- digest in the same call.
--- Holds: leading_records, lead, begin_leading, end_leading.
+-- Holds: LEADING_NUMBER_FORMAT, LEADING_NUMBER_TEXT, LEADING_NUMBER_CACHED, leading_number,
+--   leading_records, leading_blob, lead, begin_leading, end_leading.
 -- Needs: CAUSES, DIGEST_ID_LENGTH, OPEN_NONCE_LENGTH (Python); digest_key (keys);
---   format_digest_meta, format_integer (encoding); encode_inline (containers);
---   distinct_records (container_writes).
+--   format_count, format_digest_meta (encoding); encode_inline (containers);
+--   distinct_records, string_header (container_writes).
 --
 -- A timeline an add finds with nothing stored gets its first digest in that same add, in
 -- exactly the state ds_open leaves: the digest (id: the nonce and its number) holds the
@@ -16,6 +17,21 @@
 
 -- A leading digest's number after its nonce: the rest of its id, zero-padded hex.
 local LEADING_NUMBER_FORMAT = '%0' .. (DIGEST_ID_LENGTH - OPEN_NONCE_LENGTH) .. 'x'
+-- Those texts by number, made once (filled as they come, as COUNT_TEXT), up to a bound: a
+-- call leads at most one digest per timeline it names.
+local LEADING_NUMBER_TEXT = {}
+local LEADING_NUMBER_CACHED = 4096
+
+local function leading_number(count)
+    local text = LEADING_NUMBER_TEXT[count]
+    if text == nil then
+        text = string.format(LEADING_NUMBER_FORMAT, count)
+        if count <= LEADING_NUMBER_CACHED then
+            LEADING_NUMBER_TEXT[count] = text
+        end
+    end
+    return text
+end
 
 -- The records of a timeline's first batch as its digest holds them (a repeated id keeps
 -- its first place and its last value, as store_batch does), or nil when the policy's
@@ -29,6 +45,22 @@ local function leading_records(timeline)
     return records
 end
 
+-- The leading digest as stored: byte for byte encode_inline(meta, records), the meta
+-- being format_digest_meta's (only the id and count vary: the rest is made once per call),
+-- packed by hand (one concatenation for the usual single record: cmsgpack.pack of a table
+-- cost twice as much).
+local function leading_blob(leading, id, records)
+    local count = format_count(#records)
+    local meta_length = #id + leading.meta_length + #count
+    if #records ~= 1 then
+        return encode_inline(id .. leading.meta_middle .. count .. leading.meta_end, records)
+    end
+    local record = records[1]
+    return string_header(meta_length) .. id .. leading.meta_middle .. count .. leading.meta_end
+        .. string_header(#record.id) .. record.id .. cmsgpack.pack(record.timestamp)
+        .. string_header(#record.payload) .. record.payload
+end
+
 -- Gives `timeline` (absent before this add) its leading digest, opened: the digest
 -- written under its id, the timeline left READY (write_back lists it) with no records of
 -- its own, its open reply listed in call.leading. Returns false (nothing written) when the
@@ -38,14 +70,12 @@ local function lead(call, timeline)
     if records == nil then
         return false
     end
-    local leading, policy, name = call.leading, timeline.policy, timeline.timeline
-    leading.count = leading.count + 1
-    local id = call.open_nonce .. string.format(LEADING_NUMBER_FORMAT, leading.count)
-    -- the digest meta format_digest_meta would write: only the id and count vary
-    local meta = id .. leading.meta_middle .. format_integer(#records) .. leading.meta_end
-    redis.call('SET', digest_key(call.tag, name), encode_inline(meta, records),
-        'PX', policy.ttl_ms_text)
-    leading.names[name] = true
+    local leading, name = call.leading, timeline.timeline
+    local count = leading.count + 1
+    leading.count = count
+    local id = call.open_nonce .. leading_number(count)
+    redis.call('SET', digest_key(call.tag, name), leading_blob(leading, id, records),
+        'PX', timeline.policy.ttl_ms_text)
     -- the caller holds these records: it is told the name and id, not sent them back
     local opened = leading.opened
     opened[#opened + 1] = name
@@ -62,7 +92,8 @@ local function begin_leading(call)
     local template = format_digest_meta({id = '', opened_at = call.now, dropped = 0,
         records = 0, expired = false, cause = CAUSES.immediate})
     local middle, last = string.match(template, '^(|[^|]*|[^|]*|)0(|.*)$')
-    return {count = 0, opened = {}, names = {}, meta_middle = middle, meta_end = last}
+    return {count = 0, opened = {}, meta_middle = middle, meta_end = last,
+        meta_length = #middle + #last}
 end
 
 -- After write_back: the READY list the add returns leaves out the timelines it led (their
@@ -72,11 +103,20 @@ local function end_leading(call, totals)
     if leading == nil or leading.count == 0 then
         return totals.ready, {}
     end
+    local opened = leading.opened
+    if leading.count == #totals.ready then
+        -- every timeline made READY was led (each is listed once in either list)
+        return {}, opened
+    end
+    local led = {}
+    for i = 1, #opened, 2 do
+        led[opened[i]] = true
+    end
     local ready = {}
     for _, name in ipairs(totals.ready) do
-        if not leading.names[name] then
+        if not led[name] then
             ready[#ready + 1] = name
         end
     end
-    return ready, leading.opened
+    return ready, opened
 end
