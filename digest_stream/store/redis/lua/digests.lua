@@ -1,16 +1,17 @@
 -- digests.lua: opening and closing digests: what ds_open, ds_close and their many-target
 -- forms (lua/commands/) share.
--- Holds: timeline_keys (also used by admin commands), digest_reply, open_target, many_targets,
---   new_moves, moves_float, DIGEST_HEAD_LAST, meta_id_and_records, BAR,
---   STR8, ZERO, NINE, digest_is, LISTPACK_ENTRIES, zadd_descending (also used by add),
+-- Holds: timeline_keys (also used by admin commands), digest_reply, open_target, str_byte,
+--   str_find, str_sub, math_min, redis_call, redis_pcall, bind_call_functions,
+--   many_targets, new_moves, moves_float, DIGEST_HEAD_LAST, meta_id_and_records, BAR, STR8,
+--   ZERO, NINE, digest_is, LISTPACK_ENTRIES, zadd_descending (also used by add),
 --   apply_moves, policy_ttl_text, closed_empty, close_target.
--- Needs: CAUSES, FLUSH_AT_FLOOR, OPEN_REPLY, TARGET_WIDTH (Python); invalid_argument,
---   parse_digest_id, parse_name, parse_policies, policy_at (guards); call_tag, digest_key,
---   ready_key, timeline_key, waiting_key (keys); format_digest_meta, format_float,
---   format_integer, format_timeline_meta, parse_digest_meta, parse_timeline_meta, ttl_ms
---   (encoding); call_chunked, sort_records (helpers); encode_inline, held_count,
---   holds_no_records, META, read_container, read_head, read_meta (containers); write_meta
---   (container_writes).
+-- Needs: CAUSES, DIGEST_ID_LENGTH, FLUSH_AT_FLOOR, MAX_NAME_BYTES, OPEN_REPLY, TARGET_WIDTH
+--   (Python); invalid_argument, parse_digest_id, parse_name, parse_policies, policy_at
+--   (guards); call_tag, digest_key, ready_key, timeline_key, waiting_key (keys);
+--   format_count, format_digest_meta, format_float, format_integer, format_timeline_meta,
+--   parse_digest_meta, parse_timeline_meta, ttl_ms (encoding); call_chunked, sort_records
+--   (helpers); encode_inline, held_count, holds_no_records, META, read_container, read_head,
+--   read_meta (containers); write_meta (container_writes).
 
 -- The tag and timeline of a timeline-level call (its first argument: the timeline).
 local function timeline_keys(keys, args)
@@ -86,22 +87,46 @@ local function open_target(tag, timeline, digest_id, now, policy)
     return digest_reply(tag, digest_meta, container.records)
 end
 
+-- The library functions a close or a many-target call uses per target, as upvalues: a
+-- global function costs two table reads per use (about 200 instructions), and the
+-- library's load cannot read them (bind_call_functions, at each such call, does).
+local str_byte, str_find, str_sub, math_min, redis_call, redis_pcall
+
+local function bind_call_functions()
+    str_byte, str_find, str_sub, math_min = string.byte, string.find, string.sub, math.min
+    redis_call, redis_pcall = redis.call, redis.pcall
+end
+
 -- A call on several timelines of one partition (KEYS: waiting, ready; ARGV from `first`:
 -- the policies, then the targets, TARGET_WIDTH fields each): its tag and its targets as
 -- three lists (timelines, digest ids, policies: no table per target), all checked before
 -- anything is written.
 local function many_targets(keys, args, first)
+    bind_call_functions()
     local tag = call_tag(keys, 'many')
     local policies, base = parse_policies(args, first)
     if (#args - base + 1) % TARGET_WIDTH ~= 0 then
         invalid_argument('expects ' .. TARGET_WIDTH .. ' fields per target')
     end
+    -- each policy by the text of its index ("1", ...: what the targets send), so a target's
+    -- is a lookup, not a number parsed (policy_at for any other text: "01", or an error)
+    local by_index = {}
+    for i, policy in ipairs(policies) do
+        by_index[format_count(i)] = policy
+    end
     local timelines, ids, target_policies, count = {}, {}, {}, 0
     for at = base, #args, TARGET_WIDTH do
         count = count + 1
-        timelines[count] = parse_name(args[at], 'timeline')
-        ids[count] = parse_digest_id(args[at + 1])
-        target_policies[count] = policy_at(policies, args[at + 2])
+        -- the guards' checks inline (every argument is a string), their errors by them
+        local timeline, id, index = args[at], args[at + 1], args[at + 2]
+        if #timeline == 0 or #timeline > MAX_NAME_BYTES then
+            parse_name(timeline, 'timeline')
+        end
+        if #id ~= DIGEST_ID_LENGTH or not str_find(id, '^[0-9a-f]+$') then
+            parse_digest_id(id)
+        end
+        timelines[count], ids[count] = timeline, id
+        target_policies[count] = by_index[index] or policy_at(policies, index)
     end
     return tag, timelines, ids, target_policies
 end
@@ -110,6 +135,7 @@ end
 -- ZREM and one ZADD per set instead of one each per target: nothing a close reads is in
 -- these sets).
 local function new_moves()
+    bind_call_functions()
     return {unready = {}, unwait = {}, wait = {}, texts = {}, closed = {}}
 end
 
@@ -151,26 +177,26 @@ local BAR, STR8, ZERO, NINE = 124, 0xd9, 48, 57
 -- compared; any other (a hash digest answers WRONGTYPE, fields past those bytes, a count
 -- that starts with 0) by its kind (read_meta) and a match.
 local function digest_is(digest, digest_id)
-    local prefix = redis.pcall('GETRANGE', digest, '0', DIGEST_HEAD_LAST)
+    local prefix = redis_pcall('GETRANGE', digest, '0', DIGEST_HEAD_LAST)
     if type(prefix) ~= 'string' then
-        if not string.find(prefix.err, '^WRONGTYPE') then
+        if not str_find(prefix.err, '^WRONGTYPE') then
             error(prefix)
         end
-    elseif string.byte(prefix, 1) == STR8 then
+    elseif str_byte(prefix, 1) == STR8 then
         -- the meta is prefix[3..stop] (a str8 header): its id field prefix[3..after - 1],
         -- then the opened_at and dropped fields end at the next two bars, then the count;
         -- a field that runs past `limit` (the end of the meta or of what was read) is not
         -- read here
-        local stop, after = string.byte(prefix, 2) + 2, 3 + #digest_id
-        local limit = math.min(stop, #prefix)
+        local stop, after = str_byte(prefix, 2) + 2, 3 + #digest_id
+        local limit = math_min(stop, #prefix)
         if after <= limit then
-            if string.byte(prefix, after) ~= BAR
-                    or string.sub(prefix, 3, after - 1) ~= digest_id then
+            if str_byte(prefix, after) ~= BAR
+                    or str_sub(prefix, 3, after - 1) ~= digest_id then
                 return false, false
             end
-            local bar = string.find(prefix, '|', after + 1, true)
-            bar = bar and bar < limit and string.find(prefix, '|', bar + 1, true)
-            local digit = bar and bar < limit and string.byte(prefix, bar + 1)
+            local bar = str_find(prefix, '|', after + 1, true)
+            bar = bar and bar < limit and str_find(prefix, '|', bar + 1, true)
+            local digit = bar and bar < limit and str_byte(prefix, bar + 1)
             if digit and digit ~= ZERO then
                 return true, digit > ZERO and digit <= NINE
             end
@@ -252,7 +278,7 @@ local function close_target(tag, timeline, digest_id, now, policy, moves)
     if not matches then
         return 0, false
     end
-    redis.call('DEL', digest)
+    redis_call('DEL', digest)
     local source = timeline_key(tag, timeline)
     local next_fire = policy.schedule -- the schedule's next fire
     local due = next_fire or now + policy.minimum_delay
@@ -262,7 +288,7 @@ local function close_target(tag, timeline, digest_id, now, policy, moves)
         -- there is read and rewritten below. With no container, neither a flush nor
         -- flush_at can have come: the cause is the cool-down's (or the schedule's).
         local cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
-        if redis.call('SET', source, closed_empty(moves, now, cause), 'PX',
+        if redis_call('SET', source, closed_empty(moves, now, cause), 'PX',
                 policy_ttl_text(policy), 'NX') then
             moves.unready[#moves.unready + 1] = timeline
             moves.wait[#moves.wait + 1] = moves_float(moves, due)

@@ -1,7 +1,8 @@
 -- leading.lua: the leading edge: an add with an open nonce opens a new timeline's first
 -- digest in the same call.
 -- Holds: LEADING_NUMBER_FORMAT, LEADING_NUMBER_TEXT, LEADING_NUMBER_CACHED, leading_number,
---   leading_records, leading_blob, lead, begin_leading, end_leading.
+--   leading_call, leading_pack, leading_records, leading_blob, lead, begin_leading,
+--   end_leading.
 -- Needs: CAUSES, DIGEST_ID_LENGTH, OPEN_NONCE_LENGTH (Python); digest_key (keys);
 --   format_count, format_digest_meta (encoding); encode_inline (containers);
 --   distinct_records, string_header (container_writes).
@@ -33,6 +34,10 @@ local function leading_number(count)
     return text
 end
 
+-- The library functions lead uses per timeline, as upvalues (a global function costs two
+-- table reads per use; the library's load cannot read them: begin_leading does).
+local leading_call, leading_pack
+
 -- The records of a timeline's first batch as its digest holds them (a repeated id keeps
 -- its first place and its last value, as store_batch does), or nil when the policy's
 -- capacity would trim them: that rare timeline takes the path of an open instead.
@@ -57,7 +62,7 @@ local function leading_blob(leading, id, records)
     end
     local record = records[1]
     return string_header(meta_length) .. id .. leading.meta_middle .. count .. leading.meta_end
-        .. string_header(#record.id) .. record.id .. cmsgpack.pack(record.timestamp)
+        .. string_header(#record.id) .. record.id .. leading_pack(record.timestamp)
         .. string_header(#record.payload) .. record.payload
 end
 
@@ -74,7 +79,7 @@ local function lead(call, timeline)
     local count = leading.count + 1
     leading.count = count
     local id = call.open_nonce .. leading_number(count)
-    redis.call('SET', digest_key(call.tag, name), leading_blob(leading, id, records),
+    leading_call('SET', digest_key(call.tag, name), leading_blob(leading, id, records),
         'PX', timeline.policy.ttl_ms_text)
     -- the caller holds these records: it is told the name and id, not sent them back
     local opened = leading.opened
@@ -89,6 +94,7 @@ local function begin_leading(call)
     if call.open_nonce == nil or call.controls ~= nil then
         return nil
     end
+    leading_call, leading_pack = redis.call, cmsgpack.pack
     local template = format_digest_meta({id = '', opened_at = call.now, dropped = 0,
         records = 0, expired = false, cause = CAUSES.immediate})
     local middle, last = string.match(template, '^(|[^|]*|[^|]*|)0(|.*)$')
