@@ -1,10 +1,10 @@
 -- digests.lua: opening and closing digests: what ds_open, ds_close and their many-target
 -- forms (lua/commands/) share.
 -- Holds: timeline_keys (also used by admin commands), digest_reply, open_target, str_byte,
---   str_find, str_sub, math_min, redis_call, redis_pcall, bind_call_functions,
+--   str_find, math_min, redis_call, redis_pcall, bind_call_functions,
 --   many_targets, new_moves, moves_float, DIGEST_HEAD_LAST, meta_id_and_records, BAR, STR8,
 --   ZERO, NINE, digest_is, LISTPACK_ENTRIES, zadd_descending (also used by add),
---   apply_moves, policy_ttl_text, closed_empty, close_target.
+--   apply_moves, policy_ttl_text, closed_empty, closing_writes, close_target.
 -- Needs: CAUSES, DIGEST_ID_LENGTH, FLUSH_AT_FLOOR, MAX_NAME_BYTES, OPEN_REPLY, TARGET_WIDTH
 --   (Python); invalid_argument, parse_digest_id, parse_name, parse_policies, policy_at
 --   (guards); call_tag, digest_key, ready_key, timeline_key, waiting_key (keys);
@@ -90,10 +90,10 @@ end
 -- The library functions a close or a many-target call uses per target, as upvalues: a
 -- global function costs two table reads per use (about 200 instructions), and the
 -- library's load cannot read them (bind_call_functions, at each such call, does).
-local str_byte, str_find, str_sub, math_min, redis_call, redis_pcall
+local str_byte, str_find, math_min, redis_call, redis_pcall
 
 local function bind_call_functions()
-    str_byte, str_find, str_sub, math_min = string.byte, string.find, string.sub, math.min
+    str_byte, str_find, math_min = string.byte, string.find, math.min
     redis_call, redis_pcall = redis.call, redis.pcall
 end
 
@@ -190,8 +190,8 @@ local function digest_is(digest, digest_id)
         local stop, after = str_byte(prefix, 2) + 2, 3 + #digest_id
         local limit = math_min(stop, #prefix)
         if after <= limit then
-            if str_byte(prefix, after) ~= BAR
-                    or str_sub(prefix, 3, after - 1) ~= digest_id then
+            -- the id where the meta starts (a plain find: no string made)
+            if str_byte(prefix, after) ~= BAR or str_find(prefix, digest_id, 3, true) ~= 3 then
                 return false, false
             end
             local bar = str_find(prefix, '|', after + 1, true)
@@ -269,6 +269,21 @@ local function closed_empty(moves, now, cause)
     return closed
 end
 
+-- What a close of a timeline that holds nothing writes, the same for every such target of
+-- a policy in one call (kept on the call's policy table): the closed meta, its TTL in ms
+-- and the due time (texts). With no container, neither a flush nor flush_at can have
+-- come while the digest was open: the cause is the cool-down's (or the schedule's).
+local function closing_writes(policy, now, moves)
+    local next_fire = policy.schedule -- the schedule's next fire
+    local cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
+    local writes = {
+        meta = closed_empty(moves, now, cause), ttl = policy_ttl_text(policy),
+        due = moves_float(moves, next_fire or now + policy.minimum_delay),
+    }
+    policy.closing = writes
+    return writes
+end
+
 -- Closes one digest, its schedule change listed in `moves` (apply_moves writes them).
 -- Returns 1 when that digest was closed, 0 for an unknown or already closed id, and
 -- whether the partition keys' TTL needs a refresh (the timeline waits again).
@@ -280,22 +295,21 @@ local function close_target(tag, timeline, digest_id, now, policy, moves)
     end
     redis_call('DEL', digest)
     local source = timeline_key(tag, timeline)
-    local next_fire = policy.schedule -- the schedule's next fire
-    local due = next_fire or now + policy.minimum_delay
     if holds_records then
         -- Nothing came while it was open (every leading digest's usual close): no container,
         -- so one write, made only where none is (NX), without reading first; a container
-        -- there is read and rewritten below. With no container, neither a flush nor
-        -- flush_at can have come: the cause is the cool-down's (or the schedule's).
-        local cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
-        if redis_call('SET', source, closed_empty(moves, now, cause), 'PX',
-                policy_ttl_text(policy), 'NX') then
-            moves.unready[#moves.unready + 1] = timeline
-            moves.wait[#moves.wait + 1] = moves_float(moves, due)
-            moves.wait[#moves.wait + 1] = timeline
+        -- there is read and rewritten below.
+        local writes = policy.closing or closing_writes(policy, now, moves)
+        if redis_call('SET', source, writes.meta, 'PX', writes.ttl, 'NX') then
+            local unready, wait = moves.unready, moves.wait
+            unready[#unready + 1] = timeline
+            local waiting = #wait
+            wait[waiting + 1], wait[waiting + 2] = writes.due, timeline
             return 1, true
         end
     end
+    local next_fire = policy.schedule -- the schedule's next fire
+    local due = next_fire or now + policy.minimum_delay
     local head = read_head(source)
     if not holds_records and holds_no_records(source, head) then
         -- An empty digest ends the cool-down: retire, the next event is immediate.

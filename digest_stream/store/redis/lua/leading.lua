@@ -5,7 +5,7 @@
 --   end_leading.
 -- Needs: CAUSES, DIGEST_ID_LENGTH, OPEN_NONCE_LENGTH (Python); digest_key (keys);
 --   format_count, format_digest_meta (encoding); encode_inline (containers);
---   distinct_records, string_header (container_writes).
+--   distinct_records, SHORT_STRING_HEADER, string_header (container_writes).
 --
 -- A timeline an add finds with nothing stored gets its first digest in that same add, in
 -- exactly the state ds_open leaves: the digest (id: the nonce and its number) holds the
@@ -38,9 +38,10 @@ end
 -- table reads per use; the library's load cannot read them: begin_leading does).
 local leading_call, leading_pack
 
--- The records of a timeline's first batch as its digest holds them (a repeated id keeps
--- its first place and its last value, as store_batch does), or nil when the policy's
--- capacity would trim them: that rare timeline takes the path of an open instead.
+-- The records of a timeline's first batch of more than one record as its digest holds them
+-- (a repeated id keeps its first place and its last value, as store_batch does), or nil
+-- when the policy's capacity would trim them: that rare timeline takes the path of an open
+-- instead. (One record is never trimmed: a capacity is at least 1.)
 local function leading_records(timeline)
     local records = distinct_records(timeline.batch)
     local capacity = timeline.policy.capacity
@@ -50,41 +51,43 @@ local function leading_records(timeline)
     return records
 end
 
--- The leading digest as stored: byte for byte encode_inline(meta, records), the meta
--- being format_digest_meta's (only the id and count vary: the rest is made once per call),
--- packed by hand (one concatenation for the usual single record: cmsgpack.pack of a table
--- cost twice as much).
-local function leading_blob(leading, id, records)
-    local count = format_count(#records)
-    local meta_length = #id + leading.meta_length + #count
+-- The leading digest numbered `number` as stored: byte for byte encode_inline(meta,
+-- records), the meta being format_digest_meta's (only the id and the count vary), packed
+-- by hand for the usual single record: one concatenation of parts made once per call
+-- (cmsgpack.pack of a table cost twice as much).
+local function leading_blob(leading, number, records)
     if #records ~= 1 then
-        return encode_inline(id .. leading.meta_middle .. count .. leading.meta_end, records)
+        return encode_inline(leading.nonce .. number .. leading.meta_middle
+            .. format_count(#records) .. leading.meta_end, records)
     end
     local record = records[1]
-    return string_header(meta_length) .. id .. leading.meta_middle .. count .. leading.meta_end
-        .. string_header(#record.id) .. record.id .. leading_pack(record.timestamp)
-        .. string_header(#record.payload) .. record.payload
+    local id, payload = record.id, record.payload
+    return leading.single_head .. number .. leading.single_tail
+        .. (SHORT_STRING_HEADER[#id] or string_header(#id)) .. id
+        .. leading_pack(record.timestamp)
+        .. (SHORT_STRING_HEADER[#payload] or string_header(#payload)) .. payload
 end
 
 -- Gives `timeline` (absent before this add) its leading digest, opened: the digest
--- written under its id, the timeline left READY (write_back lists it) with no records of
--- its own, its open reply listed in call.leading. Returns false (nothing written) when the
--- timeline must be announced instead.
+-- written under its id (the nonce and its number), the timeline left READY (write_back
+-- lists it) with no records of its own, its name listed in call.leading. Returns false
+-- (nothing written) when the timeline must be announced instead.
 local function lead(call, timeline)
-    local records = leading_records(timeline)
-    if records == nil then
-        return false
+    local records = timeline.batch
+    if #records > 1 then
+        records = leading_records(timeline)
+        if records == nil then
+            return false
+        end
     end
     local leading, name = call.leading, timeline.timeline
     local count = leading.count + 1
     leading.count = count
-    local id = call.open_nonce .. leading_number(count)
-    leading_call('SET', digest_key(call.tag, name), leading_blob(leading, id, records),
-        'PX', timeline.policy.ttl_ms_text)
-    -- the caller holds these records: it is told the name and id, not sent them back
-    local opened = leading.opened
-    opened[#opened + 1] = name
-    opened[#opened + 1] = id
+    leading_call('SET', digest_key(call.tag, name),
+        leading_blob(leading, leading_number(count), records), 'PX', timeline.policy.ttl_ms_text)
+    -- the caller holds these records and makes the id (the nonce and the number: the
+    -- name's place in this list): it is told the name only
+    leading.opened[count] = name
     return true
 end
 
@@ -98,12 +101,18 @@ local function begin_leading(call)
     local template = format_digest_meta({id = '', opened_at = call.now, dropped = 0,
         records = 0, expired = false, cause = CAUSES.immediate})
     local middle, last = string.match(template, '^(|[^|]*|[^|]*|)0(|.*)$')
-    return {count = 0, opened = {}, meta_middle = middle, meta_end = last,
-        meta_length = #middle + #last}
+    local nonce = call.open_nonce
+    -- a one-record digest: its meta's msgpack header and the nonce, then its number, then
+    -- the rest of its meta (its count: 1)
+    local single_tail = middle .. '1' .. last
+    return {count = 0, opened = {}, nonce = nonce, meta_middle = middle, meta_end = last,
+        single_head = string_header(DIGEST_ID_LENGTH + #single_tail) .. nonce,
+        single_tail = single_tail}
 end
 
 -- After write_back: the READY list the add returns leaves out the timelines it led (their
--- digests are open, the caller publishes them), and the led ones' open replies.
+-- digests are open, the caller publishes them), and the led ones in the order of their
+-- digests' numbers.
 local function end_leading(call, totals)
     local leading = call.leading
     if leading == nil or leading.count == 0 then
@@ -115,8 +124,8 @@ local function end_leading(call, totals)
         return {}, opened
     end
     local led = {}
-    for i = 1, #opened, 2 do
-        led[opened[i]] = true
+    for _, name in ipairs(opened) do
+        led[name] = true
     end
     local ready = {}
     for _, name in ipairs(totals.ready) do

@@ -18,8 +18,8 @@ local function close_many(keys, args)
         local policy = policies[i]
         local closed, waits = close_target(tag, timelines[i], ids[i], now, policy, moves)
         replies[i] = closed
-        if waits then
-            refresh = math.max(refresh or partition_ttl, policy.ttl)
+        if waits and (refresh == nil or policy.ttl > refresh) then
+            refresh = policy.ttl > partition_ttl and policy.ttl or partition_ttl
         end
     end
     apply_moves(tag, moves)
