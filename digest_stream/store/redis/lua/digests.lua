@@ -3,8 +3,8 @@
 -- Holds: timeline_keys (also used by admin commands), digest_reply, open_target, str_byte,
 --   str_find, math_min, redis_call, redis_pcall, bind_call_functions,
 --   many_targets, new_moves, moves_float, DIGEST_HEAD_LAST, meta_id_and_records, BAR, STR8,
---   ZERO, NINE, digest_is, LISTPACK_ENTRIES, zadd_descending (also used by add),
---   apply_moves, policy_ttl_text, closed_empty, closing_writes, close_target.
+--   ZERO, NINE, digest_is, LISTPACK_ENTRIES, SKIPLIST_MEMBER, zadd_batch (also used by add),
+--   apply_moves, policy_ttl_text, closed_empty, closing_writes, close_found, close_target.
 -- Needs: CAUSES, DIGEST_ID_LENGTH, FLUSH_AT_FLOOR, MAX_NAME_BYTES, OPEN_REPLY, TARGET_WIDTH
 --   (Python); invalid_argument, parse_digest_id, parse_name, parse_policies, policy_at
 --   (guards); call_tag, digest_key, ready_key, timeline_key, waiting_key (keys);
@@ -100,8 +100,9 @@ end
 -- A call on several timelines of one partition (KEYS: waiting, ready; ARGV from `first`:
 -- the policies, then the targets, TARGET_WIDTH fields each): its tag and its targets as
 -- three lists (timelines, digest ids, policies: no table per target), all checked before
--- anything is written.
-local function many_targets(keys, args, first)
+-- anything is written; `ids_later`: the caller checks the ids itself (close_many: only
+-- those that are not their digest's), before it writes.
+local function many_targets(keys, args, first, ids_later)
     bind_call_functions()
     local tag = call_tag(keys, 'many')
     local policies, base = parse_policies(args, first)
@@ -122,7 +123,7 @@ local function many_targets(keys, args, first)
         if #timeline == 0 or #timeline > MAX_NAME_BYTES then
             parse_name(timeline, 'timeline')
         end
-        if #id ~= DIGEST_ID_LENGTH or not str_find(id, '^[0-9a-f]+$') then
+        if not ids_later and (#id ~= DIGEST_ID_LENGTH or not str_find(id, '^[0-9a-f]+$')) then
             parse_digest_id(id)
         end
         timelines[count], ids[count] = timeline, id
@@ -209,16 +210,29 @@ end
 -- Members a sorted set keeps in its compact form (listpack: Redis's default
 -- zset-max-listpack-entries) before it becomes a skiplist.
 local LISTPACK_ENTRIES = 128
+-- A member no timeline can be (longer than MAX_NAME_BYTES) and too long for a listpack
+-- (past zset-max-listpack-value, 64 bytes): adding it makes a set a skiplist. Made at its
+-- first use (the library's load cannot call string functions).
+local SKIPLIST_MEMBER
 
--- ZADD of `pairs` (score, member, ...: each member once) into `key`. While the set is small
--- (compact), Redis scans it from the front for each new member's place, so a batch of
--- members of one score (a close's due time, an add's READY time) is sent in descending
--- member order, each one's place the first: a set made by a call of 256 closes cost 3.7k
--- instructions per member less. Only the first LISTPACK_ENTRIES are ordered (the set is a
--- skiplist past them, where order does not matter). Lua's string order (strcoll) is not
--- Redis's, which only makes the scan longer.
-local function zadd_descending(key, pairs)
-    local count = math.min(#pairs, 2 * LISTPACK_ENTRIES)
+-- ZADD of `pairs` (score, member, ...: each member once) into `key`, a schedule set. Redis
+-- before 7.2 makes a new set compact (a listpack) whatever the ZADD holds, and finds each
+-- new member's place in it by a scan from the front until it holds LISTPACK_ENTRIES: O(n²).
+-- So a batch of more than LISTPACK_ENTRIES members, which ends a skiplist anyway, makes
+-- the set one first (SKIPLIST_MEMBER, removed again in the same call: nobody sees it); a
+-- smaller batch of one score (a close's due time, an add's READY time) is sent in
+-- descending member order, each one's place the first. A call of 256 closes (or leading
+-- timelines) cost about 5k instructions per member less. Lua's string order (strcoll) is
+-- not Redis's, which only makes the scan longer.
+local function zadd_batch(key, pairs)
+    local count = #pairs
+    if count > 2 * LISTPACK_ENTRIES then
+        SKIPLIST_MEMBER = SKIPLIST_MEMBER or string.rep('~', MAX_NAME_BYTES + 1)
+        redis.call('ZADD', key, '0', SKIPLIST_MEMBER)
+        call_chunked('ZADD', key, pairs)
+        redis.call('ZREM', key, SKIPLIST_MEMBER)
+        return
+    end
     local score = pairs[1]
     for i = 3, count - 1, 2 do
         if pairs[i] ~= score then
@@ -242,7 +256,7 @@ end
 local function apply_moves(tag, moves)
     call_chunked('ZREM', ready_key(tag), moves.unready)
     call_chunked('ZREM', waiting_key(tag), moves.unwait)
-    zadd_descending(waiting_key(tag), moves.wait)
+    zadd_batch(waiting_key(tag), moves.wait)
 end
 
 -- The text of a policy's TTL in ms (a number argument of redis.call is formatted on every
@@ -284,16 +298,15 @@ local function closing_writes(policy, now, moves)
     return writes
 end
 
--- Closes one digest, its schedule change listed in `moves` (apply_moves writes them).
--- Returns 1 when that digest was closed, 0 for an unknown or already closed id, and
--- whether the partition keys' TTL needs a refresh (the timeline waits again).
-local function close_target(tag, timeline, digest_id, now, policy, moves)
-    local digest = digest_key(tag, timeline)
-    local matches, holds_records = digest_is(digest, digest_id)
-    if not matches then
+-- Closes `timeline`'s digest (key `digest`), which digest_is found to be the target's, its
+-- schedule change listed in `moves` (apply_moves writes them). Returns 1 when that digest
+-- was closed, 0 when an earlier target of the call closed it already (the same digest
+-- twice: the key is gone, nothing else removes a key within a call), and whether the
+-- partition keys' TTL needs a refresh (the timeline waits again).
+local function close_found(tag, timeline, digest, holds_records, now, policy, moves)
+    if redis_call('DEL', digest) == 0 then
         return 0, false
     end
-    redis_call('DEL', digest)
     local source = timeline_key(tag, timeline)
     if holds_records then
         -- Nothing came while it was open (every leading digest's usual close): no container,
@@ -343,4 +356,14 @@ local function close_target(tag, timeline, digest_id, now, policy, moves)
     moves.wait[#moves.wait + 1] = moves_float(moves, due)
     moves.wait[#moves.wait + 1] = timeline
     return 1, true
+end
+
+-- Closes one digest (close_found): 0 for an unknown or already closed id.
+local function close_target(tag, timeline, digest_id, now, policy, moves)
+    local digest = digest_key(tag, timeline)
+    local matches, holds_records = digest_is(digest, digest_id)
+    if not matches then
+        return 0, false
+    end
+    return close_found(tag, timeline, digest, holds_records, now, policy, moves)
 end
