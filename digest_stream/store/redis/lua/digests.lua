@@ -1,10 +1,10 @@
 -- digests.lua: opening and closing digests: what ds_open, ds_close and their many-target
 -- forms (lua/commands/) share.
 -- Holds: timeline_keys (also used by admin commands), digest_reply, open_target, str_byte,
---   str_find, math_min, redis_call, redis_pcall, bind_call_functions,
---   many_targets, new_moves, moves_float, DIGEST_HEAD_LAST, meta_id_and_records, BAR, STR8,
---   ZERO, NINE, digest_is, LISTPACK_ENTRIES, SKIPLIST_MEMBER, zadd_batch (also used by add),
---   apply_moves, policy_ttl_text, closed_empty, closing_writes, close_found, close_target.
+--   str_find, redis_call, redis_pcall, msgpack_pack (also used by leading),
+--   bind_call_functions (also used by leading),
+--   many_targets, new_moves, moves_float, digest_is, zadd_batch (also used by add),
+--   apply_moves, closing_writes, close_found, close_target.
 -- Needs: CAUSES, DIGEST_ID_LENGTH, FLUSH_AT_FLOOR, MAX_NAME_BYTES, OPEN_REPLY, TARGET_WIDTH
 --   (Python); invalid_argument, parse_digest_id, parse_name, parse_policies, policy_at
 --   (guards); call_tag, digest_key, ready_key, timeline_key, waiting_key (keys);
@@ -87,14 +87,15 @@ local function open_target(tag, timeline, digest_id, now, policy)
     return digest_reply(tag, digest_meta, container.records)
 end
 
--- The library functions a close or a many-target call uses per target, as upvalues: a
--- global function costs two table reads per use (about 200 instructions), and the
--- library's load cannot read them (bind_call_functions, at each such call, does).
-local str_byte, str_find, math_min, redis_call, redis_pcall
+-- The library functions a close, a many-target call or the leading edge uses per target,
+-- as upvalues: a global function costs two table reads per use (about 200 instructions),
+-- and the library's load cannot read them (bind_call_functions, at each such call, does).
+-- (Lua 5.1 allows 200 locals at the library's top level: these are the hot ones only.)
+local str_byte, str_find, redis_call, redis_pcall, msgpack_pack
 
 local function bind_call_functions()
-    str_byte, str_find, math_min = string.byte, string.find, math.min
-    redis_call, redis_pcall = redis.call, redis.pcall
+    str_byte, str_find = string.byte, string.find
+    redis_call, redis_pcall, msgpack_pack = redis.call, redis.pcall, cmsgpack.pack
 end
 
 -- A call on several timelines of one partition (KEYS: waiting, ready; ARGV from `first`:
@@ -150,87 +151,69 @@ local function moves_float(moves, number)
     return text
 end
 
--- The last of the bytes read from the front of a digest (64) to find its id and record
--- count (the meta's first four fields): enough for the usual meta (a longer head is read
--- whole). As text: a number argument is formatted on every call. A read costs Redis about
--- 10 instructions per byte returned: reading every target's digest in one MGET cost more
--- than a GETRANGE each (as did deleting them in one DEL, which needs the call to remember
--- which timelines it closed).
-local DIGEST_HEAD_LAST = '63'
-
--- The id (nil for none) and record count of a digest's meta (nil: none), read without
--- splitting the whole meta (most of a close's Lua time went to that).
-local function meta_id_and_records(raw)
-    if raw == nil then
-        return nil, 0
-    end
-    local id, records = string.match(raw, '^([^|]*)|[^|]*|[^|]*|(%d*)')
-    return id, tonumber(records or '') or 0
-end
-
--- Bytes of a digest's meta: BAR separates its fields; a str8 msgpack header (STR8, then
--- the length) opens a meta of 32 to 255 bytes, as every digest meta is.
-local BAR, STR8, ZERO, NINE = 124, 0xd9, 48, 57
-
--- Whether the digest `digest` is `digest_id`'s (an id is hex: no BAR), and whether it
--- holds records: what a close checks, from the digest's first bytes in ONE command
--- (GETRANGE: a missing key reads as ""). The usual meta is read in place, a few bytes
--- compared; any other (a hash digest answers WRONGTYPE, fields past those bytes, a count
--- that starts with 0) by its kind (read_meta) and a match.
+-- Whether the digest `digest` is `digest_id`'s (an id is hex: no '|'), and whether it
+-- holds records: what a close checks, from the digest's first 64 bytes in ONE command
+-- (GETRANGE: a missing key reads as ""; the bounds as text: a number argument is formatted
+-- on every call). A read costs Redis about 10 instructions per byte returned: reading every
+-- target's digest in one MGET cost more than a GETRANGE each (as did deleting them in one
+-- DEL, which needs the call to remember which timelines it closed). The usual meta, after
+-- a str8 msgpack header (0xd9, its length), is read in place: its id compared, then its
+-- record count (after the opened_at and dropped fields) told zero or not by its first
+-- digit. Any other (a hash digest answers WRONGTYPE, fields past those bytes, a count that
+-- starts with 0) is read by its kind (read_meta) and matched, without splitting the whole
+-- meta (most of a close's Lua time went to that).
 local function digest_is(digest, digest_id)
-    local prefix = redis_pcall('GETRANGE', digest, '0', DIGEST_HEAD_LAST)
+    local prefix = redis_pcall('GETRANGE', digest, '0', '63')
     if type(prefix) ~= 'string' then
         if not str_find(prefix.err, '^WRONGTYPE') then
             error(prefix)
         end
-    elseif str_byte(prefix, 1) == STR8 then
-        -- the meta is prefix[3..stop] (a str8 header): its id field prefix[3..after - 1],
-        -- then the opened_at and dropped fields end at the next two bars, then the count;
-        -- a field that runs past `limit` (the end of the meta or of what was read) is not
-        -- read here
-        local stop, after = str_byte(prefix, 2) + 2, 3 + #digest_id
-        local limit = math_min(stop, #prefix)
+    elseif str_byte(prefix, 1) == 0xd9 then
+        -- the meta is prefix[3..stop]: its id field prefix[3..after - 1]; a field that runs
+        -- past `limit` (the end of the meta or of what was read) is not read here
+        local stop, after, limit = str_byte(prefix, 2) + 2, 3 + #digest_id, #prefix
+        if stop < limit then
+            limit = stop
+        end
         if after <= limit then
-            -- the id where the meta starts (a plain find: no string made)
-            if str_byte(prefix, after) ~= BAR or str_find(prefix, digest_id, 3, true) ~= 3 then
+            -- the id where the meta starts and a '|' (124) after it (a plain find: no
+            -- string made)
+            if str_byte(prefix, after) ~= 124 or str_find(prefix, digest_id, 3, true) ~= 3 then
                 return false, false
             end
             local bar = str_find(prefix, '|', after + 1, true)
             bar = bar and bar < limit and str_find(prefix, '|', bar + 1, true)
             local digit = bar and bar < limit and str_byte(prefix, bar + 1)
-            if digit and digit ~= ZERO then
-                return true, digit > ZERO and digit <= NINE
+            if digit and digit ~= 48 then -- not '0': 1 to 9 ('1' 49, '9' 57), or no digit
+                return true, digit >= 49 and digit <= 57
             end
         end
     end
-    local id, records = meta_id_and_records(read_meta(digest))
-    return id == digest_id, records > 0
+    local raw = read_meta(digest)
+    local id, records = nil, nil
+    if raw ~= nil then
+        id, records = string.match(raw, '^([^|]*)|[^|]*|[^|]*|(%d*)')
+    end
+    return id == digest_id, (tonumber(records or '') or 0) > 0
 end
-
--- Members a sorted set keeps in its compact form (listpack: Redis's default
--- zset-max-listpack-entries) before it becomes a skiplist.
-local LISTPACK_ENTRIES = 128
--- A member no timeline can be (longer than MAX_NAME_BYTES) and too long for a listpack
--- (past zset-max-listpack-value, 64 bytes): adding it makes a set a skiplist. Made at its
--- first use (the library's load cannot call string functions).
-local SKIPLIST_MEMBER
 
 -- ZADD of `pairs` (score, member, ...: each member once) into `key`, a schedule set. Redis
 -- before 7.2 makes a new set compact (a listpack) whatever the ZADD holds, and finds each
--- new member's place in it by a scan from the front until it holds LISTPACK_ENTRIES: O(n²).
--- So a batch of more than LISTPACK_ENTRIES members, which ends a skiplist anyway, makes
--- the set one first (SKIPLIST_MEMBER, removed again in the same call: nobody sees it); a
--- smaller batch of one score (a close's due time, an add's READY time) is sent in
--- descending member order, each one's place the first. A call of 256 closes (or leading
--- timelines) cost about 5k instructions per member less. Lua's string order (strcoll) is
--- not Redis's, which only makes the scan longer.
+-- new member's place in it by a scan from the front until it holds 128 (Redis's default
+-- zset-max-listpack-entries): O(n²). So a batch of more than 128 members, which ends a
+-- skiplist anyway, makes the set one first: a member no timeline can be (longer than
+-- MAX_NAME_BYTES) and too long for a listpack (past zset-max-listpack-value, 64 bytes),
+-- removed again in the same call (nobody sees it). A smaller batch of one score (a close's
+-- due time, an add's READY time) is sent in descending member order, each one's place the
+-- first. A call of 256 closes (or leading timelines) cost about 5k instructions per member
+-- less. Lua's string order (strcoll) is not Redis's, which only makes the scan longer.
 local function zadd_batch(key, pairs)
     local count = #pairs
-    if count > 2 * LISTPACK_ENTRIES then
-        SKIPLIST_MEMBER = SKIPLIST_MEMBER or string.rep('~', MAX_NAME_BYTES + 1)
-        redis.call('ZADD', key, '0', SKIPLIST_MEMBER)
+    if count > 2 * 128 then
+        local skiplist_member = string.rep('~', MAX_NAME_BYTES + 1)
+        redis.call('ZADD', key, '0', skiplist_member)
         call_chunked('ZADD', key, pairs)
-        redis.call('ZREM', key, SKIPLIST_MEMBER)
+        redis.call('ZREM', key, skiplist_member)
         return
     end
     local score = pairs[1]
@@ -259,39 +242,24 @@ local function apply_moves(tag, moves)
     zadd_batch(waiting_key(tag), moves.wait)
 end
 
--- The text of a policy's TTL in ms (a number argument of redis.call is formatted on every
--- call), made once per policy of a call.
-local function policy_ttl_text(policy)
-    local text = policy.ttl_ms_text
-    if text == nil then
-        text = format_integer(ttl_ms(policy.ttl))
-        policy.ttl_ms_text = text
-    end
-    return text
-end
-
--- The closed timeline meta of a timeline that holds nothing (the usual close of a leading
--- digest: nothing came while it was open), as an inline container: it differs between such
--- closes of one call only by its cause, so each is made once.
-local function closed_empty(moves, now, cause)
-    local closed = moves.closed[cause]
-    if closed == nil then
-        closed = encode_inline(format_timeline_meta({written = 0, dropped = 0,
-            last_delivery = now, expired = false, behind_open = false, cause = cause}), {})
-        moves.closed[cause] = closed
-    end
-    return closed
-end
-
--- What a close of a timeline that holds nothing writes, the same for every such target of
--- a policy in one call (kept on the call's policy table): the closed meta, its TTL in ms
--- and the due time (texts). With no container, neither a flush nor flush_at can have
--- come while the digest was open: the cause is the cool-down's (or the schedule's).
+-- What a close of a timeline that holds nothing writes (the usual close of a leading
+-- digest: nothing came while it was open), the same for every such target of a policy in
+-- one call (kept on the call's policy table): the closed meta as an inline container, its
+-- TTL in ms and the due time (texts: a number argument of redis.call is formatted on every
+-- call). With no container, neither a flush nor flush_at can have come while the digest
+-- was open: the cause is the cool-down's (or the schedule's). A meta differs between the
+-- policies of a call only by its cause: made once per cause.
 local function closing_writes(policy, now, moves)
     local next_fire = policy.schedule -- the schedule's next fire
     local cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
+    local meta = moves.closed[cause]
+    if meta == nil then
+        meta = encode_inline(format_timeline_meta({written = 0, dropped = 0,
+            last_delivery = now, expired = false, behind_open = false, cause = cause}), {})
+        moves.closed[cause] = meta
+    end
     local writes = {
-        meta = closed_empty(moves, now, cause), ttl = policy_ttl_text(policy),
+        meta = meta, ttl = format_integer(ttl_ms(policy.ttl)),
         due = moves_float(moves, next_fire or now + policy.minimum_delay),
     }
     policy.closing = writes
@@ -351,7 +319,7 @@ local function close_found(tag, timeline, digest, holds_records, now, policy, mo
         timeline_meta.cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
     end
     write_meta(source, head, format_timeline_meta(timeline_meta))
-    redis.call('PEXPIRE', source, policy_ttl_text(policy))
+    redis.call('PEXPIRE', source, (policy.closing or closing_writes(policy, now, moves)).ttl)
     moves.unready[#moves.unready + 1] = timeline
     moves.wait[#moves.wait + 1] = moves_float(moves, due)
     moves.wait[#moves.wait + 1] = timeline

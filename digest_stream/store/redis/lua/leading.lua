@@ -1,11 +1,11 @@
 -- leading.lua: the leading edge: an add with an open nonce opens a new timeline's first
 -- digest in the same call.
--- Holds: LEADING_NUMBER_FORMAT, LEADING_NUMBER_TEXT, LEADING_NUMBER_CACHED, leading_number,
---   leading_call, leading_pack, leading_records, leading_blob, lead, begin_leading,
+-- Holds: LEADING_NUMBER_FORMAT, LEADING_NUMBER_TEXT, leading_records, lead, begin_leading,
 --   end_leading.
 -- Needs: CAUSES, DIGEST_ID_LENGTH, OPEN_NONCE_LENGTH (Python); digest_key (keys);
 --   format_count, format_digest_meta (encoding); encode_inline (containers);
---   distinct_records, SHORT_STRING_HEADER, string_header (container_writes).
+--   distinct_records, SHORT_STRING_HEADER, string_header (container_writes);
+--   bind_call_functions, msgpack_pack, redis_call (digests).
 --
 -- A timeline an add finds with nothing stored gets its first digest in that same add, in
 -- exactly the state ds_open leaves: the digest (id: the nonce and its number) holds the
@@ -18,25 +18,9 @@
 
 -- A leading digest's number after its nonce: the rest of its id, zero-padded hex.
 local LEADING_NUMBER_FORMAT = '%0' .. (DIGEST_ID_LENGTH - OPEN_NONCE_LENGTH) .. 'x'
--- Those texts by number, made once (filled as they come, as COUNT_TEXT), up to a bound: a
+-- Those texts by number, made once (filled as they come, as COUNT_TEXT), up to 4096: a
 -- call leads at most one digest per timeline it names.
 local LEADING_NUMBER_TEXT = {}
-local LEADING_NUMBER_CACHED = 4096
-
-local function leading_number(count)
-    local text = LEADING_NUMBER_TEXT[count]
-    if text == nil then
-        text = string.format(LEADING_NUMBER_FORMAT, count)
-        if count <= LEADING_NUMBER_CACHED then
-            LEADING_NUMBER_TEXT[count] = text
-        end
-    end
-    return text
-end
-
--- The library functions lead uses per timeline, as upvalues (a global function costs two
--- table reads per use; the library's load cannot read them: begin_leading does).
-local leading_call, leading_pack
 
 -- The records of a timeline's first batch of more than one record as its digest holds them
 -- (a repeated id keeps its first place and its last value, as store_batch does), or nil
@@ -51,27 +35,14 @@ local function leading_records(timeline)
     return records
 end
 
--- The leading digest numbered `number` as stored: byte for byte encode_inline(meta,
--- records), the meta being format_digest_meta's (only the id and the count vary), packed
--- by hand for the usual single record: one concatenation of parts made once per call
--- (cmsgpack.pack of a table cost twice as much).
-local function leading_blob(leading, number, records)
-    if #records ~= 1 then
-        return encode_inline(leading.nonce .. number .. leading.meta_middle
-            .. format_count(#records) .. leading.meta_end, records)
-    end
-    local record = records[1]
-    local id, payload = record.id, record.payload
-    return leading.single_head .. number .. leading.single_tail
-        .. (SHORT_STRING_HEADER[#id] or string_header(#id)) .. id
-        .. leading_pack(record.timestamp)
-        .. (SHORT_STRING_HEADER[#payload] or string_header(#payload)) .. payload
-end
-
 -- Gives `timeline` (absent before this add) its leading digest, opened: the digest
 -- written under its id (the nonce and its number), the timeline left READY (write_back
 -- lists it) with no records of its own, its name listed in call.leading. Returns false
 -- (nothing written) when the timeline must be announced instead.
+-- The digest as stored: byte for byte encode_inline(meta, records), the meta being
+-- format_digest_meta's (only the id and the count vary), packed by hand for the usual
+-- single record: one concatenation of parts made once per call (cmsgpack.pack of a table
+-- cost twice as much).
 local function lead(call, timeline)
     local records = timeline.batch
     if #records > 1 then
@@ -83,8 +54,26 @@ local function lead(call, timeline)
     local leading, name = call.leading, timeline.timeline
     local count = leading.count + 1
     leading.count = count
-    leading_call('SET', digest_key(call.tag, name),
-        leading_blob(leading, leading_number(count), records), 'PX', timeline.policy.ttl_ms_text)
+    local number = LEADING_NUMBER_TEXT[count]
+    if number == nil then
+        number = string.format(LEADING_NUMBER_FORMAT, count)
+        if count <= 4096 then
+            LEADING_NUMBER_TEXT[count] = number
+        end
+    end
+    local blob
+    if #records == 1 then
+        local record = records[1]
+        local id, payload = record.id, record.payload
+        blob = leading.single_head .. number .. leading.single_tail
+            .. (SHORT_STRING_HEADER[#id] or string_header(#id)) .. id
+            .. msgpack_pack(record.timestamp)
+            .. (SHORT_STRING_HEADER[#payload] or string_header(#payload)) .. payload
+    else
+        blob = encode_inline(leading.nonce .. number .. leading.meta_middle
+            .. format_count(#records) .. leading.meta_end, records)
+    end
+    redis_call('SET', digest_key(call.tag, name), blob, 'PX', timeline.policy.ttl_ms_text)
     -- the caller holds these records and makes the id (the nonce and the number: the
     -- name's place in this list): it is told the name only
     leading.opened[count] = name
@@ -97,7 +86,7 @@ local function begin_leading(call)
     if call.open_nonce == nil or call.controls ~= nil then
         return nil
     end
-    leading_call, leading_pack = redis.call, cmsgpack.pack
+    bind_call_functions() -- lead's redis_call, msgpack_pack
     local template = format_digest_meta({id = '', opened_at = call.now, dropped = 0,
         records = 0, expired = false, cause = CAUSES.immediate})
     local middle, last = string.match(template, '^(|[^|]*|[^|]*|)0(|.*)$')
