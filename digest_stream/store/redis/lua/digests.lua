@@ -210,7 +210,10 @@ end
 local function zadd_batch(key, pairs)
     local count = #pairs
     if count > 2 * 128 then
-        local skiplist_member = string.rep('~', MAX_NAME_BYTES + 1)
+        -- longer than MAX_NAME_BYTES, made of 32-byte pieces (string.rep adds them one by
+        -- one)
+        local skiplist_member = string.rep('~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~',
+            math.floor(MAX_NAME_BYTES / 32) + 1)
         redis.call('ZADD', key, '0', skiplist_member)
         call_chunked('ZADD', key, pairs)
         redis.call('ZREM', key, skiplist_member)
