@@ -16,7 +16,7 @@ StoreFactory = Callable[..., DigestStore]
 """The `make_store` fixture: `make(policy=None, resolver=None) -> DigestStore`."""
 RedisClient = redis.Redis | RedisCluster
 #: Words in the library's command strings that are options, not commands.
-COMMAND_OPTIONS = {"KEEPTTL", "LIMIT", "OR", "PX", "WITHSCORES"}
+COMMAND_OPTIONS = {"KEEPTTL", "LIMIT", "NX", "OR", "PX", "WITHSCORES"}
 
 
 def library_commands() -> set[str]:

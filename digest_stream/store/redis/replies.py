@@ -23,6 +23,7 @@ from digest_stream.store.base import (
     StoredRecord,
     TimelineInfo,
     age_key,
+    leading_id,
     reason_of,
 )
 from digest_stream.store.due import NextDue
@@ -130,11 +131,15 @@ _FENCE = protocol.FENCE_REPLY.at
 
 
 def add_result(
-    reply: Reply, records: Sequence[NewRecord], now: float, rule: Callable[[str], NextDue]
+    reply: Reply,
+    records: Sequence[NewRecord],
+    now: float,
+    rule: Callable[[str], NextDue],
+    nonce: str | None,
 ) -> AddResult:
-    """``ds_add`` (protocol.ADD_REPLY); ``records`` and ``now``: the call's (a led digest
-    holds its timeline's records of the call, not sent back); ``rule``: a timeline's due
-    rule, which each led digest carries."""
+    """``ds_add`` (protocol.ADD_REPLY); ``records``, ``now`` and ``nonce``: the call's (a led
+    digest holds its timeline's records of the call, not sent back, and its id is the nonce
+    and its number); ``rule``: a timeline's due rule, which each led digest carries."""
     values = array(reply)
     led = array(values[_ADD["led"]])
     fence_before = optional_integer(values[_ADD["fence_before"]])
@@ -147,7 +152,7 @@ def add_result(
         fence_after=optional_integer(values[_ADD["fence_after"]]),
         fence_topic=optional_text(values[_ADD["fence_topic"]]),
         cancelled=integer(values[_ADD["cancelled"]]),
-        opened=led_digests(led, records, fence_before, now, rule) if led else [],
+        opened=led_digests(led, records, fence_before, now, rule, nonce or "") if led else [],
     )
 
 
@@ -157,10 +162,12 @@ def led_digests(
     fence_before: int | None,
     now: float,
     rule: Callable[[str], NextDue],
+    nonce: str,
 ) -> list[OpenDigest]:
-    """The digests an add led ({timeline, id, ...}), from the call's own records: those
-    past the fence found, one per id (its first place, its last value), newest first."""
-    ids = {text(led[i]): text(led[i + 1]) for i in range(0, len(led), 2)}
+    """The digests an add led ({timeline, ...}: the k-th one's id is the nonce and k), from
+    the call's own records: those past the fence found, one per id (its first place, its
+    last value), newest first."""
+    ids = {text(name): leading_id(nonce, number) for number, name in enumerate(led, 1)}
     fence = -1 if fence_before is None else fence_before
     held: dict[str, dict[str, StoredRecord]] = {name: {} for name in ids}
     for timeline, record_id, timestamp, payload, offset, _ in records:

@@ -145,7 +145,7 @@ class RedisWrites:
         )
         # the leading edge's digests, each with its due rule (store.due)
         return replies.add_result(
-            reply, records, now, lambda timeline: next_due(self.calls.resolver(timeline))
+            reply, records, now, lambda timeline: next_due(self.calls.resolver(timeline)), nonce
         )
 
     def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:

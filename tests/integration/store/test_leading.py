@@ -62,6 +62,26 @@ def test_the_close_starts_the_cool_down_at_its_time(store: DigestStore) -> None:
     assert len(store.add(0, [rec("a", "a2", 1)], T0 + 400, open_nonce="1" * 24).opened) == 1
 
 
+def test_a_digest_named_twice_in_one_close_is_closed_once(store: DigestStore) -> None:
+    led = store.add(0, [rec("a", "a1", 0)], T0, open_nonce=NONCE).opened[0]
+    assert store.close_many([(0, "a", led.id), (0, "a", led.id)], T0 + 7) == [True, False]
+    info = store.inspect(0, "a")
+    assert (info.state, info.due, info.last_delivery) == ("waiting", T0 + 7 + 300, T0 + 7)
+
+
+def test_many_timelines_led_and_closed_in_one_call_each(store: DigestStore) -> None:
+    """More timelines than a compact (listpack) sorted set holds: the schedule sets hold
+    exactly them, READY after the add, WAITING after the close."""
+    names = [f"t{i:03}" for i in range(300)]
+    result = store.add(0, [rec(name, "r", i) for i, name in enumerate(names)], T0, open_nonce=NONCE)
+    assert ([d.timeline for d in result.opened], store.stats(0).ready) == (names, 300)
+    targets = [(0, d.timeline, d.id) for d in result.opened]
+    assert store.close_many(targets, T0 + 1) == [True] * 300
+    stats = store.stats(0)
+    assert (stats.ready, stats.waiting, stats.oldest_due) == (0, 300, T0 + 1 + 300)
+    assert [t.timeline for t in store.schedule(0, T0 + 301, limit=1000)] == names
+
+
 def test_records_flushes_and_schedules_wait_behind_the_open_leading_digest(
     store: DigestStore,
 ) -> None:

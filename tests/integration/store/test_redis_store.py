@@ -263,6 +263,61 @@ def test_closing_keeps_the_pending_records_and_the_ttl_of_an_inline_timeline(
 
 
 @pytest.mark.parametrize("inline_records", [0, 16])
+def test_a_close_of_another_id_leaves_the_open_digest_and_its_ttl(
+    make_redis_store: Callable[..., RedisStore],
+    client: RedisClient,
+    namespace: str,
+    inline_records: int,
+) -> None:
+    """The close reads the digest's first bytes (an inline one) or answers WRONGTYPE (a hash
+    one): either way another id writes nothing, and that id's close still works."""
+    store = make_redis_store(inline_records=inline_records)
+    key = digest_key(tag(namespace), "t")
+    store.add(0, records("t", 2), T0)
+    digest = store.open(0, "t", new_id(), T0)
+    assert client.type(key) == (b"hash" if inline_records == 0 else b"string")
+    client.pexpire(key, 10_000_000)  # a TTL no call of the test sets
+    before = client.dump(key)
+    assert not store.close(0, "t", new_id(), T0 + 1)
+    assert store.close_many([(0, "t", new_id())], T0 + 1) == [False]
+    assert client.dump(key) == before
+    assert 9_000_000 < client.pttl(key) <= 10_000_000
+    assert store.inspect(0, "t").state == "ready"
+    assert store.close(0, "t", digest.id, T0 + 1)
+    assert (store.inspect(0, "t").state, client.exists(key)) == ("waiting", 0)
+
+
+def _with_meta(blob: bytes, meta: bytes) -> bytes:
+    """An inline container's value with another meta in front of the same records (its meta
+    is a str8: every digest meta is 32 to 255 bytes)."""
+    assert blob[0] == 0xD9
+    return bytes([0xD9, len(meta)]) + meta + blob[2 + blob[1] :]
+
+
+@pytest.mark.parametrize("records_field", [b"1", b"01", b"00", b"0", b""])
+def test_a_close_reads_a_digest_meta_of_any_length(
+    redis_store: RedisStore, client: RedisClient, namespace: str, records_field: bytes
+) -> None:
+    """A meta longer than the bytes a close reads first (a long time field), or a count that
+    is not the usual one, is read whole: the close decides exactly as before."""
+    led = redis_store.add(0, records("t", 1), T0, open_nonce="a" * 24).opened[0]
+    key = digest_key(tag(namespace), "t")
+    long_time = b"1000000." + b"0" * 120
+    meta = b"|".join([led.id.encode(), long_time, b"0", records_field, b"", b"", b"I"])
+    blob = client.get(key)
+    assert isinstance(blob, bytes)
+    client.set(key, _with_meta(blob, meta), px=1_000_000)
+    assert not redis_store.close(0, "t", new_id(), T0 + 1)
+    assert client.exists(key) == 1
+    assert redis_store.close(0, "t", led.id, T0 + 1)
+    info = redis_store.inspect(0, "t")
+    if records_field.strip(b"0"):
+        assert (info.state, info.last_delivery) == ("waiting", T0 + 1)  # it held records
+    else:
+        assert info.state == "absent"  # an empty digest retires the timeline
+
+
+@pytest.mark.parametrize("inline_records", [0, 16])
 def test_capacity_in_either_encoding(
     make_redis_store: Callable[..., RedisStore], inline_records: int
 ) -> None:

@@ -297,6 +297,24 @@ def test_lua_refuses_bad_digest_ids(client: RedisClient, tag: str) -> None:
         assert "invalid_argument: digest id" in message
 
 
+def test_a_close_many_with_a_bad_id_writes_nothing(
+    client: RedisClient, tag: str, redis_store: RedisStore
+) -> None:
+    """The close checks an id against its digest first (one that is its digest's was checked
+    when the digest was made): a malformed id after a good one still refuses the call."""
+    led = redis_store.add(0, [NewRecord("t", "r", T0, b"p", 0)], T0, open_nonce="a" * 24)
+    good = led.opened[0].id
+    head = [T0 + 1, 3600, 1, *policy_args()]
+    for bad in ("x" * 32, GOOD_ID.upper(), GOOD_ID[:-1], "", good + "|"):
+        message = guard(
+            client, "ds_close_many", [waiting_key(tag), ready_key(tag)],
+            *head, "t", good, 1, "u", bad, 1,
+        )  # fmt: skip
+        assert "invalid_argument: digest id must be 32 lowercase hex" in message
+        assert client.exists(digest_key(tag, "t")) == 1
+    assert redis_store.inspect(0, "t").open_digest == good
+
+
 def test_lua_refuses_foreign_keys(client: RedisClient, tag: str) -> None:
     assert "invalid_argument: KEYS[2]" in guard(
         client, "ds_schedule", [waiting_key(tag), waiting_key(tag), fence_key(tag)], T0, 3600

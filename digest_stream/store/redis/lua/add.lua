@@ -5,8 +5,8 @@
 -- Needs: CAUSES, FLUSH_AT_FLOOR (Python); digest_key, ready_key, waiting_key (keys);
 --   format_float, format_timeline_meta, parse_timeline_meta (encoding); call_chunked,
 --   call_listed, write_fence (helpers); held_count, read_head (containers); last_delivery_of,
---   mark_cause, store_batch (container_writes); apply_control (controls); lead (leading);
---   new_timeline (add_args).
+--   mark_cause, store_batch (container_writes); apply_control (controls); zadd_batch
+--   (digests); lead (leading); new_timeline (add_args).
 
 -- ds_add, in four steps: parse_add checks the whole call, begin_timelines reads the
 -- state of every timeline the batch touches and apply_record runs the state machine
@@ -182,7 +182,7 @@ local function write_back(tag, touched, call)
             partition_ttl = timeline.policy.ttl
         end
     end
-    call_chunked('ZADD', ready_key(tag), became_ready)
+    zadd_batch(ready_key(tag), became_ready)
     call_chunked('ZADD', waiting_key(tag), due_changed)
     return dropped, partition_ttl
 end

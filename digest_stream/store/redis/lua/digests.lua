@@ -1,13 +1,17 @@
 -- digests.lua: opening and closing digests: what ds_open, ds_close and their many-target
 -- forms (lua/commands/) share.
--- Holds: timeline_keys (also used by admin commands), digest_reply, open_target, many_targets,
---   new_moves, moves_float, digest_id_and_records, apply_moves, close_target.
--- Needs: CAUSES, FLUSH_AT_FLOOR, OPEN_REPLY, TARGET_WIDTH (Python); invalid_argument,
---   parse_digest_id, parse_name, parse_policies, policy_at (guards); call_tag, digest_key,
---   ready_key, timeline_key, waiting_key (keys); format_digest_meta, format_float,
---   format_timeline_meta, parse_digest_meta, parse_timeline_meta, ttl_ms (encoding);
---   call_chunked, sort_records (helpers); encode_inline, held_count, holds_no_records, META,
---   read_container, read_head, read_meta (containers); write_meta (container_writes).
+-- Holds: timeline_keys (also used by admin commands), digest_reply, open_target, str_byte,
+--   str_find, redis_call, redis_pcall, msgpack_pack (also used by leading),
+--   bind_call_functions (also used by leading),
+--   many_targets, new_moves, moves_float, digest_is, zadd_batch (also used by add),
+--   apply_moves, closing_writes, close_found, close_target.
+-- Needs: CAUSES, DIGEST_ID_LENGTH, FLUSH_AT_FLOOR, MAX_NAME_BYTES, OPEN_REPLY, TARGET_WIDTH
+--   (Python); invalid_argument, parse_digest_id, parse_name, parse_policies, policy_at
+--   (guards); call_tag, digest_key, ready_key, timeline_key, waiting_key (keys);
+--   format_count, format_digest_meta, format_float, format_integer, format_timeline_meta,
+--   parse_digest_meta, parse_timeline_meta, ttl_ms (encoding); call_chunked, sort_records
+--   (helpers); encode_inline, held_count, holds_no_records, META, read_container, read_head,
+--   read_meta (containers); write_meta (container_writes).
 
 -- The tag and timeline of a timeline-level call (its first argument: the timeline).
 local function timeline_keys(keys, args)
@@ -83,22 +87,48 @@ local function open_target(tag, timeline, digest_id, now, policy)
     return digest_reply(tag, digest_meta, container.records)
 end
 
+-- The library functions a close, a many-target call or the leading edge uses per target,
+-- as upvalues: a global function costs two table reads per use (about 200 instructions),
+-- and the library's load cannot read them (bind_call_functions, at each such call, does).
+-- (Lua 5.1 allows 200 locals at the library's top level: these are the hot ones only.)
+local str_byte, str_find, redis_call, redis_pcall, msgpack_pack
+
+local function bind_call_functions()
+    str_byte, str_find = string.byte, string.find
+    redis_call, redis_pcall, msgpack_pack = redis.call, redis.pcall, cmsgpack.pack
+end
+
 -- A call on several timelines of one partition (KEYS: waiting, ready; ARGV from `first`:
 -- the policies, then the targets, TARGET_WIDTH fields each): its tag and its targets as
 -- three lists (timelines, digest ids, policies: no table per target), all checked before
--- anything is written.
-local function many_targets(keys, args, first)
+-- anything is written; `ids_later`: the caller checks the ids itself (close_many: only
+-- those that are not their digest's), before it writes.
+local function many_targets(keys, args, first, ids_later)
+    bind_call_functions()
     local tag = call_tag(keys, 'many')
     local policies, base = parse_policies(args, first)
     if (#args - base + 1) % TARGET_WIDTH ~= 0 then
         invalid_argument('expects ' .. TARGET_WIDTH .. ' fields per target')
     end
+    -- each policy by the text of its index ("1", ...: what the targets send), so a target's
+    -- is a lookup, not a number parsed (policy_at for any other text: "01", or an error)
+    local by_index = {}
+    for i, policy in ipairs(policies) do
+        by_index[format_count(i)] = policy
+    end
     local timelines, ids, target_policies, count = {}, {}, {}, 0
     for at = base, #args, TARGET_WIDTH do
         count = count + 1
-        timelines[count] = parse_name(args[at], 'timeline')
-        ids[count] = parse_digest_id(args[at + 1])
-        target_policies[count] = policy_at(policies, args[at + 2])
+        -- the guards' checks inline (every argument is a string), their errors by them
+        local timeline, id, index = args[at], args[at + 1], args[at + 2]
+        if #timeline == 0 or #timeline > MAX_NAME_BYTES then
+            parse_name(timeline, 'timeline')
+        end
+        if not ids_later and (#id ~= DIGEST_ID_LENGTH or not str_find(id, '^[0-9a-f]+$')) then
+            parse_digest_id(id)
+        end
+        timelines[count], ids[count] = timeline, id
+        target_policies[count] = by_index[index] or policy_at(policies, index)
     end
     return tag, timelines, ids, target_policies
 end
@@ -107,6 +137,7 @@ end
 -- ZREM and one ZADD per set instead of one each per target: nothing a close reads is in
 -- these sets).
 local function new_moves()
+    bind_call_functions()
     return {unready = {}, unwait = {}, wait = {}, texts = {}, closed = {}}
 end
 
@@ -120,36 +151,151 @@ local function moves_float(moves, number)
     return text
 end
 
--- The id and record count of a digest's meta, or nil: what a close checks, read without
--- splitting the whole meta (most of a close's Lua time went to that).
-local function digest_id_and_records(digest)
-    local raw = read_meta(digest)
-    if raw == nil then
-        return nil
+-- Whether the digest `digest` is `digest_id`'s (an id is hex: no '|'), and whether it
+-- holds records: what a close checks, from the digest's first 64 bytes in ONE command
+-- (GETRANGE: a missing key reads as ""; the bounds as text: a number argument is formatted
+-- on every call). A read costs Redis about 10 instructions per byte returned: reading every
+-- target's digest in one MGET cost more than a GETRANGE each (as did deleting them in one
+-- DEL, which needs the call to remember which timelines it closed). The usual meta, after
+-- a str8 msgpack header (0xd9, its length), is read in place: its id compared, then its
+-- record count (after the opened_at and dropped fields) told zero or not by its first
+-- digit. Any other (a hash digest answers WRONGTYPE, fields past those bytes, a count that
+-- starts with 0) is read by its kind (read_meta) and matched, without splitting the whole
+-- meta (most of a close's Lua time went to that).
+local function digest_is(digest, digest_id)
+    local prefix = redis_pcall('GETRANGE', digest, '0', '63')
+    if type(prefix) ~= 'string' then
+        if not str_find(prefix.err, '^WRONGTYPE') then
+            error(prefix)
+        end
+    elseif str_byte(prefix, 1) == 0xd9 then
+        -- the meta is prefix[3..stop]: its id field prefix[3..after - 1]; a field that runs
+        -- past `limit` (the end of the meta or of what was read) is not read here
+        local stop, after, limit = str_byte(prefix, 2) + 2, 3 + #digest_id, #prefix
+        if stop < limit then
+            limit = stop
+        end
+        if after <= limit then
+            -- the id where the meta starts and a '|' (124) after it (a plain find: no
+            -- string made)
+            if str_byte(prefix, after) ~= 124 or str_find(prefix, digest_id, 3, true) ~= 3 then
+                return false, false
+            end
+            local bar = str_find(prefix, '|', after + 1, true)
+            bar = bar and bar < limit and str_find(prefix, '|', bar + 1, true)
+            local digit = bar and bar < limit and str_byte(prefix, bar + 1)
+            if digit and digit ~= 48 then -- not '0': 1 to 9 ('1' 49, '9' 57), or no digit
+                return true, digit >= 49 and digit <= 57
+            end
+        end
     end
-    local id, records = string.match(raw, '^([^|]*)|[^|]*|[^|]*|(%d*)')
-    return id, tonumber(records) or 0
+    local raw = read_meta(digest)
+    local id, records = nil, nil
+    if raw ~= nil then
+        id, records = string.match(raw, '^([^|]*)|[^|]*|[^|]*|(%d*)')
+    end
+    return id == digest_id, (tonumber(records or '') or 0) > 0
+end
+
+-- ZADD of `pairs` (score, member, ...: each member once) into `key`, a schedule set. Redis
+-- before 7.2 makes a new set compact (a listpack) whatever the ZADD holds, and finds each
+-- new member's place in it by a scan from the front until it holds 128 (Redis's default
+-- zset-max-listpack-entries): O(n²). So a batch of more than 128 members, which ends a
+-- skiplist anyway, makes the set one first: a member no timeline can be (longer than
+-- MAX_NAME_BYTES) and too long for a listpack (past zset-max-listpack-value, 64 bytes),
+-- removed again in the same call (nobody sees it). A smaller batch of one score (a close's
+-- due time, an add's READY time) is sent in descending member order, each one's place the
+-- first. A call of 256 closes (or leading timelines) cost about 5k instructions per member
+-- less. Lua's string order (strcoll) is not Redis's, which only makes the scan longer.
+local function zadd_batch(key, pairs)
+    local count = #pairs
+    if count > 2 * 128 then
+        -- longer than MAX_NAME_BYTES, made of 32-byte pieces (string.rep adds them one by
+        -- one)
+        local skiplist_member = string.rep('~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~',
+            math.floor(MAX_NAME_BYTES / 32) + 1)
+        redis.call('ZADD', key, '0', skiplist_member)
+        call_chunked('ZADD', key, pairs)
+        redis.call('ZREM', key, skiplist_member)
+        return
+    end
+    local score = pairs[1]
+    for i = 3, count - 1, 2 do
+        if pairs[i] ~= score then
+            score = nil -- strings are compared by identity: any other score ends it
+            break
+        end
+    end
+    if score ~= nil and count > 2 then
+        local members = {}
+        for i = 2, count, 2 do
+            members[#members + 1] = pairs[i]
+        end
+        table.sort(members)
+        for i = 1, #members do
+            pairs[count + 2 - 2 * i] = members[i]
+        end
+    end
+    call_chunked('ZADD', key, pairs)
 end
 
 local function apply_moves(tag, moves)
     call_chunked('ZREM', ready_key(tag), moves.unready)
     call_chunked('ZREM', waiting_key(tag), moves.unwait)
-    call_chunked('ZADD', waiting_key(tag), moves.wait)
+    zadd_batch(waiting_key(tag), moves.wait)
 end
 
--- Closes one digest, its schedule change listed in `moves`. Returns 1 when that digest was
--- closed, 0 for an unknown or already closed id, and whether the partition keys' TTL needs
--- a refresh (the timeline waits again).
-local function close_target(tag, timeline, digest_id, now, policy, moves)
-    local digest = digest_key(tag, timeline)
-    local id, records = digest_id_and_records(digest)
-    if id ~= digest_id then
+-- What a close of a timeline that holds nothing writes (the usual close of a leading
+-- digest: nothing came while it was open), the same for every such target of a policy in
+-- one call (kept on the call's policy table): the closed meta as an inline container, its
+-- TTL in ms and the due time (texts: a number argument of redis.call is formatted on every
+-- call). With no container, neither a flush nor flush_at can have come while the digest
+-- was open: the cause is the cool-down's (or the schedule's). A meta differs between the
+-- policies of a call only by its cause: made once per cause.
+local function closing_writes(policy, now, moves)
+    local next_fire = policy.schedule -- the schedule's next fire
+    local cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
+    local meta = moves.closed[cause]
+    if meta == nil then
+        meta = encode_inline(format_timeline_meta({written = 0, dropped = 0,
+            last_delivery = now, expired = false, behind_open = false, cause = cause}), {})
+        moves.closed[cause] = meta
+    end
+    local writes = {
+        meta = meta, ttl = format_integer(ttl_ms(policy.ttl)),
+        due = moves_float(moves, next_fire or now + policy.minimum_delay),
+    }
+    policy.closing = writes
+    return writes
+end
+
+-- Closes `timeline`'s digest (key `digest`), which digest_is found to be the target's, its
+-- schedule change listed in `moves` (apply_moves writes them). Returns 1 when that digest
+-- was closed, 0 when an earlier target of the call closed it already (the same digest
+-- twice: the key is gone, nothing else removes a key within a call), and whether the
+-- partition keys' TTL needs a refresh (the timeline waits again).
+local function close_found(tag, timeline, digest, holds_records, now, policy, moves)
+    if redis_call('DEL', digest) == 0 then
         return 0, false
     end
-    redis.call('DEL', digest)
     local source = timeline_key(tag, timeline)
+    if holds_records then
+        -- Nothing came while it was open (every leading digest's usual close): no container,
+        -- so one write, made only where none is (NX), without reading first; a container
+        -- there is read and rewritten below.
+        local writes = policy.closing or closing_writes(policy, now, moves)
+        if redis_call('SET', source, writes.meta, 'PX', writes.ttl, 'NX') then
+            local unready, wait = moves.unready, moves.wait
+            unready[#unready + 1] = timeline
+            local waiting = #wait
+            wait[waiting + 1], wait[waiting + 2] = writes.due, timeline
+            return 1, true
+        end
+    end
+    local next_fire = policy.schedule -- the schedule's next fire
+    local due = next_fire or now + policy.minimum_delay
     local head = read_head(source)
-    if records == 0 and holds_no_records(source, head) then
+    if not holds_records and holds_no_records(source, head) then
         -- An empty digest ends the cool-down: retire, the next event is immediate.
         if head.kind ~= 'none' then
             redis.call('DEL', source)
@@ -161,8 +307,7 @@ local function close_target(tag, timeline, digest_id, now, policy, moves)
     local timeline_meta = parse_timeline_meta(head.meta)
     timeline_meta.last_delivery = now
     timeline_meta.behind_open = false -- that digest is closed: nothing waits behind it
-    local next_fire, flush_at = policy.schedule, policy.flush_at -- the schedule's next fire
-    local due, soon = next_fire or now + policy.minimum_delay, nil
+    local flush_at, soon = policy.flush_at, nil
     -- A flush that came while the digest was open (flush_timeline), or flush_at records that
     -- did (add leaves a READY timeline alone): due right after the floor, not a cool-down later.
     if timeline_meta.cause == CAUSES.flushed then
@@ -176,21 +321,20 @@ local function close_target(tag, timeline, digest_id, now, policy, moves)
     else
         timeline_meta.cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
     end
-    if head.kind == 'none' then
-        -- Nothing came while it was open (every leading digest's usual close): one write,
-        -- of a meta that differs between such closes of one call only by its cause.
-        local closed = moves.closed[timeline_meta.cause]
-        if closed == nil then
-            closed = encode_inline(format_timeline_meta(timeline_meta), {})
-            moves.closed[timeline_meta.cause] = closed
-        end
-        redis.call('SET', source, closed, 'PX', ttl_ms(policy.ttl))
-    else
-        write_meta(source, head, format_timeline_meta(timeline_meta))
-        redis.call('PEXPIRE', source, ttl_ms(policy.ttl))
-    end
+    write_meta(source, head, format_timeline_meta(timeline_meta))
+    redis.call('PEXPIRE', source, (policy.closing or closing_writes(policy, now, moves)).ttl)
     moves.unready[#moves.unready + 1] = timeline
     moves.wait[#moves.wait + 1] = moves_float(moves, due)
     moves.wait[#moves.wait + 1] = timeline
     return 1, true
+end
+
+-- Closes one digest (close_found): 0 for an unknown or already closed id.
+local function close_target(tag, timeline, digest_id, now, policy, moves)
+    local digest = digest_key(tag, timeline)
+    local matches, holds_records = digest_is(digest, digest_id)
+    if not matches then
+        return 0, false
+    end
+    return close_found(tag, timeline, digest, holds_records, now, policy, moves)
 end

@@ -32,8 +32,9 @@
 -- announce. A batch holding controls announces.
 -- Reply: the timelines made READY, the records added and skipped (at or below the fence),
 -- dropped (capacity), the fence before and after (nil: none), the topic id of the fence
--- found (nil: none), the records cancelled, and led: {timeline, digest id, ...}, a led
--- timeline's digest holding its records of this call (the caller has them).
+-- found (nil: none), the records cancelled, and led: {timeline, ...}, the timelines led in
+-- the order of their digests' numbers (the k-th one's digest id: the nonce and k), each
+-- digest holding its timeline's records of this call (the caller has them).
 
 -- The leading edge's nonce ("" = not asked): OPEN_NONCE_LENGTH lowercase hex characters, to
 -- which the add appends each opened digest's number to make its DIGEST_ID_LENGTH id.
