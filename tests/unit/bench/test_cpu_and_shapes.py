@@ -59,12 +59,12 @@ def test_cpu_by_thread_names_the_thread_that_burned_it() -> None:
     worker.start()
     while worker.is_alive() and "bench-burner" not in thread_cpu(os.getpid()):
         time.sleep(0.01)
-    used: dict[str, float] = {}
+    seen = 0.0
     while worker.is_alive():  # read while it lives: an ended thread is no longer listed
-        used = thread_cpu(os.getpid())
+        seen = max(seen, thread_cpu(os.getpid()).get("bench-burner", 0.0))
         time.sleep(0.01)
     worker.join()
-    assert used.get("bench-burner", 0.0) - before >= 0.15
+    assert seen - before >= 0.15
     assert thread_cpu(2**22 + 1) == {}
 
 
