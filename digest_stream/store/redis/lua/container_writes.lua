@@ -4,8 +4,9 @@
 -- Holds: write_meta, last_delivery_of, hash_fields, write_hash, trim_victims,
 --   SHORT_STRING_HEADER, string_header, PADDED_WRITTEN, WRITTEN_LIMIT, entries,
 --   distinct_records, append_inline, store_batch, mark_cause.
--- Needs: digest_key (keys); encode_field, format_count, format_timeline_meta, format_written,
---   parse_digest_meta, parse_timeline_meta, WRITTEN_WIDTH (encoding); call_chunked,
+-- Needs: digest_key (keys); count_number, encode_field, format_count, format_timeline_meta,
+--   format_written, parse_digest_meta, parse_timeline_meta, WRITTEN_WIDTH (encoding);
+--   call_chunked,
 --   sort_records (helpers); decode_inline, encode_inline, hash_record_count, inline_blob,
 --   INLINE_MAX_BYTES, META, read_container, read_head, read_meta (containers).
 
@@ -149,7 +150,7 @@ local function append_inline(key, head, batch, capacity, inline_records, ms)
         if not written then
             return false -- an unreadable head, or a count written before it was padded
         end
-        written = tonumber(written)
+        written = count_number(written)
     else
         written = (head.parsed or parse_timeline_meta(head.meta)).written
     end

@@ -1,8 +1,9 @@
 -- encoding.lua: numbers as Redis reads them, record fields, and the timeline and digest
 -- metas (their text forms, parsed and formatted).
--- Holds: format_float, format_integer, format_count, WRITTEN_WIDTH, format_written, ttl_ms,
---   encode_field, decode_field, split_meta, optional_float, mark_suffix, optional_cause,
---   parse_timeline_meta, format_timeline_meta, parse_digest_meta, format_digest_meta.
+-- Holds: format_float, format_integer, format_count, WRITTEN_WIDTH, format_written,
+--   COUNT_NUMBER, COUNT_DIGITS_MAX, count_number, ttl_ms, encode_field, decode_field,
+--   split_meta, optional_float, mark_suffix, optional_cause, parse_timeline_meta,
+--   format_timeline_meta, parse_digest_meta, format_digest_meta.
 -- Needs: nothing.
 
 local function format_float(number)
@@ -50,6 +51,23 @@ local function format_written(number)
         end
     end
     return text
+end
+
+-- The number of a count's digits (a meta's written or dropped), by its text: tonumber (C's
+-- strtod) costs more than the rest of reading a meta. Texts of up to COUNT_DIGITS_MAX
+-- digits are kept (filled as they come, as COUNT_TEXT): at most 11,110 of them.
+local COUNT_NUMBER = {}
+local COUNT_DIGITS_MAX = 4
+
+local function count_number(digits)
+    local number = COUNT_NUMBER[digits]
+    if number == nil then
+        number = tonumber(digits)
+        if #digits <= COUNT_DIGITS_MAX then
+            COUNT_NUMBER[digits] = number
+        end
+    end
+    return number
 end
 
 local function ttl_ms(ttl)
@@ -123,15 +141,21 @@ end
 -- container's written also counts the entries an overwrite superseded (containers.lua)
 -- until the next rewrite drops them.
 local function parse_timeline_meta(raw)
-    -- the common metas, read without splitting them: none yet, and "written|dropped|"
     if raw == nil then
         return {written = 0, dropped = 0, expired = false, behind_open = false}
     end
-    local written, dropped = string.match(raw, '^(%d+)|(%d+)|$')
-    if written ~= nil then
+    -- the metas the library writes, read with two matches: counts, last delivery, then
+    -- nothing, or a mark and a cause (split_meta, with a table per field, only for others)
+    local written, dropped, last_delivery, tail = string.match(raw, '^(%d+)|(%d+)|([^|]*)(.*)$')
+    local mark, cause = '', nil
+    if written ~= nil and tail ~= '' then
+        mark, cause = string.match(tail, '^|([^|]*)|?([^|]*)$')
+    end
+    if written ~= nil and mark ~= nil then
         return {
-            written = tonumber(written), dropped = tonumber(dropped), expired = false,
-            behind_open = false,
+            written = count_number(written), dropped = count_number(dropped),
+            last_delivery = tonumber(last_delivery), expired = mark == '1',
+            behind_open = mark == 'o', cause = optional_cause(cause),
         }
     end
     local parts = split_meta(raw)
