@@ -190,8 +190,9 @@ local function prefix_head(key)
     elseif prefix == '' then
         return nil
     end
-    local head = {kind = 'inline'}
-    head.meta, head.start = inline_head(prefix)
+    local meta, start = inline_head(prefix)
+    -- made whole at once: a field set later may make Lua grow (rehash) the table
+    local head = {kind = 'inline', meta = meta, start = start}
     if #prefix < HEAD_READ then
         head.blob = prefix -- that was all of it
     elseif head.meta == nil then
