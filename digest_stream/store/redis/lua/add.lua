@@ -3,7 +3,8 @@
 -- Holds: begin_timelines, schedule_record, apply_flush_at, apply_record, write_back,
 --   advance_fence, add_run, fresh_timelines, add_with_controls.
 -- Needs: CAUSES, FLUSH_AT_FLOOR (Python); digest_key, ready_key, waiting_key (keys);
---   format_float, format_timeline_meta, parse_timeline_meta (encoding); call_chunked,
+--   format_float, format_timeline_meta, meta_last_delivery, parse_timeline_meta (encoding);
+--   call_chunked,
 --   call_listed, write_fence (helpers); held_count, read_head (containers); last_delivery_of,
 --   mark_cause, store_batch (container_writes); apply_control (controls); lead (leading);
 --   new_timeline (add_args).
@@ -55,10 +56,10 @@ local function begin_timelines(tag, touched, names, keys)
             })
         end
         if timeline.due ~= nil and not timeline.ready then
-            -- kept on the head: store_batch reads the same meta (nothing rewrites head.meta
-            -- of a timeline with a due time before then), so it is parsed once
-            head.parsed = parse_timeline_meta(head.meta)
-            timeline.last_delivery = last_delivery_of(tag, timeline.timeline, head.parsed)
+            -- only its last delivery is read here: store_batch parses the meta if it rewrites it
+            local last_delivery = meta_last_delivery(head.meta)
+            timeline.last_delivery = last_delivery
+                or last_delivery_of(tag, timeline.timeline, {}) -- its open digest's, if any
         end
     end
 end

@@ -3,7 +3,7 @@
 -- Holds: format_float, format_integer, format_count, WRITTEN_WIDTH, format_written,
 --   COUNT_NUMBER, COUNT_DIGITS_MAX, count_number, ttl_ms, encode_field, decode_field,
 --   split_meta, optional_float, mark_suffix, optional_cause, parse_timeline_meta,
---   format_timeline_meta, parse_digest_meta, format_digest_meta.
+--   meta_last_delivery, format_timeline_meta, parse_digest_meta, format_digest_meta.
 -- Needs: nothing.
 
 local function format_float(number)
@@ -167,6 +167,19 @@ local function parse_timeline_meta(raw)
         behind_open = parts[4] == 'o',
         cause = optional_cause(parts[5]),
     }
+end
+
+-- A timeline meta's last delivery as parse_timeline_meta reads it, without reading the rest
+-- (an add needs only this of a WAITING timeline's meta, which an append does not rewrite).
+local function meta_last_delivery(raw)
+    if raw == nil then
+        return nil
+    end
+    local text = string.match(raw, '^%d+|%d+|([^|]*)')
+    if text == nil then
+        return parse_timeline_meta(raw).last_delivery
+    end
+    return tonumber(text)
 end
 
 local function format_timeline_meta(meta)
