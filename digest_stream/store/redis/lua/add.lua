@@ -3,11 +3,10 @@
 -- Holds: begin_timelines, schedule_record, apply_flush_at, apply_record, write_back,
 --   advance_fence, add_run, fresh_timelines, add_with_controls.
 -- Needs: CAUSES, FLUSH_AT_FLOOR (Python); digest_key, ready_key, waiting_key (keys);
---   format_float, format_timeline_meta, meta_last_delivery, parse_timeline_meta (encoding);
---   call_chunked,
---   call_listed, write_fence (helpers); held_count, read_head (containers); last_delivery_of,
---   mark_cause, store_batch (container_writes); apply_control (controls); lead (leading);
---   new_timeline (add_args).
+--   float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
+--   parse_timeline_meta (encoding); call_chunked, call_listed, write_fence (helpers);
+--   held_count, read_head (containers); last_delivery_of, mark_cause, store_batch
+--   (container_writes); apply_control (controls); lead (leading); new_timeline (add_args).
 
 -- ds_add, in four steps: parse_add checks the whole call, begin_timelines reads the
 -- state of every timeline the batch touches and apply_record runs the state machine
@@ -35,9 +34,9 @@ local function begin_timelines(tag, touched, names, keys)
             waiting_names[count] = names[i]
         end
     end
-    local due = call_listed('ZMSCORE', waiting_key(tag), waiting_names)
+    local due, numbers = call_listed('ZMSCORE', waiting_key(tag), waiting_names), {}
     for i, timeline in ipairs(waiting) do
-        timeline.due = due[i] ~= false and tonumber(due[i]) or nil
+        timeline.due = due[i] ~= false and number_of(numbers, due[i]) or nil
     end
     -- the one read of each container's head this batch (write_back writes from it): an
     -- inline container's first bytes only, never its records (appending needs only its
@@ -57,7 +56,7 @@ local function begin_timelines(tag, touched, names, keys)
         end
         if timeline.due ~= nil and not timeline.ready then
             -- only its last delivery is read here: store_batch parses the meta if it rewrites it
-            local last_delivery = meta_last_delivery(head.meta)
+            local last_delivery = meta_last_delivery(head.meta, numbers)
             timeline.last_delivery = last_delivery
                 or last_delivery_of(tag, timeline.timeline, {}) -- its open digest's, if any
         end
@@ -150,7 +149,7 @@ local function write_back(tag, touched, call)
     local dropped, partition_ttl = 0, call.partition_ttl
     -- nothing below reads the schedule: its entries are written together at the end, one
     -- ZADD per set instead of one per timeline
-    local now, became_ready, due_changed = format_float(call.now), {}, {}
+    local now, became_ready, due_changed, texts = format_float(call.now), {}, {}, {}
     local leading = call.leading
     for _, timeline in ipairs(touched) do
         -- the leading edge (leading.lua): a timeline with no container before this call
@@ -170,7 +169,7 @@ local function write_back(tag, touched, call)
             became_ready[#became_ready + 1] = now
             became_ready[#became_ready + 1] = timeline.timeline
         elseif timeline.due_changed then
-            due_changed[#due_changed + 1] = format_float(timeline.due)
+            due_changed[#due_changed + 1] = float_text(texts, timeline.due)
             due_changed[#due_changed + 1] = timeline.timeline
         end
         if timeline.policy.ttl > partition_ttl then

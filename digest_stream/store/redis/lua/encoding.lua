@@ -1,7 +1,8 @@
 -- encoding.lua: numbers as Redis reads them, record fields, and the timeline and digest
 -- metas (their text forms, parsed and formatted).
 -- Holds: format_float, format_integer, format_count, WRITTEN_WIDTH, format_written,
---   COUNT_NUMBER, COUNT_DIGITS_MAX, count_number, ttl_ms, encode_field, decode_field,
+--   COUNT_NUMBER, COUNT_DIGITS_MAX, count_number, number_of, float_text, ttl_ms,
+--   encode_field, decode_field,
 --   split_meta, optional_float, mark_suffix, optional_cause, parse_timeline_meta,
 --   meta_last_delivery, format_timeline_meta, parse_digest_meta, format_digest_meta.
 -- Needs: nothing.
@@ -68,6 +69,34 @@ local function count_number(digits)
         end
     end
     return number
+end
+
+-- tonumber(text), kept in `numbers` for the rest of one call: the timelines one close
+-- delivered share their last delivery, so an add of each reads the same texts of it and of
+-- the due times that follow from it (strtod costs more than the table lookup).
+local function number_of(numbers, text)
+    local number = numbers[text]
+    if number == nil then
+        number = tonumber(text)
+        if number ~= nil then
+            numbers[text] = number
+        end
+    end
+    return number
+end
+
+-- format_float(number), kept in `texts` for the rest of one call (as number_of). Not 0 (a
+-- key for -0 too, which formats as "-0") nor NaN (no table key).
+local function float_text(texts, number)
+    if number == 0 or number ~= number then
+        return format_float(number)
+    end
+    local text = texts[number]
+    if text == nil then
+        text = format_float(number)
+        texts[number] = text
+    end
+    return text
 end
 
 local function ttl_ms(ttl)
@@ -171,7 +200,8 @@ end
 
 -- A timeline meta's last delivery as parse_timeline_meta reads it, without reading the rest
 -- (an add needs only this of a WAITING timeline's meta, which an append does not rewrite).
-local function meta_last_delivery(raw)
+-- `numbers`: the numbers of texts read before in this call (number_of).
+local function meta_last_delivery(raw, numbers)
     if raw == nil then
         return nil
     end
@@ -179,7 +209,7 @@ local function meta_last_delivery(raw)
     if text == nil then
         return parse_timeline_meta(raw).last_delivery
     end
-    return tonumber(text)
+    return number_of(numbers, text)
 end
 
 local function format_timeline_meta(meta)
