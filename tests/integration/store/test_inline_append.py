@@ -215,3 +215,28 @@ def test_a_container_written_by_an_earlier_library_is_read_and_appended_to(
     digest = redis_store.open(0, "t", uuid.uuid4().hex, T0)
     assert [r.id for r in digest.records] == ["r3", "r2", "r1", "r0"]
     assert digest.dropped == 0
+
+
+@pytest.mark.parametrize(
+    ("meta", "rewritten"),
+    [
+        (b"004|2|", b"005|2|"),
+        (b"004|2|1000000.5", b"005|2|1000000.5"),
+        (b"004|2|1000000.5||c", b"005|2|1000000.5||c"),
+        (b"004|2||1", b"005|2||1"),
+        (b"004|2||o|c", b"005|2||o|c"),
+        (b"004|2|1000000.5|", b"005|2|1000000.5"),  # an empty mark is no mark
+        (b"004|2|1000000.5|1|c|more", b"005|2|1000000.5|1|c"),  # fields past the cause
+        (b"4|2|", b"005|2|"),  # unpadded: decoded and rewritten whole
+        (b"x|y|", b"001|0|"),  # unreadable counts read as 0
+    ],
+)
+def test_every_field_of_a_meta_is_read_back(
+    redis_store: RedisStore, client: RedisClient, namespace: str, meta: bytes, rewritten: bytes
+) -> None:
+    # A value holding only its meta (what the leading edge leaves) is read whole, and its meta
+    # parsed and written again with the one more record: each field comes back as it was read.
+    key = key_of(namespace)
+    client.set(key, msgpack_str(meta), px=3_600_000)
+    redis_store.add(0, [record("r0", 0)], T0)
+    assert stored(client, key) == msgpack_str(rewritten) + entry("r0", at(0), b"r0")

@@ -227,12 +227,25 @@ def test_lua_literals_are_exact_or_refused() -> None:
             library.lua_literal(bad)
 
 
+def _source_line(pattern: str) -> re.Match[str]:
+    """The library's line matching ``pattern`` (one whole line)."""
+    found = re.search(pattern, library.SOURCE, re.MULTILINE)
+    assert found is not None, f"no line {pattern!r} in the library"
+    return found
+
+
 def test_the_padded_count_pattern_matches_its_width() -> None:
     # The append rewrites an inline container's count in place: the pattern that recognises a
     # padded count (a literal: the library's load cannot call string functions) must match
     # exactly WRITTEN_WIDTH digits, the width format_written pads to.
-    width = re.search(r"^local WRITTEN_WIDTH = (\d+)$", library.SOURCE, re.MULTILINE)
-    pattern = re.search(r"^local PADDED_WRITTEN = '\^((?:%d)+)\|'$", library.SOURCE, re.MULTILINE)
-    assert width is not None
-    assert pattern is not None
+    width = _source_line(r"^local WRITTEN_WIDTH = (\d+)$")
+    pattern = _source_line(r"^local PADDED_WRITTEN = '\^\(((?:%d)+)\)\|'$")
     assert pattern.group(1) == "%d" * int(width.group(1))
+
+
+def test_the_head_read_range_is_its_length() -> None:
+    # An add reads the first HEAD_READ bytes of each inline container: GETRANGE's bounds are
+    # literals (as text: a number argument is formatted on every call), kept to that length.
+    length = _source_line(r"^local HEAD_READ = (\d+)$")
+    bounds = _source_line(r"^local HEAD_READ_FIRST, HEAD_READ_LAST = '(\d+)', '(\d+)'$")
+    assert (int(bounds.group(1)), int(bounds.group(2))) == (0, int(length.group(1)) - 1)

@@ -3,10 +3,11 @@
 -- Holds: begin_timelines, schedule_record, apply_flush_at, apply_record, write_back,
 --   advance_fence, add_run, fresh_timelines, add_with_controls.
 -- Needs: CAUSES, FLUSH_AT_FLOOR (Python); digest_key, ready_key, waiting_key (keys);
---   format_float, format_timeline_meta, parse_timeline_meta (encoding); call_chunked,
---   call_listed, write_fence (helpers); held_count, read_head (containers); last_delivery_of,
---   mark_cause, store_batch (container_writes); apply_control (controls); zadd_batch
---   (digests); lead (leading); new_timeline (add_args).
+--   float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
+--   parse_timeline_meta (encoding); call_chunked, call_listed, write_fence (helpers);
+--   held_count, read_head (containers); last_delivery_of, mark_cause, store_batch
+--   (container_writes); apply_control (controls); zadd_batch (digests); lead (leading);
+--   new_timeline (add_args).
 
 -- ds_add, in four steps: parse_add checks the whole call, begin_timelines reads the
 -- state of every timeline the batch touches and apply_record runs the state machine
@@ -18,53 +19,47 @@
 -- is written before write_back, so the reads are made together, one command per kind of
 -- read for all the timelines (ZMSCORE, MGET) instead of several per timeline: with one
 -- record per timeline, those calls were most of the Lua's time.
-local function begin_timelines(tag, touched)
+local function begin_timelines(tag, touched, names, keys)
     if #touched == 0 then
         return
     end
-    local names, keys = {}, {}
-    for i, timeline in ipairs(touched) do
-        names[i] = timeline.timeline
-        keys[i] = timeline.key
-    end
     local ready = call_listed('ZMSCORE', ready_key(tag), names)
-    local waiting, waiting_names = {}, {}
+    local waiting, waiting_names, count = {}, {}, 0
     for i, timeline in ipairs(touched) do
-        timeline.ready = ready[i] ~= false
-        if not timeline.ready then
+        if ready[i] ~= false then
+            timeline.ready = true
+        else
             -- a READY timeline ignores its due time: only the others are looked up
-            waiting[#waiting + 1] = timeline
-            waiting_names[#waiting_names + 1] = timeline.timeline
+            count = count + 1
+            waiting[count] = timeline
+            waiting_names[count] = names[i]
         end
     end
-    local due = call_listed('ZMSCORE', waiting_key(tag), waiting_names)
+    local due, numbers = call_listed('ZMSCORE', waiting_key(tag), waiting_names), {}
     for i, timeline in ipairs(waiting) do
-        timeline.due = due[i] ~= false and tonumber(due[i]) or nil
+        timeline.due = due[i] ~= false and number_of(numbers, due[i]) or nil
     end
     -- the one read of each container's head this batch (write_back writes from it): an
     -- inline container's first bytes only, never its records (appending needs only its
     -- meta: append_inline), and nothing at all when EXISTS finds none of them (new timelines)
     local any = call_chunked('EXISTS', nil, keys) > 0
     for _, timeline in ipairs(touched) do
-        timeline.head = any and read_head(timeline.key, true) or {kind = 'none'}
-    end
-    for _, timeline in ipairs(touched) do
-        timeline.batch = {}
-        if timeline.head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
+        local head = any and read_head(timeline.key, true) or {kind = 'none'}
+        timeline.head, timeline.batch = head, {}
+        if head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
             -- Scheduled, yet no records: either they are in its open digest (these records
             -- wait behind it), or they expired (or were evicted) with any digest. Marked
             -- either way, so the next digest reports a loss instead of hiding it.
             local open_digest = redis.call('EXISTS', digest_key(tag, timeline.timeline)) == 1
-            timeline.head.meta = format_timeline_meta({
+            head.meta = format_timeline_meta({
                 written = 0, dropped = 0, expired = not open_digest, behind_open = open_digest,
             })
         end
         if timeline.due ~= nil and not timeline.ready then
-            -- kept on the head: store_batch reads the same meta (nothing rewrites head.meta
-            -- of a timeline with a due time before then), so it is parsed once
-            timeline.head.parsed = parse_timeline_meta(timeline.head.meta)
-            timeline.last_delivery = last_delivery_of(tag, timeline.timeline,
-                timeline.head.parsed)
+            -- only its last delivery is read here: store_batch parses the meta if it rewrites it
+            local last_delivery = meta_last_delivery(head.meta, numbers)
+            timeline.last_delivery = last_delivery
+                or last_delivery_of(tag, timeline.timeline, {}) -- its open digest's, if any
         end
     end
 end
@@ -155,7 +150,7 @@ local function write_back(tag, touched, call)
     local dropped, partition_ttl = 0, call.partition_ttl
     -- nothing below reads the schedule: its entries are written together at the end, one
     -- ZADD per set instead of one per timeline
-    local now, became_ready, due_changed = format_float(call.now), {}, {}
+    local now, became_ready, due_changed, texts = format_float(call.now), {}, {}, {}
     local leading = call.leading
     for _, timeline in ipairs(touched) do
         -- the leading edge (leading.lua): a timeline with no container before this call
@@ -175,7 +170,7 @@ local function write_back(tag, touched, call)
             became_ready[#became_ready + 1] = now
             became_ready[#became_ready + 1] = timeline.timeline
         elseif timeline.due_changed then
-            due_changed[#due_changed + 1] = format_float(timeline.due)
+            due_changed[#due_changed + 1] = float_text(texts, timeline.due)
             due_changed[#due_changed + 1] = timeline.timeline
         end
         if timeline.policy.ttl > partition_ttl then
@@ -202,23 +197,28 @@ end
 -- `fence` are skipped. Counts into `totals` and lists what became READY in totals.ready;
 -- returns the fence after them.
 local function add_run(call, first, last, fence, totals)
-    local records, applied, touched = call.records, {}, {}
+    local records, applied, touched, names, keys = call.records, {}, {}, {}, {}
+    local count, touched_count = 0, 0
     for i = first, last do
         local record = records[i]
         if record.offset <= fence then
             totals.skipped = totals.skipped + 1 -- a replay: at or below the fence
         else
             fence = record.offset
-            applied[#applied + 1] = record
+            count = count + 1
+            applied[count] = record
             local timeline = record.timeline
             if not timeline.touched then
                 timeline.touched = true
-                touched[#touched + 1] = timeline
+                touched_count = touched_count + 1
+                touched[touched_count] = timeline
+                names[touched_count] = timeline.timeline
+                keys[touched_count] = timeline.key
             end
         end
     end
     totals.added = totals.added + #applied
-    begin_timelines(call.tag, touched)
+    begin_timelines(call.tag, touched, names, keys)
     for _, record in ipairs(applied) do
         apply_record(record.timeline, record, totals.ready)
     end

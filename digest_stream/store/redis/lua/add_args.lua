@@ -37,25 +37,30 @@ local function unpacked(decode, what)
 end
 
 -- The timelines of an add call (one packed argument): each with its policy (parsed once
--- per distinct policy) and key.
+-- per distinct policy) and key. As in parse_records, the checks run inline (at one record
+-- per timeline this loop runs once per record) and the parse_* helpers only raise the error.
 local function parse_timelines(packed, tag, policies)
-    local timelines, seen = {}, {}
+    local timelines, seen, count = {}, {}, 0
+    local unpack, prefix = struct.unpack, timeline_key(tag, '') -- each key: prefix .. name
     unpacked(function()
         local position, size = 1, #packed
         while position <= size do
             local index, name
-            index, name, position = struct.unpack(TIMELINE_FORMAT, packed, position)
+            index, name, position = unpack(TIMELINE_FORMAT, packed, position)
             local policy = policies[index]
             if policy == nil then
                 parse_integer(index, 'policy index', 1, #policies)
             end
-            parse_name(name, 'timeline')
+            local length = #name
+            if length == 0 or length > MAX_NAME_BYTES then
+                parse_name(name, 'timeline')
+            end
             if seen[name] then
                 invalid_argument('timeline listed twice: ' .. name)
             end
             seen[name] = true
-            local timeline = new_timeline(policy, name, timeline_key(tag, name))
-            timelines[#timelines + 1] = timeline
+            count = count + 1
+            timelines[count] = new_timeline(policy, name, prefix .. name)
         end
     end, 'timelines')
     return timelines

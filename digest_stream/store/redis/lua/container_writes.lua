@@ -2,10 +2,11 @@
 -- reading): a meta replaced in place, a batch appended or stored in the fitting encoding,
 -- trimmed to capacity, and a cause marked.
 -- Holds: write_meta, last_delivery_of, hash_fields, write_hash, trim_victims,
---   SHORT_STRING_HEADER, string_header, PADDED_WRITTEN, distinct_records, append_inline,
---   store_batch, mark_cause.
--- Needs: digest_key (keys); encode_field, format_timeline_meta, format_written,
---   parse_digest_meta, parse_timeline_meta, WRITTEN_WIDTH (encoding); call_chunked,
+--   SHORT_STRING_HEADER, string_header, PADDED_WRITTEN, WRITTEN_LIMIT, entries,
+--   distinct_records, append_inline, store_batch, mark_cause.
+-- Needs: digest_key (keys); count_number, encode_field, format_count, format_timeline_meta,
+--   format_written, parse_digest_meta, parse_timeline_meta, WRITTEN_WIDTH (encoding);
+--   call_chunked,
 --   sort_records (helpers); decode_inline, encode_inline, hash_record_count, inline_blob,
 --   INLINE_MAX_BYTES, META, read_container, read_head, read_meta (containers).
 
@@ -87,12 +88,35 @@ local function string_header(length)
 end
 
 -- A timeline meta whose written count is WRITTEN_WIDTH (3) digits wide (format_written):
--- the count append_inline rewrites in place. (A literal: the library's load cannot call
--- string functions.)
-local PADDED_WRITTEN = '^%d%d%d|'
+-- the count append_inline rewrites in place, captured. (A literal: the library's load
+-- cannot call string functions.)
+local PADDED_WRITTEN = '^(%d%d%d)|'
+-- The first count a padded meta cannot hold.
+local WRITTEN_LIMIT = 10 ^ WRITTEN_WIDTH
 
 -- The records of a batch, one per id: a repeated id keeps its first place and its last
 -- value (as if it had overwritten the earlier one).
+-- The bytes of `records` in an inline container, byte for byte what
+-- cmsgpack.pack(id, timestamp, payload) writes per record; one record (the interleaved
+-- shape) in one concatenation, without a table.
+local function entries(records)
+    if #records == 1 then
+        local record = records[1]
+        local id, payload = record.id, record.payload
+        return string_header(#id) .. id .. cmsgpack.pack(record.timestamp)
+            .. string_header(#payload) .. payload
+    end
+    local parts = {}
+    for _, record in ipairs(records) do
+        parts[#parts + 1] = string_header(#record.id)
+        parts[#parts + 1] = record.id
+        parts[#parts + 1] = cmsgpack.pack(record.timestamp)
+        parts[#parts + 1] = string_header(#record.payload)
+        parts[#parts + 1] = record.payload
+    end
+    return table.concat(parts)
+end
+
 local function distinct_records(batch)
     if #batch < 2 then
         return batch
@@ -119,34 +143,30 @@ end
 -- capacity) holds for the exact count too. Past a limit the general path decodes and
 -- counts exactly. Returns the count written, or false to send the caller there.
 local function append_inline(key, head, batch, capacity, inline_records, ms)
-    if head.kind == 'inline' and (head.start == nil
-            or not string.find(head.meta, PADDED_WRITTEN)) then
-        return false -- an unreadable head, or a count written before it was padded
+    local written
+    if head.kind == 'inline' then
+        -- the count alone, read off the meta (the whole meta is parsed only to rewrite it)
+        written = head.start ~= nil and string.match(head.meta, PADDED_WRITTEN)
+        if not written then
+            return false -- an unreadable head, or a count written before it was padded
+        end
+        written = count_number(written)
+    else
+        written = (head.parsed or parse_timeline_meta(head.meta)).written
     end
-    local meta = head.parsed or parse_timeline_meta(head.meta)
     local records = distinct_records(batch)
-    local count = meta.written + #records
+    local count = written + #records
     if count > inline_records or (capacity > 0 and count > capacity)
-            or count >= 10 ^ WRITTEN_WIDTH then
+            or count >= WRITTEN_LIMIT then
         return false
     end
-    -- parts[1] and [2]: for a value written whole (below), its head and the records stored;
-    -- then byte for byte what cmsgpack.pack(id, timestamp, payload) writes per record
-    local parts = {'', ''}
-    for _, record in ipairs(records) do
-        parts[#parts + 1] = string_header(#record.id)
-        parts[#parts + 1] = record.id
-        parts[#parts + 1] = cmsgpack.pack(record.timestamp)
-        parts[#parts + 1] = string_header(#record.payload)
-        parts[#parts + 1] = record.payload
-    end
-    meta.written = count
     if head.kind ~= 'inline' or head.blob ~= nil then
         -- a new container, or one read whole with its head (shorter than HEAD_READ, often
         -- just a meta: what the leading edge leaves): one SET instead of four commands
-        parts[1] = cmsgpack.pack(format_timeline_meta(meta))
-        parts[2] = head.blob and string.sub(head.blob, head.start) or ''
-        local blob = table.concat(parts)
+        local meta = head.parsed or parse_timeline_meta(head.meta)
+        meta.written = count
+        local blob = cmsgpack.pack(format_timeline_meta(meta))
+            .. (head.blob and string.sub(head.blob, head.start) or '') .. entries(records)
         if #blob > INLINE_MAX_BYTES then
             return false
         end
@@ -156,9 +176,10 @@ local function append_inline(key, head, batch, capacity, inline_records, ms)
         end
         return count
     end
-    local length = redis.call('APPEND', key, table.concat(parts))
+    local length = redis.call('APPEND', key, entries(records))
     if length > INLINE_MAX_BYTES then
         -- grown past the inline size: a hash of everything it holds now, the batch included
+        local meta = head.parsed or parse_timeline_meta(head.meta)
         local _, stored, _, superseded = decode_inline(redis.call('GET', key))
         head.blob = nil -- what was read is stale
         meta.written = count - superseded
@@ -167,7 +188,8 @@ local function append_inline(key, head, batch, capacity, inline_records, ms)
         return meta.written
     end
     head.blob, head.appended = nil, true -- what was read is stale; written is a bound
-    redis.call('SETRANGE', key, head.start - #head.meta - 1, format_written(count))
+    -- the offset as text (format_count keeps it): a number argument is formatted per call
+    redis.call('SETRANGE', key, format_count(head.start - #head.meta - 1), format_written(count))
     -- APPEND leaves the string room to grow (as much again as its length: a timeline that
     -- gets one record per batch would hold twice its bytes); BITOP writes the same bytes to
     -- a value of exactly their size (dropping the TTL, which is set again below).

@@ -14,7 +14,8 @@
 -- Redis itself in the scratch zset, never by a Lua comparator.
 -- This part reads them (container_writes.lua writes them).
 -- Holds: META, INLINE_MAX_BYTES, HEAD_READ, container_kind, pack_values, decode_inline,
---   without_superseded, encode_inline, read_container, inline_head, read_meta, read_head,
+--   without_superseded, encode_inline, read_container, inline_head, read_meta,
+--   HEAD_READ_FIRST, HEAD_READ_LAST, prefix_head, read_head,
 --   inline_blob, record_count, hash_record_count, holds_no_records, held_count.
 -- Needs: invalid_state (guards); decode_field, format_timeline_meta, parse_timeline_meta
 --   (encoding).
@@ -169,30 +170,56 @@ local function read_meta(key)
     return nil
 end
 
+-- GETRANGE's arguments for the first HEAD_READ bytes, as the text Redis reads (a number
+-- argument of redis.call is formatted, %.17g, on every call). Literals: the library's load
+-- cannot call string functions.
+local HEAD_READ_FIRST, HEAD_READ_LAST = '0', '63'
+
+-- read_head's prefix_only read, without asking the container's TYPE first (one command per
+-- timeline of an add, not two): GETRANGE answers a string's first bytes, "" for a missing
+-- key (or an empty string) and an error for any other type, for which HGET answers a
+-- hash's meta. nil: neither a non-empty string nor a hash, for read_head to tell which.
+local function prefix_head(key)
+    local prefix = redis.pcall('GETRANGE', key, HEAD_READ_FIRST, HEAD_READ_LAST)
+    if type(prefix) ~= 'string' then
+        local raw = redis.pcall('HGET', key, META)
+        if type(raw) == 'table' then
+            return nil -- not a hash either: container_kind refuses it
+        end
+        return {kind = 'hash', meta = raw ~= false and raw or nil}
+    elseif prefix == '' then
+        return nil
+    end
+    local meta, start = inline_head(prefix)
+    -- made whole at once: a field set later may make Lua grow (rehash) the table
+    local head = {kind = 'inline', meta = meta, start = start}
+    if #prefix < HEAD_READ then
+        head.blob = prefix -- that was all of it
+    elseif head.meta == nil then
+        -- a longer head (or an unreadable one): read it whole
+        head.blob = redis.call('GET', key)
+        head.meta, head.start = inline_head(head.blob)
+    end
+    return head
+end
+
 -- A container's kind and raw meta, plus an inline one's blob and the position its
 -- records start at (nil for an unreadable head), without decoding the records: read
 -- once by the function that then writes the container, so no later step reads again.
 -- prefix_only: an inline container's first HEAD_READ bytes only (blob: nil unless that
 -- was all of it), for append_inline, which writes without reading the records.
 local function read_head(key, prefix_only)
-    local head = {kind = container_kind(key)}
+    local head = prefix_only and prefix_head(key)
+    if head then
+        return head
+    end
+    head = {kind = container_kind(key)}
     if head.kind == 'hash' then
         local raw = redis.call('HGET', key, META)
         head.meta = raw ~= false and raw or nil
     elseif head.kind == 'inline' then
-        if prefix_only then
-            local prefix = redis.call('GETRANGE', key, 0, HEAD_READ - 1)
-            head.meta, head.start = inline_head(prefix)
-            if #prefix < HEAD_READ then
-                head.blob = prefix -- that was all of it
-            elseif head.meta == nil then
-                prefix_only = false -- a longer head (or an unreadable one): read it whole
-            end
-        end
-        if not prefix_only then
-            head.blob = redis.call('GET', key)
-            head.meta, head.start = inline_head(head.blob)
-        end
+        head.blob = redis.call('GET', key)
+        head.meta, head.start = inline_head(head.blob)
     end
     return head
 end

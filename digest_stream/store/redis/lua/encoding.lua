@@ -1,8 +1,10 @@
 -- encoding.lua: numbers as Redis reads them, record fields, and the timeline and digest
 -- metas (their text forms, parsed and formatted).
--- Holds: format_float, format_integer, format_count, WRITTEN_WIDTH, format_written, ttl_ms,
---   encode_field, decode_field, split_meta, optional_float, mark_suffix, optional_cause,
---   parse_timeline_meta, format_timeline_meta, parse_digest_meta, format_digest_meta.
+-- Holds: format_float, format_integer, format_count, WRITTEN_WIDTH, format_written,
+--   COUNT_NUMBER, COUNT_DIGITS_MAX, count_number, number_of, float_text, ttl_ms,
+--   encode_field, decode_field,
+--   split_meta, optional_float, mark_suffix, optional_cause, parse_timeline_meta,
+--   meta_last_delivery, format_timeline_meta, parse_digest_meta, format_digest_meta.
 -- Needs: nothing.
 
 local function format_float(number)
@@ -48,6 +50,51 @@ local function format_written(number)
         else
             text = format_count(number)
         end
+    end
+    return text
+end
+
+-- The number of a count's digits (a meta's written or dropped), by its text: tonumber (C's
+-- strtod) costs more than the rest of reading a meta. Texts of up to COUNT_DIGITS_MAX
+-- digits are kept (filled as they come, as COUNT_TEXT): at most 11,110 of them.
+local COUNT_NUMBER = {}
+local COUNT_DIGITS_MAX = 4
+
+local function count_number(digits)
+    local number = COUNT_NUMBER[digits]
+    if number == nil then
+        number = tonumber(digits)
+        if #digits <= COUNT_DIGITS_MAX then
+            COUNT_NUMBER[digits] = number
+        end
+    end
+    return number
+end
+
+-- tonumber(text), kept in `numbers` for the rest of one call: the timelines one close
+-- delivered share their last delivery, so an add of each reads the same texts of it and of
+-- the due times that follow from it (strtod costs more than the table lookup).
+local function number_of(numbers, text)
+    local number = numbers[text]
+    if number == nil then
+        number = tonumber(text)
+        if number ~= nil then
+            numbers[text] = number
+        end
+    end
+    return number
+end
+
+-- format_float(number), kept in `texts` for the rest of one call (as number_of). Not 0 (a
+-- key for -0 too, which formats as "-0") nor NaN (no table key).
+local function float_text(texts, number)
+    if number == 0 or number ~= number then
+        return format_float(number)
+    end
+    local text = texts[number]
+    if text == nil then
+        text = format_float(number)
+        texts[number] = text
     end
     return text
 end
@@ -123,15 +170,21 @@ end
 -- container's written also counts the entries an overwrite superseded (containers.lua)
 -- until the next rewrite drops them.
 local function parse_timeline_meta(raw)
-    -- the common metas, read without splitting them: none yet, and "written|dropped|"
     if raw == nil then
         return {written = 0, dropped = 0, expired = false, behind_open = false}
     end
-    local written, dropped = string.match(raw, '^(%d+)|(%d+)|$')
-    if written ~= nil then
+    -- the metas the library writes, read with two matches: counts, last delivery, then
+    -- nothing, or a mark and a cause (split_meta, with a table per field, only for others)
+    local written, dropped, last_delivery, tail = string.match(raw, '^(%d+)|(%d+)|([^|]*)(.*)$')
+    local mark, cause = '', nil
+    if written ~= nil and tail ~= '' then
+        mark, cause = string.match(tail, '^|([^|]*)|?([^|]*)$')
+    end
+    if written ~= nil and mark ~= nil then
         return {
-            written = tonumber(written), dropped = tonumber(dropped), expired = false,
-            behind_open = false,
+            written = count_number(written), dropped = count_number(dropped),
+            last_delivery = tonumber(last_delivery), expired = mark == '1',
+            behind_open = mark == 'o', cause = optional_cause(cause),
         }
     end
     local parts = split_meta(raw)
@@ -143,6 +196,20 @@ local function parse_timeline_meta(raw)
         behind_open = parts[4] == 'o',
         cause = optional_cause(parts[5]),
     }
+end
+
+-- A timeline meta's last delivery as parse_timeline_meta reads it, without reading the rest
+-- (an add needs only this of a WAITING timeline's meta, which an append does not rewrite).
+-- `numbers`: the numbers of texts read before in this call (number_of).
+local function meta_last_delivery(raw, numbers)
+    if raw == nil then
+        return nil
+    end
+    local text = string.match(raw, '^%d+|%d+|([^|]*)')
+    if text == nil then
+        return parse_timeline_meta(raw).last_delivery
+    end
+    return number_of(numbers, text)
 end
 
 local function format_timeline_meta(meta)
