@@ -39,6 +39,20 @@ class UndecodableDigest(DecodeError):
         self.offset = offset
 
 
+def _with_format_hint(error: DecodeError, value: bytes, reading_avro: bool) -> DecodeError:
+    """``error``, naming the other output format when the value looks written in it: a
+    reader (or ``tail``) whose output_format is not the service's fails on every digest, and
+    the codec's own message does not say why."""
+    looks_json = value[:1] == b"{"
+    if reading_avro and looks_json:
+        hint = "it looks like JSON: read it with output_format='json' (DIGEST_STREAM_OUTPUT_FORMAT)"
+    elif not reading_avro and not looks_json:
+        hint = "it is not JSON: read it with output_format='avro' (DIGEST_STREAM_OUTPUT_FORMAT)"
+    else:
+        return error
+    return DecodeError(error.reason, f"{error.detail} ({hint})")
+
+
 class _RecentKeys:
     """A bounded LRU set: remembers the most recently seen `capacity` keys."""
 
@@ -207,7 +221,7 @@ class DigestReader:
             # Pending like a good message: if the caller goes on, its offset gets committed.
             self._pending = message
             raise UndecodableDigest(
-                error,
+                _with_format_hint(error, value, self._format is None),
                 message.topic() or self.topic,
                 _int(message.partition()),
                 _int(message.offset()),

@@ -17,8 +17,9 @@ from digest_stream.client import (
     UndecodableDigest,
 )
 from digest_stream.client.reader import _RecentKeys
-from digest_stream.wire import control
+from digest_stream.wire import control, formats
 from digest_stream.wire.codec import decode_event, encode_digest
+from digest_stream.wire.formats import FormatName
 from digest_stream.wire.models import MAX_TIMELINE_LENGTH, Digest, Event, Record
 from digest_stream.wire.partitioner import Partitioner, murmur2, partition_for
 
@@ -305,7 +306,36 @@ def test_reader_reports_an_undecodable_message_and_goes_on(
                 error = exc
         assert (error.topic, error.partition, error.offset) == (topic, 0, 0)
         assert error.reason == "invalid-avro"
+        assert "output_format" not in str(error)  # bytes of no format: no hint
         assert read(reader, 1) == [good]
+
+
+def _first_error(reader: DigestReader) -> UndecodableDigest:
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        assert time.monotonic() < deadline, "the message never arrived"
+        try:
+            assert reader.poll(0.5) is None
+        except UndecodableDigest as exc:
+            return exc
+
+
+@pytest.mark.parametrize(
+    ("written", "read_as", "named"), [("json", "avro", "'json'"), ("avro", "json", "'avro'")]
+)
+def test_a_reader_of_the_other_format_is_told_which_one_to_read_with(
+    kafka_bootstrap: str,
+    topic_factory: Callable[..., str],
+    group_id: str,
+    written: FormatName,
+    read_as: FormatName,
+    named: str,
+) -> None:
+    topic = topic_factory(partitions=1)
+    publish(kafka_bootstrap, topic, [formats.choose(written).encode(digest("W"))])
+    with DigestReader(kafka_bootstrap, group_id, topic=topic, output_format=read_as) as reader:
+        error = _first_error(reader)
+    assert f"output_format={named}" in str(error)
 
 
 def test_recent_keys_is_a_bounded_lru() -> None:
