@@ -79,38 +79,3 @@ def whole_digest(
         _optional_shared(next_delivery_at),
     )
     return b"".join(parts)
-
-
-def one_record_digest(
-    digest_id: str,
-    timeline: str,
-    event: bytes,
-    timestamp: int,
-    opened_at: int,
-    reason: DigestReason,
-    next_delivery_at: int,
-) -> bytes:
-    """``whole_digest`` of one event and nothing dropped (total 1): every new timeline's
-    first digest, laid out without the general case's lists and keyword arguments."""
-    start = _long(timestamp)
-    identifier, name = digest_id.encode("utf-8"), timeline.encode("utf-8")
-    return b"".join(
-        (
-            _long(len(identifier)),
-            identifier,
-            _long(len(name)),
-            name,
-            b"\x02",  # one record (zig-zag 1)
-            event,
-            _PLAIN_RECORD_TAIL,
-            b"\x00",  # the array's end
-            start,
-            start,  # one record: start is its end too
-            b"\x00",  # nothing dropped
-            _shared_long(opened_at),
-            b"\x02\x02",  # part 1 of 1
-            _REASON_BYTES[reason],
-            b"\x02\x02",  # total: 1
-            b"\x02" + _shared_long(next_delivery_at),
-        )
-    )

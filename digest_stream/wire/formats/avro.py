@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 from digest_stream.wire import codec, envelope, registry
-from digest_stream.wire.digest_bytes import one_record_digest, whole_digest
+from digest_stream.wire.digest_bytes import whole_digest
 from digest_stream.wire.event_head import decode_event_head
 from digest_stream.wire.formats.base import DigestHead, Header, StoredEvent
 from digest_stream.wire.models import INT_MAX, Digest
@@ -56,17 +56,6 @@ class AvroFormat:
         self, head: DigestHead, records: Sequence[StoredEvent], checked: bool
     ) -> tuple[bytes, list[Header]] | None:
         """The digest laid out from the stored Event bytes (one encode pass, no models)."""
-        digest_id, timeline, dropped, opened_at, reason, total, next_at = head  # one unpack
-        if checked and len(records) == 1 and not dropped and total == 1:
-            # a new timeline's first digest: its event just checked, carrying no headers
-            (stored,) = records
-            event = stored.payload
-            if not event.startswith(envelope.MAGIC):
-                timestamp = round(stored.timestamp * 1000)  # as the ingest divided it
-                one = one_record_digest(
-                    digest_id, timeline, event, timestamp, opened_at, reason, next_at
-                )
-                return one, []
         events: list[bytes] = []
         timestamps: list[int] = []
         carried: list[list[Header]] = []
@@ -82,6 +71,7 @@ class AvroFormat:
             events.append(event)
             if headers:
                 carried.append(headers)
+        digest_id, timeline, dropped, opened_at, reason, total, next_at = head  # one unpack
         if not events or dropped > INT_MAX:
             return None  # nothing to publish, or a count the models path refuses loudly
         value = whole_digest(

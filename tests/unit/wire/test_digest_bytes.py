@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from digest_stream.wire.codec import decode_digest, encode_event
-from digest_stream.wire.digest_bytes import one_record_digest, whole_digest
+from digest_stream.wire.digest_bytes import whole_digest
 from digest_stream.wire.models import INT_MAX, LONG_MAX, Digest, DigestReason, Event, Record
 
 events = st.builds(
@@ -83,38 +83,3 @@ def test_the_optional_fields_decode_as_the_models_encode_them(
             next_delivery_at=next_delivery_at,
         )
         assert decode_digest(value) == expected
-
-
-@given(
-    events,
-    st.text(min_size=1, max_size=40),
-    st.text(min_size=1, max_size=40),
-    st.sampled_from(list(DigestReason)),
-    st.integers(min_value=0, max_value=LONG_MAX),
-    st.integers(min_value=0, max_value=LONG_MAX),
-)
-def test_a_one_record_digest_is_byte_for_byte_the_general_layout(
-    event: Event,
-    digest_id: str,
-    timeline: str,
-    reason: DigestReason,
-    opened_at: int,
-    next_delivery_at: int,
-) -> None:
-    encoded = encode_event(event)
-    one = one_record_digest(
-        digest_id, timeline, encoded, event.timestamp, opened_at, reason, next_delivery_at
-    )
-    general = whole_digest(
-        digest_id,
-        timeline,
-        [encoded],
-        [event.timestamp],
-        0,
-        opened_at,
-        reason=reason,
-        total=1,
-        next_delivery_at=next_delivery_at,
-    )
-    assert one == general
-    assert list(decode_digest(one).records) == [Record.from_event(event)]
