@@ -165,20 +165,21 @@ class FakeProducer:
         self.pending.append((on_delivery, Message(topic=topic, key=key, value=value)))
 
     def produce_batch(self, topic: str, messages: list[dict[str, Any]], **_: Any) -> int:
-        """As librdkafka's batch produce: a message refused (no room) gets an ``_error``
-        and no report; returns how many were queued."""
+        """As librdkafka's batch produce: each message as ``produce`` takes it, one it refuses
+        (no room, too large) gets an ``_error`` and no report; returns how many were queued."""
         queued = 0
         for message in messages:
-            if self.queue_full_next:
-                self.queue_full_next -= 1
-                self.queue_full_raised += 1
+            try:
+                self.produce(
+                    topic, message.get("value"), message.get("key"),
+                    on_delivery=message.get("callback"),
+                )  # fmt: skip
+            except BufferError:
                 message["_error"] = KafkaError(KafkaError._QUEUE_FULL)
-                continue
-            value, key = message.get("value"), message.get("key")
-            self.pending.append(
-                (message.get("callback"), Message(topic=topic, key=key, value=value))
-            )
-            queued += 1
+            except KafkaException as exc:
+                message["_error"] = exc.args[0]
+            else:
+                queued += 1
         return queued
 
     def _report(self) -> int:

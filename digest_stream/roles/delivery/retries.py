@@ -65,8 +65,7 @@ class Retries:
                 # would otherwise name a next delivery already past when it goes out.
                 closing_at = self._now()
                 todo = [self._rebuilt(item, closing_at) for item in todo]
-            for item in todo:
-                self._publisher.produce(item)
+            self._publisher.produce_many(todo)
             unacked = self._producer.flush(PUBLISH_TIMEOUT)
             if unacked:
                 log.warning("%d messages unacknowledged after %.0fs", unacked, PUBLISH_TIMEOUT)

@@ -90,7 +90,13 @@ def produce_batch(
         {"key": item.digest.timeline.encode(), "value": frame(item.parts[0]), "callback": report}
         for item, report in zip(items, reports, strict=True)
     ]
-    if producer.produce_batch(topic, messages) == len(messages):
+    try:
+        if producer.produce_batch(topic, messages) == len(messages):
+            return []
+    except KafkaException as exc:  # the call as a whole (its topic refused, say): none queued
+        for item in items:
+            item.errors.append(f"part 1/1: {exc}")
+        log.error("%d digests: %s", len(items), exc)
         return []
     no_room: list[Pending] = []
     for message, item in zip(messages, items, strict=True):

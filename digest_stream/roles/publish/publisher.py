@@ -99,13 +99,13 @@ class DigestPublisher:
             self._queue_full.inc()
 
     def produce_many(self, items: Sequence[Pending]) -> None:
-        """``produce`` for each of ``items`` that has parts: those of one part without headers
-        (nearly every leading digest) in one batch call, the others one by one."""
+        """``produce`` for each of ``items``: those of one part without headers (nearly every
+        digest) in one batch call, the others one by one."""
         batch: list[Pending] = []
         for item in items:
             if len(item.parts) == 1 and not item.headers:
                 batch.append(item)
-            elif item.parts:
+            else:
                 self.produce(item)
         if not batch:
             return

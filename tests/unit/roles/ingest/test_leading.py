@@ -7,6 +7,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
+
 from digest_stream.clock import ManualClock
 from digest_stream.store import MemoryStore, TimelinePolicy
 from digest_stream.store.base import DigestTarget
@@ -197,3 +199,21 @@ def test_collapse_by_and_policies_apply_as_in_delivery() -> None:
     (digest,) = [codec.decode_digest(v or b"") for _, v in rig.producer.on(OUTPUT)]
     assert [(r.id, r.count) for r in digest.records] == [("b", 2)]
     assert digest.total == 2
+
+
+def test_a_batch_produce_refused_as_a_whole_hands_every_digest_to_delivery() -> None:
+    rig = Rig()
+    rig.consumer.assign([0])
+
+    def refused(*_: Any, **__: Any) -> int:
+        raise KafkaException(KafkaError(KafkaError._UNKNOWN_TOPIC))
+
+    rig.producer.produce_batch = refused  # type: ignore[method-assign]
+    for n in range(3):
+        rig.send(f"t{n}", f"r{n}")
+    rig.step_until(lambda: len(rig.entries()) == 3)
+    assert sorted(rig.entries()) == [(f"t{n}", ScheduleReason.IMMEDIATE) for n in range(3)]
+    for n in range(3):
+        info = rig.store.inspect(0, f"t{n}")
+        assert (info.state, info.open_records) == ("ready", 1)  # still open, same id
+    assert rig.ingest.leading_in_flight == 0
