@@ -106,7 +106,8 @@ def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
         click.echo(f"timeline       {info.timeline}")
         click.echo(f"partition      {p}")
         click.echo(f"state          {info.state}")
-        # READY: the time it became ready; WAITING: when it becomes due.
+        # READY: the time it became ready; WAITING: when it becomes due; COOLING: when its
+        # cool-down ends (nothing pending: an event before then waits for it, after is immediate).
         why = f" ({info.reason})" if info.reason else ""
         click.echo(f"due            {when(info.due)}{why}")
         click.echo(f"last delivery  {when(info.last_delivery)}")

@@ -159,7 +159,9 @@ class TimelineInfo:
     """Read-only view of one timeline."""
 
     timeline: str
-    state: str  # "absent" | "waiting" | "ready"
+    #: "absent" | "waiting" | "ready" | "cooling" (its last digest closed with nothing
+    #: pending: in no set until a record comes within the cool-down, ``due`` its end)
+    state: str
     due: float | None
     last_delivery: float | None
     pending: int  # records waiting for the next digest

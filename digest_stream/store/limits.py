@@ -24,6 +24,12 @@ MAX_SLICE = 100_000
 #: a burst of events on a timeline with a small ``flush_at`` cannot turn into a digest storm.
 #: (An explicit flush control bypasses it: someone asked for that digest.)
 FLUSH_AT_FLOOR = 1.0
+#: A timeline whose digest closed with nothing pending cools down in no schedule set: its meta
+#: alone says when the cool-down ends (its last delivery plus minimum_delay, by the caller's
+#: clock), and expires this many seconds after that by Redis's clock. The margin keeps the meta
+#: through a caller's clock behind Redis's (the service warns past 1 s) and is what a quiet
+#: timeline's leftover costs in memory; past it the timeline is absent, as it would be anyway.
+COOLING_MARGIN = 60.0
 #: Upper bound of RedisStore's ``inline_records``: keeps the Lua's unpack() well inside its
 #: stack and an inline container's rewrites small.
 INLINE_MAX_RECORDS = 128

@@ -35,7 +35,7 @@ def test_new_timelines_come_out_as_immediate_digests_without_schedule_entries(
 
     def all_closed() -> bool:
         return all(
-            store.inspect(p, t).state == "waiting" for t in timelines for p in (0, 1)
+            store.inspect(p, t).state == "cooling" for t in timelines for p in (0, 1)
             if store.inspect(p, t).state != "absent"
         )  # fmt: skip
 

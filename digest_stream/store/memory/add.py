@@ -141,6 +141,7 @@ class _Batch:
         """Store one record and schedule its timeline."""
         self.added += 1
         state, name = self.state, record.timeline
+        self._wake(name)
         if name not in state.timelines:
             # Scheduled without records: they are in its open digest, or expired.
             scheduled = name in state.ready or name in state.waiting
@@ -156,6 +157,19 @@ class _Batch:
             record.id, float(record.timestamp), record.payload
         )
         self._schedule(name, timeline, float(record.timestamp))
+
+    def _wake(self, name: str) -> None:
+        """A cooling timeline is WAITING for the rest of its cool-down, due when it ends (as
+        if its close had scheduled it); once it is over, absent (a new timeline)."""
+        cooling = self.model.cooling(self.state, name)
+        policy = self.policies[name]
+        if cooling is None or cooling.last_delivery is None or policy.schedule is not None:
+            return
+        ends = cooling.last_delivery + policy.minimum_delay
+        if self.now < ends:
+            self.state.waiting[name] = ends
+        else:
+            del self.state.timelines[name]
 
     def _schedule(self, name: str, timeline: TimelineState, timestamp: float) -> None:
         """A new record's effect on its timeline's due time."""

@@ -49,6 +49,10 @@ class MemoryAdmin:
             status, due = "waiting", state.waiting[timeline]
         else:
             status, due = "absent", None
+            cooling = self.state.cooling(state, timeline)
+            if cooling is not None and cooling.last_delivery is not None:
+                status = "cooling"
+                due = cooling.last_delivery + self.state.timeline_policy(timeline).minimum_delay
         pending = state.timelines.get(timeline)
         digest = state.digests.get(timeline)
         last_delivery = self.state.last_delivery(state, timeline)

@@ -71,6 +71,14 @@ class MemoryDigests:
             state.ready.pop(timeline, None)
             state.waiting.pop(timeline, None)
             return True
+        if pending is None and policy.schedule is None:
+            # Nothing came while it was open: the timeline cools down in no set, its meta
+            # alone saying when the cool-down ends (add's _wake reads it).
+            state.timelines[timeline] = TimelineState(
+                last_delivery=now, cause=DigestReason.COOLDOWN
+            )
+            state.ready.pop(timeline, None)
+            return True
         if pending is None:
             pending = state.timelines[timeline] = TimelineState()
         pending.last_delivery = now

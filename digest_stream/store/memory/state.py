@@ -74,6 +74,22 @@ class MemoryState:
         return validate.policy(self._resolver(timeline), timeline)
 
     @staticmethod
+    def cooling(state: PartitionState, name: str) -> TimelineState | None:
+        """The timeline's meta when it cools down: a meta alone (a close left nothing
+        pending) in no set, with no digest open; None otherwise."""
+        timeline = state.timelines.get(name)
+        if (
+            timeline is None
+            or timeline.records
+            or timeline.last_delivery is None
+            or name in state.ready
+            or name in state.waiting
+            or name in state.digests
+        ):
+            return None
+        return timeline
+
+    @staticmethod
     def last_delivery(state: PartitionState, name: str) -> float | None:
         """When the timeline's last digest was closed (its records' or its digest's meta)."""
         timeline = state.timelines.get(name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from digest_stream.store import validate
 from digest_stream.store.base import Fence, PartitionStats, TimelineInfo
 from digest_stream.store.redis import protocol, replies, routing
@@ -26,7 +28,12 @@ class RedisAdmin:
         tag = self.calls.tag(partition)
         validate.name(timeline, "timeline")
         reply = self.calls.call(protocol.DS_INSPECT, tag, [timeline], timeline)
-        return replies.timeline_info(timeline, reply)
+        info = replies.timeline_info(timeline, reply)
+        if info.state == "cooling" and info.last_delivery is not None:
+            # due when the cool-down ends: the policy's, which the library is not told
+            delay = self.calls.timeline_policy(timeline).minimum_delay
+            return dataclasses.replace(info, due=info.last_delivery + delay)
+        return info
 
     def stats(self, partition: int) -> PartitionStats:
         """Count WAITING and READY timelines of a partition (read-only)."""

@@ -49,37 +49,49 @@ def test_the_close_starts_the_cool_down_at_its_time(store: DigestStore) -> None:
     assert store.close_many([(0, "a", led.id)], T0 + 7) == [True]
     info = store.inspect(0, "a")
     assert (info.state, info.due, info.last_delivery, info.pending, info.open_digest) == (
-        "waiting", T0 + 7 + 300, T0 + 7, 0, None,
+        "cooling", T0 + 7 + 300, T0 + 7, 0, None,
     )  # fmt: skip
     assert info.reason == "COOLDOWN"
     assert store.close_many([(0, "a", led.id)], T0 + 8) == [False]  # idempotent
-    # The empty digest at the end of the cool-down retires it: the next event leads again.
-    assert [t.timeline for t in store.schedule(0, T0 + 307)] == ["a"]
-    empty = store.open(0, "a", OTHER, T0 + 307)
-    assert empty.records == []
-    assert store.close(0, "a", OTHER, T0 + 307)
-    assert store.inspect(0, "a").state == "absent"
+    # The cool-down ends with nothing to deliver: nothing comes due, no empty digest; the
+    # next event leads again.
+    assert store.schedule(0, T0 + 307) == []
     assert len(store.add(0, [rec("a", "a2", 1)], T0 + 400, open_nonce="1" * 24).opened) == 1
+
+
+def test_an_event_in_the_cool_down_is_not_led(store: DigestStore) -> None:
+    led = store.add(0, [rec("a", "a1", 0)], T0, open_nonce=NONCE).opened[0]
+    assert store.close_many([(0, "a", led.id)], T0 + 7) == [True]
+    result = store.add(0, [rec("a", "a2", 1)], T0 + 306.9, open_nonce="1" * 24)
+    assert (result.ready, result.opened) == ([], [])
+    info = store.inspect(0, "a")
+    assert (info.state, info.due, info.pending) == ("waiting", T0 + 307 + 30, 1)
 
 
 def test_a_digest_named_twice_in_one_close_is_closed_once(store: DigestStore) -> None:
     led = store.add(0, [rec("a", "a1", 0)], T0, open_nonce=NONCE).opened[0]
     assert store.close_many([(0, "a", led.id), (0, "a", led.id)], T0 + 7) == [True, False]
     info = store.inspect(0, "a")
-    assert (info.state, info.due, info.last_delivery) == ("waiting", T0 + 7 + 300, T0 + 7)
+    assert (info.state, info.due, info.last_delivery) == ("cooling", T0 + 7 + 300, T0 + 7)
 
 
 def test_many_timelines_led_and_closed_in_one_call_each(store: DigestStore) -> None:
     """More timelines than a compact (listpack) sorted set holds: the schedule sets hold
-    exactly them, READY after the add, WAITING after the close."""
+    exactly them, READY after the add, in none while cooling after the close, WAITING once
+    a record comes in the cool-down."""
     names = [f"t{i:03}" for i in range(300)]
     result = store.add(0, [rec(name, "r", i) for i, name in enumerate(names)], T0, open_nonce=NONCE)
     assert ([d.timeline for d in result.opened], store.stats(0).ready) == (names, 300)
     targets = [(0, d.timeline, d.id) for d in result.opened]
     assert store.close_many(targets, T0 + 1) == [True] * 300
     stats = store.stats(0)
-    assert (stats.ready, stats.waiting, stats.oldest_due) == (0, 300, T0 + 1 + 300)
-    assert [t.timeline for t in store.schedule(0, T0 + 301, limit=1000)] == names
+    assert (stats.ready, stats.waiting, stats.oldest_due) == (0, 0, None)
+    assert {store.inspect(0, name).state for name in names} == {"cooling"}
+    woken = store.add(0, [rec(name, "s", 300 + i) for i, name in enumerate(names)], T0 + 2)
+    assert (woken.ready, woken.opened) == ([], [])
+    stats = store.stats(0)
+    assert (stats.ready, stats.waiting, stats.oldest_due) == (0, 300, T0 + 1 + 300 + 30)
+    assert [t.timeline for t in store.schedule(0, T0 + 331, limit=1000)] == names
 
 
 def test_records_flushes_and_schedules_wait_behind_the_open_leading_digest(

@@ -146,8 +146,12 @@ def test_flush_of_a_timeline_without_pending_records_does_nothing(
     store = make_store(COOL)
     assert store.add(P, [feed("t", control=FLUSH)], T0).ready == []
     store.add(P, [feed("t")], T0)
-    deliver(store, "t", T0)  # WAITING in its cool-down, nothing pending
+    deliver(store, "t", T0)  # cooling, nothing pending
     assert store.add(P, [feed("t", control=FLUSH)], T0 + 1).ready == []
+    assert store.inspect(P, "t").state == "cooling"
+    store.add(P, [feed("t", "late"), feed("t", "late", control=CANCEL)], T0 + 2)
+    # WAITING in its cool-down, its one record cancelled: nothing pending
+    assert store.add(P, [feed("t", control=FLUSH)], T0 + 3).ready == []
     assert store.inspect(P, "t").state == "waiting"
 
 

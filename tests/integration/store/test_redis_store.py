@@ -16,6 +16,7 @@ from digest_stream.store import (
     TimelinePolicy,
 )
 from digest_stream.store.base import CANCEL_ALL
+from digest_stream.store.limits import COOLING_MARGIN
 from digest_stream.store.redis import library, routing
 from digest_stream.store.redis.keys import (
     digest_key,
@@ -60,6 +61,8 @@ def test_all_keys_carry_the_partition_tag(
 def test_retired_timeline_leaves_no_keys(redis_store: RedisStore, keys_of: KeysOf) -> None:
     redis_store.add(0, records("t", 2), T0)
     digest = redis_store.open(0, "t", new_id(), T0)
+    redis_store.add(0, records("t", 1, first_offset=2), T0)  # behind it: it waits after
+    redis_store.add(0, [NewRecord("t", "all", T0, b"", 3, CANCEL_ALL)], T0)  # nothing pending
     redis_store.close(0, "t", digest.id, T0)
     redis_store.schedule(0, T0 + 300)
     empty = redis_store.open(0, "t", new_id(), T0 + 300)
@@ -83,6 +86,33 @@ def test_delete_removes_every_timeline_key(
     assert keys_of(0) == {fence_key(tag(namespace)).encode()}
 
 
+@pytest.mark.parametrize(("ttl", "kept"), [(1000.0, 100 + COOLING_MARGIN), (120.0, 120.0)])
+def test_a_cooling_timeline_is_a_meta_kept_through_its_cool_down_and_a_grace(
+    make_redis_store: Callable[..., RedisStore],
+    client: RedisClient,
+    keys_of: KeysOf,
+    namespace: str,
+    ttl: float,
+    kept: float,
+) -> None:
+    """A close with nothing pending writes the timeline's meta alone, in no set, kept for the
+    cool-down and COOLING_MARGIN (within the policy's TTL); the add that finds it after the
+    cool-down (by the caller's clock) removes it and starts the timeline anew."""
+    store = make_redis_store(TimelinePolicy(minimum_delay=100, maximum_delay=110, ttl=ttl))
+    store.add(0, records("t", 1), T0)
+    digest = store.open(0, "t", new_id(), T0)
+    assert store.close(0, "t", digest.id, T0)
+    t = tag(namespace)
+    meta = timeline_key(t, "t")
+    assert keys_of(0) == {fence_key(t).encode(), meta.encode()}  # no schedule set holds it
+    assert (kept - 1) * 1000 < int(client.pttl(meta)) <= kept * 1000
+    result = store.add(0, records("t", 1, first_offset=5), T0 + 100)
+    assert result.ready == ["t"]
+    info = store.inspect(0, "t")
+    assert (info.state, info.last_delivery, info.pending) == ("ready", None, 1)
+    assert (ttl - 1) * 1000 < int(client.pttl(meta)) <= ttl * 1000
+
+
 def test_every_key_but_the_fence_has_a_ttl(
     make_redis_store: Callable[..., RedisStore],
     client: RedisClient,
@@ -95,6 +125,7 @@ def test_every_key_but_the_fence_has_a_ttl(
     store.add(0, records("a", 1, first_offset=10), T0)
     digest = store.open(0, "b", new_id(), T0)
     store.close(0, "b", digest.id, T0)
+    store.add(0, records("b", 1, first_offset=20), T0)  # in b's cool-down: it waits
     found = keys_of(0)
     assert len(found) == 6  # fence, ready, waiting, a's timeline + digest, b's timeline
     fence = fence_key(tag(namespace)).encode()
@@ -284,7 +315,7 @@ def test_a_close_of_another_id_leaves_the_open_digest_and_its_ttl(
     assert 9_000_000 < client.pttl(key) <= 10_000_000
     assert store.inspect(0, "t").state == "ready"
     assert store.close(0, "t", digest.id, T0 + 1)
-    assert (store.inspect(0, "t").state, client.exists(key)) == ("waiting", 0)
+    assert (store.inspect(0, "t").state, client.exists(key)) == ("cooling", 0)
 
 
 def _with_meta(blob: bytes, meta: bytes) -> bytes:
@@ -312,7 +343,7 @@ def test_a_close_reads_a_digest_meta_of_any_length(
     assert redis_store.close(0, "t", led.id, T0 + 1)
     info = redis_store.inspect(0, "t")
     if records_field.strip(b"0"):
-        assert (info.state, info.last_delivery) == ("waiting", T0 + 1)  # it held records
+        assert (info.state, info.last_delivery) == ("cooling", T0 + 1)  # it held records
     else:
         assert info.state == "absent"  # an empty digest retires the timeline
 
@@ -434,6 +465,8 @@ def test_partitions_spread_over_cluster_masters(
         digest = store.open(p, "t", new_id(), T0)
         assert digest.records[0].payload == b"%d" % p
         assert store.close(p, "t", digest.id, T0)
+        assert store.inspect(p, "t").state == "cooling"
+        store.add(p, [NewRecord("t", "b", T0, b"%d" % p, 2)], T0)  # in its cool-down: it waits
     assert sum(store.stats(p).waiting for p in owner) == 12
 
 

@@ -17,6 +17,7 @@ from digest_stream.store import (
     StoredRecord,
     TimelinePolicy,
 )
+from digest_stream.store.base import CANCEL, FLUSH
 from tests.support import new_id
 from tests.support.store import StoreFactory
 
@@ -31,11 +32,16 @@ class Feed:
         self.offset = -1
 
     def __call__(
-        self, timeline: str, record_id: str, timestamp: float = T0, payload: bytes | None = None
+        self,
+        timeline: str,
+        record_id: str = "",
+        timestamp: float = T0,
+        payload: bytes | None = None,
+        control: str | None = None,
     ) -> NewRecord:
         self.offset += 1
         body = payload if payload is not None else f"{timeline}/{record_id}".encode()
-        return NewRecord(timeline, record_id, timestamp, body, self.offset)
+        return NewRecord(timeline, record_id, timestamp, body, self.offset, control)
 
 
 @pytest.fixture
@@ -251,6 +257,7 @@ def test_topic_ids_are_checked(store: DigestStore, bad: object) -> None:
 def test_schedule_returns_nothing_until_due(store: DigestStore, feed: Feed) -> None:
     store.add(P, [feed("t", "1")], T0)
     store.open(P, "t", new_id(), T0)
+    store.add(P, [feed("t", "2")], T0 + 1)  # behind the open digest: it waits after the close
     digest_id = store.inspect(P, "t").open_digest
     assert digest_id is not None
     assert store.close(P, "t", digest_id, T0 + 5)
@@ -312,8 +319,52 @@ def test_close_sets_minimum_delay_and_last_delivery(store: DigestStore, feed: Fe
     digest = store.open(P, "t", new_id(), T0 + 1)
     assert store.close(P, "t", digest.id, T0 + 2)
     info = store.inspect(P, "t")
-    assert (info.state, info.due, info.last_delivery) == ("waiting", T0 + 302, T0 + 2)
-    assert (info.pending, info.open_digest) == (0, None)
+    # nothing pending: it cools down in no set, due when the cool-down ends
+    assert (info.state, info.due, info.last_delivery) == ("cooling", T0 + 302, T0 + 2)
+    assert (info.pending, info.open_digest, info.reason) == (0, None, "COOLDOWN")
+    # a record in the cool-down waits for its end, pushed by the increment (30 s)
+    assert store.add(P, [feed("t", "2")], T0 + 10).ready == []
+    info = store.inspect(P, "t")
+    assert (info.state, info.due, info.last_delivery) == ("waiting", T0 + 332, T0 + 2)
+
+
+def test_a_cooling_timeline_is_in_no_set_and_nothing_comes_due(
+    store: DigestStore, feed: Feed
+) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    assert deliver(store, "t", T0) == ["1"]
+    stats = store.stats(P)
+    assert (stats.waiting, stats.ready, stats.oldest_due) == (0, 0, None)
+    # the cool-down ends with nothing to deliver: no schedule move, no empty digest
+    assert store.schedule(P, T0 + 10_000) == []
+    assert store.inspect(P, "t").state == "cooling"
+    # a flush has nothing to deliver either
+    assert store.add(P, [feed("t", "flush", control=FLUSH)], T0 + 1).ready == []
+    assert store.inspect(P, "t").state == "cooling"
+
+
+def test_a_record_after_the_cool_down_is_immediate(store: DigestStore, feed: Feed) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    deliver(store, "t", T0)
+    # the cool-down ends at T0 + 300 (its end belongs to it no more: due means due)
+    assert store.add(P, [feed("t", "2")], T0 + 300).ready == ["t"]
+    info = store.inspect(P, "t")
+    assert (info.state, info.last_delivery, info.reason) == ("ready", None, "IMMEDIATE")
+    digest = store.open(P, "t", new_id(), T0 + 300)
+    assert (ids(digest.records), digest.reason, digest.expired) == (["2"], "IMMEDIATE", False)
+
+
+def test_a_record_in_the_cool_down_is_delivered_when_it_ends(
+    store: DigestStore, feed: Feed
+) -> None:
+    store.add(P, [feed("t", "1")], T0)
+    deliver(store, "t", T0)
+    store.add(P, [feed("t", "2"), feed("t", "3")], T0 + 299.5)
+    assert store.inspect(P, "t").due == T0 + 300 + 2 * 30
+    assert store.schedule(P, T0 + 359) == []
+    assert store.schedule(P, T0 + 360) == [DueTimeline("t", T0 + 360)]
+    digest = store.open(P, "t", new_id(), T0 + 360)
+    assert (ids(digest.records), digest.reason) == (["3", "2"], "COOLDOWN")
 
 
 def test_per_timeline_policy_through_resolver(make_store: StoreFactory, feed: Feed) -> None:
@@ -414,7 +465,7 @@ def test_open_many_and_close_many_act_like_one_call_each(store: DigestStore, fee
     for partition in range(4):
         store.add(partition, [feed(f"t{partition}", "1"), feed(f"t{partition}", "2")], T0)
     store.add(1, [feed("waiting", "1")], T0)
-    deliver(store, "waiting", T0, partition=1)  # now WAITING: opening it is refused
+    deliver(store, "waiting", T0, partition=1)  # now cooling: opening it is refused
     targets = [(p, f"t{p}", new_id()) for p in range(4)] + [(1, "waiting", new_id())]
     opened = store.open_many(targets, T0 + 1)
     assert isinstance(opened[4], InvalidState)
@@ -426,7 +477,7 @@ def test_open_many_and_close_many_act_like_one_call_each(store: DigestStore, fee
     closing = [(p, f"t{p}", d.id) for p, d in enumerate(digests) if not isinstance(d, InvalidState)]
     assert store.close_many([*closing, (0, "t0", new_id())], T0 + 3) == [True] * 4 + [False]
     assert store.close_many(closing, T0 + 4) == [False] * 4  # already closed
-    assert [store.inspect(p, f"t{p}").state for p in range(4)] == ["waiting"] * 4
+    assert [store.inspect(p, f"t{p}").state for p in range(4)] == ["cooling"] * 4
     assert store.open_many([], T0) == []
     assert store.close_many([], T0) == []
 
@@ -434,15 +485,17 @@ def test_open_many_and_close_many_act_like_one_call_each(store: DigestStore, fee
 def test_empty_digest_retires_timeline(store: DigestStore, feed: Feed) -> None:
     store.add(P, [feed("t", "1")], T0)
     assert deliver(store, "t", T0) == ["1"]
-    assert store.schedule(P, T0 + 300) == [DueTimeline("t", T0 + 300)]
-    digest = store.open(P, "t", new_id(), T0 + 300)
+    # a record in the cool-down, cancelled: the timeline waits with nothing pending
+    store.add(P, [feed("t", "2"), feed("t", "2", control=CANCEL)], T0 + 1)
+    assert store.schedule(P, T0 + 330) == [DueTimeline("t", T0 + 330)]
+    digest = store.open(P, "t", new_id(), T0 + 330)
     assert digest.records == []
-    assert store.close(P, "t", digest.id, T0 + 300)
+    assert store.close(P, "t", digest.id, T0 + 330)
     info = store.inspect(P, "t")
     assert (info.state, info.due, info.last_delivery, info.pending) == ("absent", None, None, 0)
     assert store.stats(P).waiting == store.stats(P).ready == 0
     # retired: the next event is immediate again
-    assert store.add(P, [feed("t", "2")], T0 + 301).ready == ["t"]
+    assert store.add(P, [feed("t", "3")], T0 + 331).ready == ["t"]
 
 
 def test_full_cycle_batches_what_accumulated(store: DigestStore, feed: Feed) -> None:
@@ -507,6 +560,7 @@ def test_schedule_moves_a_backlog_in_slices(store: DigestStore, feed: Feed) -> N
     for i, name in enumerate(names):
         store.add(P, [feed(name, "1")], T0)
         digest = store.open(P, name, new_id(), T0)
+        store.add(P, [feed(name, "2")], T0)  # behind the open digest: it waits after the close
         assert store.close(P, name, digest.id, T0 - 300 + (4 - i))  # due T0 + 4 - i
     first = store.schedule(P, T0 + 10, limit=2)
     assert (first, first.more) == ([DueTimeline("t4", T0), DueTimeline("t3", T0 + 1)], True)
@@ -604,10 +658,13 @@ def test_many_timelines_are_independent(store: DigestStore, feed: Feed) -> None:
     store.delete(P, names[20])
     store.add(P, [feed(names[0], "late")], T0 + 2)
     stats = store.stats(P)
-    assert (stats.waiting, stats.ready) == (20, 19)
-    assert stats.oldest_due == T0 + 1 + 300
+    # the delivered ones cool down in no set, but the one a record woke
+    assert (stats.waiting, stats.ready) == (1, 19)
+    assert stats.oldest_due == T0 + 301 + 30
     assert store.inspect(P, names[0]).due == T0 + 301 + 30
-    assert store.inspect(P, names[1]).due == T0 + 301
+    assert (store.inspect(P, names[1]).state, store.inspect(P, names[1]).due) == (
+        "cooling", T0 + 301,
+    )  # fmt: skip
     assert store.inspect(P, names[21]).pending == 3
     assert store.inspect(P, names[20]).state == "absent"
 

@@ -15,11 +15,17 @@
 -- advance_fence moves the fence.
 
 -- Step 2a, for the timelines the batch touches: each one's state (READY, WAITING with a
--- due time, or absent) and its container's head, read once for the whole batch. Nothing
--- is written before write_back, so the reads are made together, one command per kind of
--- read for all the timelines (ZMSCORE, MGET) instead of several per timeline: with one
--- record per timeline, those calls were most of the Lua's time.
-local function begin_timelines(tag, touched, names, keys)
+-- due time, cooling, or absent) and its container's head, read once for the whole batch.
+-- Nothing is written before write_back (but a cooled-down leftover's removal), so the reads
+-- are made together, one command per kind of read for all the timelines (ZMSCORE, MGET)
+-- instead of several per timeline: with one record per timeline, those calls were most of
+-- the Lua's time.
+-- Cooling: in neither set, its container only the meta a close wrote with nothing pending
+-- (close_found). Within its cool-down (now before its last delivery plus minimum_delay) the
+-- timeline is WAITING, due when the cool-down ends, as if the close had scheduled it; after
+-- it, absent: the meta is a leftover whose TTL has not run out yet, removed here so the
+-- timeline starts anew (its next record immediate, led when asked).
+local function begin_timelines(tag, touched, names, keys, now)
     if #touched == 0 then
         return
     end
@@ -55,7 +61,22 @@ local function begin_timelines(tag, touched, names, keys)
                 written = 0, dropped = 0, expired = not open_digest, behind_open = open_digest,
             })
         end
-        if timeline.due ~= nil and not timeline.ready then
+        if timeline.due == nil and not timeline.ready and head.kind == 'inline'
+                and head.blob ~= nil and head.start ~= nil and head.start > #head.blob
+                and timeline.policy.schedule == nil then
+            -- a meta and nothing else, in no set: cooling, or cooled down
+            local last_delivery = meta_last_delivery(head.meta, numbers)
+            if last_delivery ~= nil then
+                local ends = last_delivery + timeline.policy.minimum_delay
+                if now < ends then
+                    timeline.due, timeline.due_changed = ends, true
+                    timeline.last_delivery = last_delivery
+                else
+                    redis.call('DEL', timeline.key)
+                    timeline.head = {kind = 'none'}
+                end
+            end
+        elseif timeline.due ~= nil and not timeline.ready then
             -- only its last delivery is read here: store_batch parses the meta if it rewrites it
             local last_delivery = meta_last_delivery(head.meta, numbers)
             timeline.last_delivery = last_delivery
@@ -178,7 +199,7 @@ local function write_back(tag, touched, call)
         end
     end
     zadd_batch(ready_key(tag), became_ready)
-    call_chunked('ZADD', waiting_key(tag), due_changed)
+    zadd_batch(waiting_key(tag), due_changed) -- new members too: timelines woken from cooling
     return dropped, partition_ttl
 end
 
@@ -218,7 +239,7 @@ local function add_run(call, first, last, fence, totals)
         end
     end
     totals.added = totals.added + #applied
-    begin_timelines(call.tag, touched, names, keys)
+    begin_timelines(call.tag, touched, names, keys, call.now)
     for _, record in ipairs(applied) do
         apply_record(record.timeline, record, totals.ready)
     end

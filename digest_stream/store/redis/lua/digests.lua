@@ -5,8 +5,8 @@
 --   bind_call_functions (also used by leading),
 --   many_targets, new_moves, moves_float, digest_is, zadd_batch (also used by add),
 --   apply_moves, closing_writes, close_found, close_target.
--- Needs: CAUSES, DIGEST_ID_LENGTH, FLUSH_AT_FLOOR, MAX_NAME_BYTES, OPEN_REPLY, TARGET_WIDTH
---   (Python); invalid_argument, parse_digest_id, parse_name, parse_policies, policy_at
+-- Needs: CAUSES, COOLING_MARGIN, DIGEST_ID_LENGTH, FLUSH_AT_FLOOR, MAX_NAME_BYTES, OPEN_REPLY,
+--   TARGET_WIDTH (Python); invalid_argument, parse_digest_id, parse_name, parse_policies, policy_at
 --   (guards); call_tag, digest_key, ready_key, timeline_key, waiting_key (keys);
 --   format_count, format_digest_meta, format_float, format_integer, format_timeline_meta,
 --   parse_digest_meta, parse_timeline_meta, ttl_ms (encoding); call_chunked, sort_records
@@ -248,10 +248,13 @@ end
 -- What a close of a timeline that holds nothing writes (the usual close of a leading
 -- digest: nothing came while it was open), the same for every such target of a policy in
 -- one call (kept on the call's policy table): the closed meta as an inline container, its
--- TTL in ms and the due time (texts: a number argument of redis.call is formatted on every
+-- TTLs in ms and the due time (texts: a number argument of redis.call is formatted on every
 -- call). With no container, neither a flush nor flush_at can have come while the digest
 -- was open: the cause is the cool-down's (or the schedule's). A meta differs between the
 -- policies of a call only by its cause: made once per cause.
+-- `cooling`: a cool-down policy's timeline then waits in no set (see close_found), its meta
+-- kept `cooling_ttl` (the cool-down and COOLING_MARGIN, within the policy's TTL); a calendar's
+-- waits for its next fire.
 local function closing_writes(policy, now, moves)
     local next_fire = policy.schedule -- the schedule's next fire
     local cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
@@ -261,8 +264,13 @@ local function closing_writes(policy, now, moves)
             last_delivery = now, expired = false, behind_open = false, cause = cause}), {})
         moves.closed[cause] = meta
     end
+    local ttl, cooling_ttl = format_integer(ttl_ms(policy.ttl)), nil
+    if next_fire == nil then
+        cooling_ttl = format_integer(ttl_ms(math.min(policy.ttl,
+            policy.minimum_delay + COOLING_MARGIN)))
+    end
     local writes = {
-        meta = meta, ttl = format_integer(ttl_ms(policy.ttl)),
+        meta = meta, ttl = ttl, cooling = next_fire == nil, cooling_ttl = cooling_ttl or ttl,
         due = moves_float(moves, next_fire or now + policy.minimum_delay),
     }
     policy.closing = writes
@@ -282,11 +290,18 @@ local function close_found(tag, timeline, digest, holds_records, now, policy, mo
     if holds_records then
         -- Nothing came while it was open (every leading digest's usual close): no container,
         -- so one write, made only where none is (NX), without reading first; a container
-        -- there is read and rewritten below.
+        -- there is read and rewritten below. With a cool-down, nothing is scheduled: the
+        -- timeline cools in no set, its meta the only trace (an add within the cool-down
+        -- schedules it from the meta's last delivery, add.lua's cooling; once it is over, the
+        -- timeline is new again), so a quiet timeline costs no schedule move, open and
+        -- retirement when its cool-down ends.
         local writes = policy.closing or closing_writes(policy, now, moves)
-        if redis_call('SET', source, writes.meta, 'PX', writes.ttl, 'NX') then
+        if redis_call('SET', source, writes.meta, 'PX', writes.cooling_ttl, 'NX') then
             local unready, wait = moves.unready, moves.wait
             unready[#unready + 1] = timeline
+            if writes.cooling then
+                return 1, false
+            end
             local waiting = #wait
             wait[waiting + 1], wait[waiting + 2] = writes.due, timeline
             return 1, true

@@ -40,7 +40,7 @@ def test_a_ready_timeline_is_published_closed_and_committed() -> None:
     info = store.inspect(0, "t1")  # closed: cooling down, nothing pending
     assert info is not None
     assert (info.state, info.pending, info.last_delivery) == (
-        "waiting",
+        "cooling",
         0,
         2000.0,
     )

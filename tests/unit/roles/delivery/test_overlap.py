@@ -49,7 +49,7 @@ def test_the_next_batch_is_opened_while_this_one_is_published() -> None:
     for timeline in ("t1", "t2"):
         info = store.inspect(0, timeline)
         assert info is not None
-        assert info.state == "waiting"
+        assert info.state == "cooling"
 
 
 def test_a_stop_commits_the_closing_batch_and_leaves_the_one_opened_ahead() -> None:
@@ -62,7 +62,7 @@ def test_a_stop_commits_the_closing_batch_and_leaves_the_one_opened_ahead() -> N
     assert consumer.committed_offsets == {0: 1}  # t1: published, closed, committed
     t1, t2 = store.inspect(0, "t1"), store.inspect(0, "t2")
     assert t1 is not None
-    assert t1.state == "waiting"
+    assert t1.state == "cooling"
     assert t2 is not None
     assert t2.open_digest is not None  # t2's entry comes back and reopens it, same id
     assert [key for key, _ in producer.on(OUTPUT)] == [b"t1"]

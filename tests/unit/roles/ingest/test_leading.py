@@ -71,7 +71,7 @@ def test_new_timelines_are_published_by_the_ingest_and_closed_once_acknowledged(
     for n in range(5):
         info = rig.store.inspect(0, f"t{n}")
         # closed: cooling down from the close, nothing open
-        assert (info.state, info.open_digest, info.pending) == ("waiting", None, 0)
+        assert (info.state, info.open_digest, info.pending) == ("cooling", None, 0)
         assert info.last_delivery is not None
         assert info.due == info.last_delivery + rig.settings.policy().minimum_delay  # the cool-down
     assert rig.metrics.value("digest_digests_published_total") == 5
@@ -146,14 +146,14 @@ def test_a_redis_outage_on_the_add_publishes_the_leading_digest_once_it_is_back(
     ]
     assert rig.entries() == []
     assert rig.metrics.value("digest_redis_errors_total") == 3
-    assert rig.store.inspect(0, "t").state == "waiting"  # closed
+    assert rig.store.inspect(0, "t").state == "cooling"  # closed
 
 
 def test_a_close_that_finds_redis_down_is_tried_again_at_the_next_step() -> None:
     rig = Rig(CloseFails(failures=2))
     rig.consumer.assign([0])
     rig.send("t", "r0")
-    rig.step_until(lambda: rig.store.inspect(0, "t").state == "waiting")
+    rig.step_until(lambda: rig.store.inspect(0, "t").state == "cooling")
     assert rig.metrics.value("digest_redis_errors_total") == 2
     assert [ids for _, _, _, ids in rig.digests()] == [["r0"]]  # published once
     assert rig.entries() == []
@@ -168,7 +168,7 @@ def test_an_acknowledged_digest_of_a_revoked_partition_is_still_closed() -> None
     rig.consumer.revoke([0])
     assert rig.ingest.leading_in_flight == 0
     info = rig.store.inspect(0, "t")
-    assert (info.state, info.open_digest) == ("waiting", None)  # the next owner finds it closed
+    assert (info.state, info.open_digest) == ("cooling", None)  # the next owner finds it closed
     assert [t for t, _, _, _ in rig.digests()] == ["t"]
 
 
