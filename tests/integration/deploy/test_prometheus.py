@@ -135,9 +135,16 @@ def test_a_real_prometheus_reads_every_query_and_fires_a_stranded_ready_alert(
         wait_until(lambda: seen("digest_replays_total"), 60, "the replay scraped")
         assert proc.stop() == 0
 
-        # 3. Provoked: ingest and scheduler without delivery. Timelines become READY and stay;
+        # 3. Provoked: ingest and scheduler without delivery, the ingest announcing new
+        #    timelines instead of publishing them itself. They become READY and stay;
         #    maintenance re-announces them after maintenance_timeout (3 s here).
-        proc = _start(pipe, port, "ingest,scheduler", DIGEST_STREAM_MAINTENANCE_TIMEOUT="3")
+        proc = _start(
+            pipe,
+            port,
+            "ingest,scheduler",
+            DIGEST_STREAM_MAINTENANCE_TIMEOUT="3",
+            DIGEST_STREAM_DIRECT_LEADING_EDGE="false",
+        )
         send_events(pipe.settings, [unique("stranded") for _ in range(3)])
         wait_until(lambda: seen("digest_partition_ready_timelines"), 30, "READY timelines scraped")
 
@@ -155,7 +162,8 @@ def test_a_real_prometheus_reads_every_query_and_fires_a_stranded_ready_alert(
         assert stranded["labels"]["job"] == JOB
         assert stranded["annotations"]["runbook"] == "docs/operations.md#digeststreamreadystranded"
         # Its value is the READY count the service reports (the 3 new timelines and any of the
-        # earlier phases' that fell due after their cool-down): nothing delivers them.
+        # earlier phases' that fell due after their cool-down with records): nothing delivers
+        # them.
         ready = metric_sum(get(f"http://127.0.0.1:{port}/metrics")[1].decode(), READY)
         assert ready >= 3
         assert float(stranded["value"]) == ready, stranded

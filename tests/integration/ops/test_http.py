@@ -16,7 +16,8 @@ from tests.support.pipeline import Pipeline
 def test_scrape_a_running_process_and_watch_values_move(
     pipeline_factory: Callable[..., Pipeline],
 ) -> None:
-    pipe = pipeline_factory(partitions=2)
+    # a cool-down long enough to watch the timelines wait in it
+    pipe = pipeline_factory(partitions=2, minimum_delay=8.0, maximum_delay=10.0)
     port = free_port()
     proc = pipe.process(
         DIGEST_STREAM_METRICS_PORT=str(port), DIGEST_STREAM_METRICS_HOST="127.0.0.1"
@@ -52,9 +53,19 @@ def test_scrape_a_running_process_and_watch_values_move(
         "3 immediate digests published",
     )
     after = scraped()
-    # One batch held all 30 events: three digests of 10, then a cool-down per timeline.
+    # One batch held all 30 events: three digests of 10, then a cool-down per timeline, with
+    # nothing pending: cooling in no set, so none is WAITING.
     assert metric(after, "digest_records_per_digest_sum") == 30
-    assert metric_sum(after, "digest_partition_waiting_timelines") == 3
+    assert metric_sum(after, "digest_partition_waiting_timelines") == 0
+    with pipe.producer() as producer:
+        for timeline in timelines:
+            producer.send(timeline, unique("late"), b"{}")
+        producer.flush()
+    wait_until(
+        lambda: metric_sum(scraped(), "digest_partition_waiting_timelines") == 3,
+        8,
+        "the timelines WAITING for the end of their cool-down",
+    )
     # The lag is refreshed by the role loop once a second (LAG_REFRESH), from the consumer's
     # cached watermarks: wait for the first refresh that has seen a fetch.
     wait_until(
@@ -63,20 +74,16 @@ def test_scrape_a_running_process_and_watch_values_move(
         "the ingest lag of partition 0 exported as 0",
     )
     assert metric(after, "digest_role_loop_age_seconds", role="ingest") is not None
-    with pipe.producer() as producer:
-        for timeline in timelines:
-            producer.send(timeline, unique("late"), b"{}")
-        producer.flush()
     wait_until(
         lambda: metric(scraped(), "digest_digests_published_total") == 6,
         30,
         "the digests at the end of the cool-down",
     )
-    # Delivered, cooling down again; with nothing new they retire: the gauge drops to 0.
+    # Delivered, cooling down again with nothing pending: the gauge drops to 0.
     wait_until(
         lambda: metric_sum(scraped(), "digest_partition_waiting_timelines") == 0,
         30,
-        "the timelines retired",
+        "the timelines cooling in no set",
     )
     assert get(f"{base}/nope")[0] == 404
     assert proc.stop() == 0
