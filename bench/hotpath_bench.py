@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -65,7 +65,9 @@ class FakeMessage:
         return None
 
 
-def per_record_us(run: Any, reps: int = REPS, clock: Any = time.perf_counter) -> float:
+def per_record_us(
+    run: Any, reps: int = REPS, clock: Callable[[], float] = time.perf_counter
+) -> float:
     samples = []
     for _ in range(reps):
         started = clock()
