@@ -17,6 +17,7 @@ from digest_stream.store.redis.calls import RedisCalls
 from digest_stream.store.redis.policy_wire import PolicyTable, pack
 from digest_stream.store.redis.replies import Reply, arg, array, integer, map_error
 from digest_stream.store.redis.routing import Call
+from digest_stream.store.validate import plain_name
 
 #: A packed target (protocol.TARGET): its policy index and timeline length, then (after the
 #: timeline) its digest id's length: always DIGEST_ID_LENGTH once validate.digest_id passed it.
@@ -91,15 +92,18 @@ class RedisDigests:
         packed: list[bytes] = []
         resolved: list[TimelinePolicy] = []
         resolver = self.calls.resolver
+        policy, number = None, 0
         for _, timeline, digest_id in targets:
-            validate.name(timeline, "timeline")
+            if not plain_name(timeline):  # judged, with its precise error, by validate.name
+                validate.name(timeline, "timeline")
             validate.digest_id(digest_id)
-            policy = resolver(timeline)
-            number = policies.index(policy, timeline)  # checks the policy
+            found = resolver(timeline)
+            if found is not policy:  # most targets of a call share one policy object
+                policy, number = found, policies.index(found, timeline)  # checks the policy
             name = timeline.encode()
             head = _TARGET_HEAD(number, len(name))
             packed.append(b"".join((head, name, _ID, digest_id.encode())))
-            resolved.append(policy)
+            resolved.append(found)
         return policies, packed, resolved
 
     def _many(
