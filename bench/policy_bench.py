@@ -35,7 +35,7 @@ from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
 from digest_stream.store.base import OpenDigest, StoredRecord
 from digest_stream.store.due import next_due
 from digest_stream.wire import codec, control
-from digest_stream.wire.models import Event, Record, ScheduleEntry, ScheduleReason
+from digest_stream.wire.models import Event, Record, ScheduleReason
 
 REPS = 9
 RECORDS = 20_000
@@ -107,9 +107,7 @@ def _compose_costs() -> dict[str, float]:
     opened = OpenDigest(
         "a" * 32, "t", stored, 0, T0, reason="COOLDOWN", next_due=next_due(TimelinePolicy())
     )
-    entry = ScheduleEntry(
-        timeline="t", partition=0, scheduled_at=1, reason=ScheduleReason.SCHEDULED
-    )
+    entry = ScheduleReason.SCHEDULED  # the schedule entry's reason: all compose reads of it
     plain, collapsed = POLICIES["plain"], POLICIES["collapse_by"]
     return {
         "plain_us": _per_call(lambda: compose(entry, opened, records, 0, plain, T0), 500) / 1e3,

@@ -71,6 +71,12 @@ def name(value: object, what: str) -> str:
     return value
 
 
+def plain_name(value: object) -> bool:
+    """A name ``name`` accepts without encoding it (the common timeline and record id): the
+    hot paths check this inline and call ``name`` only for the others."""
+    return type(value) is str and value.isascii() and 0 < len(value) <= MAX_NAME_BYTES
+
+
 def digest_id(value: object) -> str:
     """A digest id: DIGEST_ID_LENGTH lowercase hex characters."""
     if not isinstance(value, str) or not DIGEST_ID_PATTERN.match(value):

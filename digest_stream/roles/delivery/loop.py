@@ -24,13 +24,13 @@ from digest_stream.roles.delivery.overlap import Batch, Opened, Overlap, Picked
 from digest_stream.roles.delivery.partitions import Partitions
 from digest_stream.roles.delivery.retries import Retries
 from digest_stream.roles.dlq import DeadLetters
-from digest_stream.roles.publish import DigestPublisher, Pending
+from digest_stream.roles.publish import DigestPublisher, Pending, close_targets
 from digest_stream.roles.runner import Runner, highest_offsets
 from digest_stream.settings import Settings
-from digest_stream.store.base import DigestStore, OpenDigest
+from digest_stream.store.base import DigestStore, DigestTarget
 from digest_stream.store.errors import BackendError, InvalidState, unavailable
 from digest_stream.wire import codec
-from digest_stream.wire.schedule_fields import ScheduleFields, decode_schedule_fields
+from digest_stream.wire.schedule_fields import decode_schedule_fields
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +112,11 @@ class Delivery:
             self._publisher.published(published)
             overlap.settle()  # the previous batch's closes, then its commit
             # One round trip closes the batch: what was published and the empty digests.
-            digests = empty + [(item.entry, item.digest) for item in published]
+            targets = empty + close_targets(published)
             # each at the time it was built at (a retry builds it again, later)
             times = [closing_at] * len(empty) + [item.closing_at for item in published]
             positions = {} if cut_short else highest_offsets(messages)
-            overlap.close(digests, positions, times)
+            overlap.close(targets, positions, times)
             if self._ahead is None:
                 overlap.settle()
         except BackendError as exc:
@@ -169,11 +169,11 @@ class Delivery:
 
     def _prepare(
         self, picked: list[Picked], opened: Opened, now: float
-    ) -> tuple[list[Pending], list[tuple[ScheduleFields, OpenDigest]]]:
+    ) -> tuple[list[Pending], list[DigestTarget]]:
         """The opened digests to publish, and the empty ones (closed without publishing);
         ``now`` is the time they will be closed at."""
         pending: list[Pending] = []
-        empty: list[tuple[ScheduleFields, OpenDigest]] = []
+        empty: list[DigestTarget] = []
         for (message, entry), digest in zip(picked, opened, strict=True):
             if isinstance(digest, InvalidState):
                 self._report.stale()  # already delivered and closed: nothing to do
@@ -184,7 +184,7 @@ class Delivery:
             if item.parts:
                 pending.append(item)
             else:
-                empty.append((entry, digest))
+                empty.append((entry.partition, entry.timeline, digest.id))
         return pending, empty
 
     def _commit(self, positions: dict[int, int], *, sync: bool) -> None:

@@ -83,7 +83,7 @@ class Closing:
     """A published batch's digests closing on the helper thread, and its offsets to commit
     once they are closed."""
 
-    digests: list[tuple[ScheduleFields, OpenDigest]]
+    targets: list[DigestTarget]  # (partition, timeline, digest id) each
     positions: dict[int, int]  # nothing when the batch must not be committed (cut short)
     done: Future[list[bool]] | None
     #: Each digest's close time: the one its next_delivery_at was computed from.
@@ -155,7 +155,7 @@ class Overlap:
 
     def close(
         self,
-        digests: list[tuple[ScheduleFields, OpenDigest]],
+        targets: list[DigestTarget],
         positions: dict[int, int],
         times: list[float],
     ) -> None:
@@ -163,10 +163,9 @@ class Overlap:
         the opens already asked for, so a later open of these timelines finds them closed);
         settle() commits ``positions``."""
         done = None
-        if digests:
-            targets = [(entry.partition, entry.timeline, digest.id) for entry, digest in digests]
+        if targets:
             done = self._helper.submit(self._timed_close, targets, times)
-        self._closing = Closing(digests, positions, done, times)
+        self._closing = Closing(targets, positions, done, times)
 
     def settle(self, *, retry: bool = True) -> None:
         """Wait for the last batch's closes (retrying a failed call here, serving the group,
@@ -182,13 +181,12 @@ class Overlap:
                 if not retry:
                     self._closing = closing
                     return
-                targets = [(e.partition, e.timeline, d.id) for e, d in closing.digests]
                 closed = self._with_redis(
-                    lambda: _close_at(self._store, targets, closing.times), "close"
+                    lambda: _close_at(self._store, closing.targets, closing.times), "close"
                 )
         if self._hooks:
-            for (entry, digest), done in zip(closing.digests, closed, strict=True):
-                self._hooks.on_close(entry.partition, entry.timeline, digest.id, done)
+            for (partition, timeline, digest_id), done in zip(closing.targets, closed, strict=True):
+                self._hooks.on_close(partition, timeline, digest_id, done)
         if closing.positions:
             self._commit(closing.positions)
 

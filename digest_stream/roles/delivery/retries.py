@@ -94,7 +94,7 @@ class Retries:
         return published, False
 
     def _rebuilt(self, item: Pending, closing_at: float) -> Pending:
-        again = self._publisher.prepare(item.entry, item.digest, closing_at, item.message)
+        again = self._publisher.again(item, closing_at)
         # the same digest, the same records: only the times it names have moved
         return again if again.parts else item
 
@@ -104,6 +104,6 @@ class Retries:
         self._dlq.send(
             item.message,
             "publish-failed",
-            f"digest {item.digest.id} of {item.entry.timeline}: "
+            f"digest {item.digest.id} of {item.digest.timeline}: "
             f"{self._settings.max_attempts} attempts failed: {'; '.join(item.errors[:3])}",
         )

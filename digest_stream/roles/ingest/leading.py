@@ -153,11 +153,11 @@ class LeadingEdge:
         for item in failed:
             log.warning(
                 "digest %s of %s: publish failed (%s); delivery publishes it (same id)",
-                item.digest.id, item.entry.timeline, item.errors[0],
+                item.digest.id, item.digest.timeline, item.errors[0],
             )  # fmt: skip
         for partition, group in _by_partition(failed).items():
             if self._owns(partition):
-                names = dict.fromkeys(item.entry.timeline for item in group)
+                names = dict.fromkeys(item.digest.timeline for item in group)
                 self._emitter.emit(
                     partition, [(name, now) for name in names], ScheduleReason.IMMEDIATE
                 )
@@ -198,13 +198,13 @@ class LeadingEdge:
                 continue
             if self._hooks:
                 for item, done in zip(group, closed, strict=True):
-                    entry = item.entry
-                    self._hooks.on_close(entry.partition, entry.timeline, item.digest.id, done)
+                    digest = item.digest
+                    self._hooks.on_close(item.partition, digest.timeline, digest.id, done)
         self._closing = running
 
 
 def _by_partition(items: list[Pending]) -> dict[int, list[Pending]]:
     groups: dict[int, list[Pending]] = {}
     for item in items:
-        groups.setdefault(item.entry.partition, []).append(item)
+        groups.setdefault(item.partition, []).append(item)
     return groups

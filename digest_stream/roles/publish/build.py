@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from digest_stream.roles.publish.compose import Entry, compose, due_rule, head
+from digest_stream.roles.publish.compose import compose, due_rule, head
 from digest_stream.roles.publish.parts import encoded_parts, part_budget
 from digest_stream.store.base import OpenDigest
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire import codec, envelope
 from digest_stream.wire.formats import DigestFormat
-from digest_stream.wire.models import Digest, Record
+from digest_stream.wire.models import Digest, Record, ScheduleReason
 
 Headers = list[tuple[str, bytes]]
 
@@ -35,7 +35,7 @@ class Built:
 
 
 def build(
-    entry: Entry,
+    scheduled: ScheduleReason,
     digest: OpenDigest,
     *,
     now: float,
@@ -44,26 +44,43 @@ def build(
     whole: bool = False,
     checked: bool = False,
 ) -> Built:
-    """The messages that publish ``digest`` (opened for ``entry``) under its timeline's policy
-    (the one its due rule carries: resolved once, by the store's open) in the ``output``
-    format, each within ``max_bytes`` next to its key and headers; ``whole``: always build
-    the Digest model too (hooks see it). ``now`` is when the timeline is closed
-    (next_delivery_at). ``checked``: the records' bytes are the ingest's, checked moments
-    ago (the leading edge), not read back from Redis: their timestamps are taken as stored."""
-    policy = due_rule(digest).policy
-    if not whole and policy.collapse_by is None:
-        # The format's own fast path (Avro: the stored event bytes laid out as they are).
-        stored = output.from_stored(head(entry, digest, now), digest.records, checked)
+    """The messages that publish ``digest`` (opened for a schedule entry of reason
+    ``scheduled``) under its timeline's policy (the one its due rule carries: resolved once,
+    by the store's open) in the ``output`` format, each within ``max_bytes`` next to its key
+    and headers; ``whole``: always build the Digest model too (hooks see it). ``now`` is when
+    the timeline is closed (next_delivery_at). ``checked``: the records' bytes are the
+    ingest's, checked moments ago (the leading edge), not read back from Redis: their
+    timestamps are taken as stored."""
+    if not whole:
+        stored = one_part(scheduled, digest, now, max_bytes, output, checked)
         if stored is not None:
-            value, headers = stored
-            if len(value) <= part_budget(digest.timeline, headers, max_bytes):
-                return Built([value], headers)
-        # None, or too large for one part: split into parts by the models path
-    return _through_models(entry, digest, policy, now, max_bytes, output)
+            return Built([stored[0]], stored[1])
+    policy = due_rule(digest).policy
+    return _through_models(scheduled, digest, policy, now, max_bytes, output)
+
+
+def one_part(
+    scheduled: ScheduleReason,
+    digest: OpenDigest,
+    now: float,
+    max_bytes: int,
+    output: DigestFormat,
+    checked: bool,
+) -> tuple[bytes, Headers] | None:
+    """``build``'s common case without its models: the one message value and the carried
+    headers of a digest the format lays out from its stored bytes (Avro: as they are) and
+    that fits one part; None for any other (collapsed, unreadable, too large for one part, a
+    format without a fast path), which ``build`` takes through the models."""
+    if due_rule(digest).policy.collapse_by is not None:
+        return None
+    stored = output.from_stored(head(scheduled, digest, now), digest.records, checked)
+    if stored is not None and len(stored[0]) <= part_budget(digest.timeline, stored[1], max_bytes):
+        return stored
+    return None
 
 
 def _through_models(
-    entry: Entry,
+    scheduled: ScheduleReason,
     digest: OpenDigest,
     policy: TimelinePolicy,
     now: float,
@@ -86,7 +103,7 @@ def _through_models(
     if not records:
         return Built([], unreadable=unreadable)
     dropped = digest.dropped + (len(digest.records) - len(records))
-    digest_model = compose(entry, digest, records, dropped, policy, now)
+    digest_model = compose(scheduled, digest, records, dropped, policy, now)
     headers = envelope.digest_headers(carried) if carried else []
     values, headers = encoded_parts(digest_model, headers, max_bytes, output)
     return Built(values, headers, digest_model, unreadable)

@@ -7,11 +7,7 @@ from digest_stream.store.base import OpenDigest
 from digest_stream.store.due import NextDue
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire.formats import DigestHead
-from digest_stream.wire.models import Digest, DigestReason, Record, ScheduleEntry, ScheduleReason
-from digest_stream.wire.schedule_fields import ScheduleFields
-
-#: A schedule entry as decoded for the delivery, or as the model.
-Entry = ScheduleFields | ScheduleEntry
+from digest_stream.wire.models import Digest, DigestReason, Record, ScheduleReason
 
 
 def collapse(records: list[Record], attribute: str) -> list[Record]:
@@ -45,9 +41,10 @@ def collapse(records: list[Record], attribute: str) -> list[Record]:
 _REASONS = {member.value: member for member in DigestReason}
 
 
-def reason(entry: Entry, digest: OpenDigest) -> DigestReason:
-    """RECOVERED for a re-announced delivery, else why the store made the timeline due."""
-    if entry.reason == ScheduleReason.RECOVERED:
+def reason(scheduled: ScheduleReason, digest: OpenDigest) -> DigestReason:
+    """RECOVERED for a re-announced delivery (``scheduled``: its schedule entry's reason),
+    else why the store made the timeline due."""
+    if scheduled == ScheduleReason.RECOVERED:
         return DigestReason.RECOVERED
     return _REASONS.get(digest.reason) or DigestReason(digest.reason)
 
@@ -61,17 +58,17 @@ def due_rule(digest: OpenDigest) -> NextDue:
     return rule
 
 
-def head(entry: Entry, digest: OpenDigest, now: float) -> DigestHead:
+def head(scheduled: ScheduleReason, digest: OpenDigest, now: float) -> DigestHead:
     """The whole digest's own fields (a format's fast path lays its records out itself);
-    ``next_delivery_at`` is the store's due rule that came with it (store.due), evaluated at
-    ``now``, its close."""
+    ``scheduled``: its schedule entry's reason; ``next_delivery_at`` is the store's due rule
+    that came with it (store.due), evaluated at ``now``, its close."""
     rule = due_rule(digest)
     return (
         digest.id,
         digest.timeline,
         digest.dropped,
         int(digest.opened_at * 1000),
-        reason(entry, digest),
+        reason(scheduled, digest),
         # what the digest took from the timeline plus what capacity trimmed before it
         len(digest.records) + digest.dropped,
         rule.next_delivery_at(now),
@@ -79,16 +76,17 @@ def head(entry: Entry, digest: OpenDigest, now: float) -> DigestHead:
 
 
 def compose(
-    entry: Entry,
+    scheduled: ScheduleReason,
     digest: OpenDigest,
     records: list[Record],
     dropped: int,
     policy: TimelinePolicy,
     now: float,
 ) -> Digest:
-    """The whole digest (before any split) of ``records`` decoded from ``digest``."""
+    """The whole digest (before any split) of ``records`` decoded from ``digest``
+    (``scheduled``: its schedule entry's reason)."""
     shown = records if policy.collapse_by is None else collapse(records, policy.collapse_by)
-    digest_id, timeline, _, opened_at, why, total, next_at = head(entry, digest, now)
+    digest_id, timeline, _, opened_at, why, total, next_at = head(scheduled, digest, now)
     return Digest.build(
         id=digest_id,
         timeline=timeline,

@@ -11,8 +11,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from digest_stream.kafka import produce_waiting_for_room
 from digest_stream.store.base import OpenDigest
-from digest_stream.wire.models import Digest
-from digest_stream.wire.schedule_fields import ScheduleFields
+from digest_stream.wire.models import Digest, ScheduleReason
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +20,13 @@ _KafkaHeaders = list[tuple[str, str | bytes | None]]
 
 @dataclass(slots=True)
 class Pending:
-    """One digest on its way out."""
+    """One digest on its way out: the one object a digest makes on the publish path (its
+    schedule entry's fields are its own, its timeline is its digest's)."""
 
     message: Message | None  # its schedule entry (None: opened by the ingest's add)
-    entry: ScheduleFields
+    partition: int
+    scheduled_at: int  # its schedule entry's time, milliseconds since the epoch
+    reason: ScheduleReason  # why its schedule entry was made
     digest: OpenDigest
     parts: list[bytes]  # each part's encoded message value, in part order
     whole: Digest | None  # the digest before splitting, when built (what hooks see)

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.publish.build import build
+from digest_stream.roles.publish.build import build, one_part
 from digest_stream.roles.publish.produce import Pending, produce_batch, produce_parts
 from digest_stream.roles.publish.report import Report
 from digest_stream.settings import Settings
@@ -51,42 +51,68 @@ class DigestPublisher:
         self._format = output_format(settings)
 
     def prepare(
+        self, entry: ScheduleFields, digest: OpenDigest, closing_at: float, message: Message
+    ) -> Pending:
+        """The digest delivery opened for ``entry`` (its schedule entry, read from
+        ``message``) built for publishing, its close at ``closing_at`` (the time its
+        ``next_delivery_at`` is computed from); without parts when it has nothing to publish
+        (an empty digest, reported here: closing it retires the timeline)."""
+        _, partition, scheduled_at, reason = entry
+        return self._prepare(message, partition, scheduled_at, reason, digest, closing_at)
+
+    def prepare_leading(self, partition: int, digest: OpenDigest, closing_at: float) -> Pending:
+        """``prepare`` for a digest the ingest's add opened: the fields an announcement of it
+        would carry (``IMMEDIATE``, scheduled when opened), its records the ingest's own."""
+        scheduled_at = int(digest.opened_at * 1000)
+        return self._prepare(
+            None, partition, scheduled_at, ScheduleReason.IMMEDIATE, digest, closing_at, True
+        )
+
+    def again(self, item: Pending, closing_at: float) -> Pending:
+        """``item`` built again for another attempt, its close now at ``closing_at``."""
+        return self._prepare(
+            item.message, item.partition, item.scheduled_at, item.reason, item.digest, closing_at
+        )
+
+    def _prepare(
         self,
-        entry: ScheduleFields,
+        message: Message | None,
+        partition: int,
+        scheduled_at: int,
+        reason: ScheduleReason,
         digest: OpenDigest,
         closing_at: float,
-        message: Message | None = None,
-        *,
         checked: bool = False,
     ) -> Pending:
-        """The digest built for publishing, its close at ``closing_at`` (the time its
-        ``next_delivery_at`` is computed from); without parts when it has nothing to publish
-        (an empty digest, reported here: closing it retires the timeline). ``checked``: its
-        records are the ingest's own bytes, not read back from the store."""
+        """Both roles' one path. The common digest (no hooks to see it whole) tries the
+        format's one-part layout first: a Pending is then the only object it makes.
+        ``checked``: its records are the ingest's own bytes, not read back from the store."""
+        max_bytes, output = self._settings.max_message_bytes, self._format
+        if not self._hooks:
+            stored = one_part(reason, digest, closing_at, max_bytes, output, checked)
+            if stored is not None:
+                value, headers = stored
+                return Pending(
+                    message, partition, scheduled_at, reason, digest, [value], None, closing_at,
+                    headers=headers,
+                )  # fmt: skip
         built = build(
-            entry,
+            reason,
             digest,
             now=closing_at,
-            max_bytes=self._settings.max_message_bytes,
-            output=self._format,
-            whole=bool(self._hooks),
+            max_bytes=max_bytes,
+            output=output,
+            whole=True,  # the one-part layout was tried (or hooks want it whole)
             checked=checked,
         )
         if built.unreadable:
             self.report.unreadable(digest.timeline, built.unreadable)
         if not built.values:
-            self.report.empty(entry, digest)
+            self.report.empty(digest)
         return Pending(
-            message, entry, digest, built.values, built.whole, closing_at, headers=built.headers
-        )
-
-    def prepare_leading(self, partition: int, digest: OpenDigest, closing_at: float) -> Pending:
-        """``prepare`` for a digest the ingest's add opened: the entry an announcement of it
-        would carry (``IMMEDIATE``, scheduled when opened), its records the ingest's own."""
-        entry = ScheduleFields(
-            digest.timeline, partition, int(digest.opened_at * 1000), ScheduleReason.IMMEDIATE
-        )
-        return self.prepare(entry, digest, closing_at, checked=True)
+            message, partition, scheduled_at, reason, digest, built.values, built.whole,
+            closing_at, headers=built.headers,
+        )  # fmt: skip
 
     def produce(self, item: Pending) -> None:
         """Produce every part of ``item`` (a new attempt: its errors and acks start over).
@@ -150,4 +176,4 @@ def output_format(settings: Settings) -> formats.DigestFormat:
 
 def close_targets(items: Sequence[Pending]) -> list[DigestTarget]:
     """The store's close targets of these digests (partition, timeline, id)."""
-    return [(item.entry.partition, item.entry.timeline, item.digest.id) for item in items]
+    return [(item.partition, item.digest.timeline, item.digest.id) for item in items]

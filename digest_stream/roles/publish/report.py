@@ -9,7 +9,6 @@ from digest_stream.ops.hooks import Hooks
 from digest_stream.ops.metrics import Metrics, observe_many
 from digest_stream.roles.publish.produce import Pending
 from digest_stream.store.base import OpenDigest
-from digest_stream.wire.schedule_fields import ScheduleFields
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +38,12 @@ class Report:
         for record_id, why in unreadable:
             log.error("timeline %s: unreadable stored record %s: %s", timeline, record_id, why)
 
-    def empty(self, entry: ScheduleFields, digest: OpenDigest) -> None:
+    def empty(self, digest: OpenDigest) -> None:
         """A digest without records publishes nothing; closing it retires the timeline."""
         if digest.dropped:
             log.warning(
                 "timeline %s: digest %s lost all %d records (capacity or missing payloads)",
-                entry.timeline, digest.id, digest.dropped,
+                digest.timeline, digest.id, digest.dropped,
             )  # fmt: skip
             self._metrics.events_dropped.labels(reason="missing_payload").inc(digest.dropped)
 
@@ -59,9 +58,9 @@ class Report:
         observe_many(self._metrics.records_per_digest, [len(i.digest.records) for i in published])
         lateness: dict[str, list[float]] = {}
         for item in published:
-            late = max(0.0, now - item.entry.scheduled_at / 1000)
-            lateness.setdefault(item.entry.reason.value, []).append(late)
+            late = max(0.0, now - item.scheduled_at / 1000)
+            lateness.setdefault(item.reason.value, []).append(late)
             if self._hooks and item.whole is not None:  # with hooks, every digest is built
-                self._hooks.on_publish(item.entry.partition, item.whole, item.headers)
+                self._hooks.on_publish(item.partition, item.whole, item.headers)
         for why, amounts in lateness.items():
             observe_many(self._metrics.delivery_lateness.labels(reason=why), amounts)

@@ -10,12 +10,19 @@ from digest_stream.store import validate
 from digest_stream.store.base import DigestTarget, OpenDigest
 from digest_stream.store.due import next_due
 from digest_stream.store.errors import InvalidState
+from digest_stream.store.limits import DIGEST_ID_LENGTH
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.store.redis import keys, protocol, replies, routing
 from digest_stream.store.redis.calls import RedisCalls
 from digest_stream.store.redis.policy_wire import PolicyTable, pack
 from digest_stream.store.redis.replies import Reply, arg, array, integer, map_error
 from digest_stream.store.redis.routing import Call
+from digest_stream.store.validate import plain_name
+
+#: A packed target (protocol.TARGET): its policy index and timeline length, then (after the
+#: timeline) its digest id's length: always DIGEST_ID_LENGTH once validate.digest_id passed it.
+_TARGET_HEAD, _ID_LENGTH = (head.pack for head in protocol.TARGET.heads)
+_ID = _ID_LENGTH(DIGEST_ID_LENGTH)
 
 #: Targets per ds_open_many / ds_close_many call: one partition's share of a delivery batch
 #: in one call, yet a bound on how long one call (with large digests) holds Redis.
@@ -57,8 +64,8 @@ class RedisDigests:
         """open() for several timelines: one FCALL per partition (ds_open_many), pipelined in
         one round trip per Redis node; each open atomic on its own, in order."""
         now = validate.time_value(now, "now")
-        policies, fields, resolved = self._targets(targets, now)
-        found = self._many(protocol.DS_OPEN_MANY, targets, [arg(now), *policies.args()], fields)
+        policies, packed, resolved = self._targets(targets, now)
+        found = self._many(protocol.DS_OPEN_MANY, targets, [arg(now), *policies.args()], packed)
         return [
             InvalidState(f"timeline is not ready: {timeline}")
             if reply == 0
@@ -70,37 +77,44 @@ class RedisDigests:
         """close() for several digests: one FCALL per partition (ds_close_many), pipelined the
         same way."""
         now = validate.time_value(now, "now")
-        policies, fields, _ = self._targets(targets, now)
+        policies, packed, _ = self._targets(targets, now)
         head = [arg(now), self.calls.partition_ttl, *policies.args()]
-        found = self._many(protocol.DS_CLOSE_MANY, targets, head, fields)
+        found = self._many(protocol.DS_CLOSE_MANY, targets, head, packed)
         return [integer(reply) == 1 for reply in found]
 
     def _targets(
         self, targets: Sequence[DigestTarget], now: float
-    ) -> tuple[PolicyTable, list[list[str | bytes]], list[TimelinePolicy]]:
-        """The policies of a many-target call (each sent once), each target's fields
-        (timeline, digest id, the index of its policy) and each target's checked policy."""
+    ) -> tuple[PolicyTable, list[bytes], list[TimelinePolicy]]:
+        """The policies of a many-target call (each sent once), each target packed
+        (protocol.TARGET: the index of its policy, its timeline, its digest id) and each
+        target's checked policy."""
         policies = PolicyTable(now)
-        fields: list[list[str | bytes]] = []
+        packed: list[bytes] = []
         resolved: list[TimelinePolicy] = []
+        resolver = self.calls.resolver
+        policy, number = None, 0
         for _, timeline, digest_id in targets:
-            validate.name(timeline, "timeline")
+            if not plain_name(timeline):  # judged, with its precise error, by validate.name
+                validate.name(timeline, "timeline")
             validate.digest_id(digest_id)
-            policy = self.calls.resolver(timeline)
-            number = policies.index(policy, timeline)  # checks the policy
-            fields.append([timeline, digest_id, str(number)])
-            resolved.append(policy)
-        return policies, fields, resolved
+            found = resolver(timeline)
+            if found is not policy:  # most targets of a call share one policy object
+                policy, number = found, policies.index(found, timeline)  # checks the policy
+            name = timeline.encode()
+            head = _TARGET_HEAD(number, len(name))
+            packed.append(b"".join((head, name, _ID, digest_id.encode())))
+            resolved.append(found)
+        return policies, packed, resolved
 
     def _many(
         self,
         command: protocol.Command,
         targets: Sequence[DigestTarget],
         head: list[str | bytes],
-        fields: Sequence[list[str | bytes]],
+        packed: Sequence[bytes],
     ) -> list[Reply]:
-        """One FCALL per partition (at most MANY_CHUNK targets each), pipelined by node;
-        the per-target replies in target order."""
+        """One FCALL per partition (at most MANY_CHUNK targets each, packed into its last
+        argument), pipelined by node; the per-target replies in target order."""
         groups: dict[int, list[int]] = {}
         for index, (partition, _, _) in enumerate(targets):
             groups.setdefault(partition, []).append(index)
@@ -111,10 +125,7 @@ class RedisDigests:
             call_keys = keys.command_keys(command, tag)
             for first in range(0, len(indexes), MANY_CHUNK):
                 chunk = indexes[first : first + MANY_CHUNK]
-                args = list(head)
-                for index in chunk:
-                    args += fields[index]
-                calls.append((call_keys, args))
+                calls.append((call_keys, [*head, b"".join([packed[index] for index in chunk])]))
                 members.append(chunk)
         out: list[Reply] = [None] * len(targets)
         for chunk, reply in zip(members, self._fcall_many(command.function, calls), strict=True):

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from digest_stream.store import validate
 from digest_stream.store.base import DEFAULT_SLICE, AddResult, DueBatch, NewRecord
 from digest_stream.store.due import next_due
-from digest_stream.store.limits import MAX_NAME_BYTES, MAX_OFFSET
+from digest_stream.store.limits import MAX_OFFSET
 from digest_stream.store.redis import protocol, replies
 from digest_stream.store.redis.calls import RedisCalls
 from digest_stream.store.redis.policy_wire import PolicyTable
 from digest_stream.store.redis.replies import arg
+from digest_stream.store.validate import plain_name
 
 #: Packed forms of ds_add's timelines, records and controls (protocol.TIMELINE, RECORD and
 #: CONTROL, which the Lua reads as TIMELINE_FORMAT, ...), each a struct per fixed run up to a
@@ -25,11 +26,6 @@ from digest_stream.store.redis.replies import arg
 _RECORD_HEAD, _RECORD_TAIL = (head.pack for head in protocol.RECORD.heads)
 # records before it, offset, operation code, timeline name length; then the id's length
 _CONTROL_HEAD, _NAME_LENGTH = (head.pack for head in protocol.CONTROL.heads)
-
-
-def _short_ascii(value: object) -> bool:
-    """A name validate.name accepts without encoding it (the common timeline and record id)."""
-    return type(value) is str and value.isascii() and 0 < len(value) <= MAX_NAME_BYTES
 
 
 class RedisWrites:
@@ -89,8 +85,8 @@ class RedisWrites:
                 and type(payload) is bytes
                 and type(offset) is int
                 and 0 <= offset <= last
-                and _short_ascii(timeline)
-                and _short_ascii(record_id)
+                and plain_name(timeline)
+                and plain_name(record_id)
                 and control is None
             ):
                 validate.records(records, through)

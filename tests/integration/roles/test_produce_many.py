@@ -84,7 +84,7 @@ def test_a_batch_lands_keyed_by_timeline_with_headers_kept(
     for item in items:
         single.produce(
             output,
-            key=item.entry.timeline.encode(),
+            key=item.digest.timeline.encode(),
             value=b"",
             on_delivery=lambda _e, m: placed.__setitem__(m.key(), m.partition()),
         )
@@ -97,11 +97,11 @@ def test_a_batch_lands_keyed_by_timeline_with_headers_kept(
         assert {m.key(): m.partition() for m in digests} == placed
         by_key = {m.key(): m for m in digests}
         for item in traced:
-            landed = by_key[item.entry.timeline.encode()]
+            landed = by_key[item.digest.timeline.encode()]
             (record,) = codec.decode_digest(landed.value() or b"").records
             assert landed.headers() == [("trace", f"t{record.id[1:]}".encode())]
         for item in plain:
-            assert by_key[item.entry.timeline.encode()].headers() is None
+            assert by_key[item.digest.timeline.encode()].headers() is None
     finally:
         out.close()
 

@@ -150,6 +150,12 @@ def packed_records(*records: tuple[int, str, float, float, bytes]) -> bytes:
 ONE_TIMELINE = packed_timelines((1, "t"))
 
 
+def packed_targets(*targets: tuple[int, str, str]) -> bytes:
+    """ds_open_many's and ds_close_many's packed targets: (policy index, timeline, digest id)
+    each (protocol.TARGET)."""
+    return b"".join(protocol.TARGET.pack(*target) for target in targets)
+
+
 def guard(client: RedisClient, function: str, call_keys: list[str], *args: object) -> str:
     """The error message of a raw FCALL that the guard must refuse."""
     with pytest.raises(redis.ResponseError) as caught:
@@ -306,13 +312,53 @@ def test_a_close_many_with_a_bad_id_writes_nothing(
     good = led.opened[0].id
     head = [T0 + 1, 3600, 1, *policy_args()]
     for bad in ("x" * 32, GOOD_ID.upper(), GOOD_ID[:-1], "", good + "|"):
-        message = guard(
-            client, "ds_close_many", [waiting_key(tag), ready_key(tag)],
-            *head, "t", good, 1, "u", bad, 1,
-        )  # fmt: skip
+        targets = packed_targets((1, "t", good), (1, "u", bad))
+        message = guard(client, "ds_close_many", [waiting_key(tag), ready_key(tag)], *head, targets)
         assert "invalid_argument: digest id must be 32 lowercase hex" in message
         assert client.exists(digest_key(tag, "t")) == 1
     assert redis_store.inspect(0, "t").open_digest == good
+
+
+ONE_TARGET = packed_targets((1, "u", GOOD_ID))
+
+
+@pytest.mark.parametrize("function", ["ds_open_many", "ds_close_many"])
+@pytest.mark.parametrize(
+    ("targets", "expected"),
+    [
+        ([packed_targets((1, "u", GOOD_ID), (2, "t", GOOD_ID))], "policy index must be"),
+        ([packed_targets((1, "u", GOOD_ID), (0, "t", GOOD_ID))], "policy index must be"),
+        ([packed_targets((1, "u", GOOD_ID), (1, "", GOOD_ID))], "timeline must be"),
+        ([packed_targets((1, "u", GOOD_ID), (1, "x" * 1025, GOOD_ID))], "timeline must be"),
+        ([packed_targets((1, "u", GOOD_ID), (1, "v", "x" * 32))], "digest id must be"),
+        ([ONE_TARGET[:-1]], "malformed targets"),
+        ([ONE_TARGET + b"\x00\x00"], "malformed targets"),
+        ([ONE_TARGET, ONE_TARGET], "one packed argument"),
+        ([], "one packed argument"),
+    ],
+)
+def test_lua_refuses_bad_targets_and_writes_nothing(
+    client: RedisClient,
+    tag: str,
+    redis_store: RedisStore,
+    function: str,
+    targets: list[bytes],
+    expected: str,
+) -> None:
+    """A malformed target refuses a many-target call as a whole, before anything is
+    written: the good target before it (a READY timeline's open digest) stays as it was."""
+    led = redis_store.add(0, [NewRecord("t", "r", T0, b"p", 0)], T0, open_nonce="a" * 24)
+    good = led.opened[0].id
+    head = [T0 + 1, 3600] if function == "ds_close_many" else [T0 + 1]
+    first = packed_targets((1, "t", good))
+    message = guard(
+        client, function, [waiting_key(tag), ready_key(tag)], *head, 1, *policy_args(),
+        *([first + targets[0], *targets[1:]] if targets else []),
+    )  # fmt: skip
+    assert message.startswith("invalid_argument: "), message
+    assert expected in message, message
+    assert redis_store.inspect(0, "t").open_digest == good
+    assert client.exists(digest_key(tag, "t")) == 1
 
 
 def test_lua_refuses_foreign_keys(client: RedisClient, tag: str) -> None:

@@ -94,7 +94,7 @@ def test_the_lua_constants_hold_reply_positions_from_one() -> None:
     assert constants["ADD_REPLY"] == {
         name: index for index, name in enumerate(protocol.ADD_REPLY.fields, start=1)
     }
-    assert constants["TARGET_WIDTH"] == len(protocol.TARGET)
+    assert constants["TARGET_FORMAT"] == ">I4Hc0Hc0"
     assert constants["ADD_ARGS"] == {
         name: index for index, name in enumerate((*protocol.ADD_HEAD, "policies"), start=1)
     }

@@ -1,13 +1,14 @@
 -- add_args.lua: reading ds_add's packed arguments (its timelines, records and controls),
 -- every one checked before anything is written.
--- Holds: new_timeline, unpacked, parse_timelines, parse_records, parse_controls.
+-- Holds: new_timeline, parse_timelines, parse_records, parse_controls.
 -- Needs: CONTROL_CODES, CONTROL_FORMAT, MAX_NAME_BYTES, MAX_OFFSET, RECORD_FORMAT,
---   TIMELINE_FORMAT (Python); invalid_argument, parse_integer, parse_name, parse_time
---   (guards); timeline_key (keys); format_integer (encoding).
+--   TIMELINE_FORMAT (Python); invalid_argument, parse_integer, parse_name, parse_time,
+--   unpacked (guards); timeline_key (keys); format_integer (encoding).
 
 -- ds_add takes its timelines, its records and its controls each as ONE packed argument
 -- (TIMELINE_FORMAT, RECORD_FORMAT and CONTROL_FORMAT, declared in store/redis/protocol.py):
--- one argument per record field cost the client more than the Lua did.
+-- one argument per record field cost the client more than the Lua did (ds_open_many and
+-- ds_close_many take their targets the same way: many_targets, digests.lua).
 
 -- A timeline of an add call: its own state and its (shared) policy, not a copy of the
 -- policy's values (at one record per timeline, every per-timeline field is per-record
@@ -18,22 +19,6 @@ local function new_timeline(policy, timeline, key)
         timeline = timeline, key = key, policy = policy, ready = false, due_changed = false,
         became_ready = false, head = false, batch = false, touched = false,
     }
-end
-
--- Runs `decode` (which walks a packed argument with struct.unpack); a packed argument
--- that ends early or holds too little is refused as one, the guards' own errors pass.
-local function unpacked(decode, what)
-    local ok, err = pcall(decode)
-    if not ok then
-        -- pcall hands a guard's error({err = ...}) back as its "ERR ..." string; a struct
-        -- error is a plain message ("<script>: bad argument ...")
-        if type(err) == 'table' then
-            error(err)
-        elseif type(err) == 'string' and string.sub(err, 1, 4) == 'ERR ' then
-            error({err = err})
-        end
-        invalid_argument('malformed ' .. what)
-    end
 end
 
 -- The timelines of an add call (one packed argument): each with its policy (parsed once

@@ -6,9 +6,9 @@
 --   many_targets, new_moves, moves_float, digest_is, zadd_batch (also used by add),
 --   apply_moves, closing_writes, close_found, close_target.
 -- Needs: CAUSES, COOLING_MARGIN, DIGEST_ID_LENGTH, FLUSH_AT_FLOOR, MAX_NAME_BYTES, OPEN_REPLY,
---   TARGET_WIDTH (Python); invalid_argument, parse_digest_id, parse_name, parse_policies, policy_at
---   (guards); call_tag, digest_key, ready_key, timeline_key, waiting_key (keys);
---   format_count, format_digest_meta, format_float, format_integer, format_timeline_meta,
+--   TARGET_FORMAT (Python); invalid_argument, parse_digest_id, parse_integer, parse_name,
+--   parse_policies, unpacked (guards); call_tag, digest_key, ready_key, timeline_key,
+--   waiting_key (keys); format_digest_meta, format_float, format_integer, format_timeline_meta,
 --   parse_digest_meta, parse_timeline_meta, ttl_ms (encoding); call_chunked, sort_records
 --   (helpers); encode_inline, held_count, holds_no_records, META, read_container, read_head,
 --   read_meta (containers); write_meta (container_writes).
@@ -99,37 +99,40 @@ local function bind_call_functions()
 end
 
 -- A call on several timelines of one partition (KEYS: waiting, ready; ARGV from `first`:
--- the policies, then the targets, TARGET_WIDTH fields each): its tag and its targets as
--- three lists (timelines, digest ids, policies: no table per target), all checked before
--- anything is written; `ids_later`: the caller checks the ids itself (close_many: only
--- those that are not their digest's), before it writes.
+-- the policies, then its targets as ONE packed argument, TARGET_FORMAT each: policy index,
+-- timeline, digest id): its tag and its targets as three lists (timelines, digest ids,
+-- policies: no table per target), all checked before anything is written; `ids_later`: the
+-- caller checks the ids itself (close_many: only those that are not their digest's),
+-- before it writes.
 local function many_targets(keys, args, first, ids_later)
     bind_call_functions()
     local tag = call_tag(keys, 'many')
     local policies, base = parse_policies(args, first)
-    if (#args - base + 1) % TARGET_WIDTH ~= 0 then
-        invalid_argument('expects ' .. TARGET_WIDTH .. ' fields per target')
+    if #args ~= base then
+        invalid_argument('expects the targets as one packed argument after the policies')
     end
-    -- each policy by the text of its index ("1", ...: what the targets send), so a target's
-    -- is a lookup, not a number parsed (policy_at for any other text: "01", or an error)
-    local by_index = {}
-    for i, policy in ipairs(policies) do
-        by_index[format_count(i)] = policy
-    end
-    local timelines, ids, target_policies, count = {}, {}, {}, 0
-    for at = base, #args, TARGET_WIDTH do
-        count = count + 1
-        -- the guards' checks inline (every argument is a string), their errors by them
-        local timeline, id, index = args[at], args[at + 1], args[at + 2]
-        if #timeline == 0 or #timeline > MAX_NAME_BYTES then
-            parse_name(timeline, 'timeline')
+    local packed, timelines, ids, target_policies = args[base], {}, {}, {}
+    unpacked(function()
+        local unpack, position, size, count = struct.unpack, 1, #packed, 0
+        while position <= size do
+            local index, timeline, id
+            index, timeline, id, position = unpack(TARGET_FORMAT, packed, position)
+            -- the guards' checks inline, their errors by them (a table lookup: nil unless
+            -- an integer in 1..#policies)
+            local policy = policies[index]
+            if policy == nil then
+                parse_integer(index, 'policy index', 1, #policies)
+            end
+            if #timeline == 0 or #timeline > MAX_NAME_BYTES then
+                parse_name(timeline, 'timeline')
+            end
+            if not ids_later and (#id ~= DIGEST_ID_LENGTH or not str_find(id, '^[0-9a-f]+$')) then
+                parse_digest_id(id)
+            end
+            count = count + 1
+            timelines[count], ids[count], target_policies[count] = timeline, id, policy
         end
-        if not ids_later and (#id ~= DIGEST_ID_LENGTH or not str_find(id, '^[0-9a-f]+$')) then
-            parse_digest_id(id)
-        end
-        timelines[count], ids[count] = timeline, id
-        target_policies[count] = by_index[index] or policy_at(policies, index)
-    end
+    end, 'targets')
     return tag, timelines, ids, target_policies
 end
 

@@ -2,7 +2,7 @@
 -- first (store/validate.py); these refuse the same inputs again, before anything is written.
 -- Holds: invalid_argument, invalid_state, parse_number, parse_time, parse_integer, parse_name,
 --   parse_topic_id, parse_digest_id, parse_ttl, parse_count, parse_fire, POLICY_READERS,
---   POLICY_WIDTH, parse_policy, parse_policies, policy_at.
+--   POLICY_WIDTH, parse_policy, parse_policies, unpacked.
 -- Needs: DIGEST_ID_LENGTH, MAX_NAME_BYTES, MAX_OFFSET, MAX_TOPIC_ID_BYTES, MAX_TTL,
 --   POLICY_FIELDS (Python).
 
@@ -135,12 +135,18 @@ local function parse_policies(args, base)
     return policies, base + 1 + count * POLICY_WIDTH
 end
 
--- The policy a target points at by its index (from 1) in its call's table.
-local function policy_at(policies, value)
-    local policy = policies[tonumber(value)]
-    if policy == nil then
-        parse_integer(value, 'policy index', 1, #policies)
-        invalid_argument('policy index must be an integer in [1, ' .. #policies .. ']')
+-- Runs `decode` (which walks a packed argument with struct.unpack); a packed argument
+-- that ends early or holds too little is refused as one, the guards' own errors pass.
+local function unpacked(decode, what)
+    local ok, err = pcall(decode)
+    if not ok then
+        -- pcall hands a guard's error({err = ...}) back as its "ERR ..." string; a struct
+        -- error is a plain message ("<script>: bad argument ...")
+        if type(err) == 'table' then
+            error(err)
+        elseif type(err) == 'string' and string.sub(err, 1, 4) == 'ERR ' then
+            error({err = err})
+        end
+        invalid_argument('malformed ' .. what)
     end
-    return policy
 end

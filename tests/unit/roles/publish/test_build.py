@@ -12,14 +12,10 @@ from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire import codec, envelope, formats
 from digest_stream.wire.formats import DigestFormat
 from digest_stream.wire.models import Digest, DigestReason, Event, ScheduleReason
-from digest_stream.wire.schedule_fields import ScheduleFields
 
+IMMEDIATE = ScheduleReason.IMMEDIATE  # the schedule entry's reason: all build reads of it
 NOW = 2000.0
 MAX = 65_536
-
-
-def _entry(reason: ScheduleReason = ScheduleReason.IMMEDIATE) -> ScheduleFields:
-    return ScheduleFields("t", 0, 1_999_000, reason)
 
 
 def _stored(n: int, *, payload: bytes = b"p", fp: str | None = None) -> StoredRecord:
@@ -53,7 +49,7 @@ def test_a_digest_is_one_message_of_its_records_newest_first_with_the_policys_fi
 ) -> None:
     policy = TimelinePolicy(minimum_delay=60)
     digest = _digest([_stored(2), _stored(1), _stored(0)], dropped=4, policy=policy)
-    built = build(_entry(), digest, now=NOW, max_bytes=MAX, output=output)
+    built = build(IMMEDIATE, digest, now=NOW, max_bytes=MAX, output=output)
     (one,) = _decoded(built.values, output)
     assert [r.id for r in one.records] == ["r2", "r1", "r0"]
     assert (one.id, one.timeline, one.part, one.parts) == ("d1", "t", 1, 1)
@@ -68,8 +64,8 @@ def test_a_digest_is_one_message_of_its_records_newest_first_with_the_policys_fi
 
 def test_built_as_stored_or_through_the_models_the_bytes_are_the_same(output: DigestFormat) -> None:
     digest = _digest([_stored(1), _stored(0)])
-    stored = build(_entry(), digest, now=NOW, max_bytes=MAX, output=output)
-    modelled = build(_entry(), digest, now=NOW, max_bytes=MAX, output=output, whole=True)
+    stored = build(IMMEDIATE, digest, now=NOW, max_bytes=MAX, output=output)
+    modelled = build(IMMEDIATE, digest, now=NOW, max_bytes=MAX, output=output, whole=True)
     assert modelled.values == stored.values
     assert modelled.whole is not None
     assert [r.id for r in modelled.whole.records] == ["r1", "r0"]
@@ -77,14 +73,14 @@ def test_built_as_stored_or_through_the_models_the_bytes_are_the_same(output: Di
 
 def test_a_re_announced_entry_goes_out_as_recovered(output: DigestFormat) -> None:
     digest = _digest([_stored(0)])
-    built = build(_entry(ScheduleReason.RECOVERED), digest, now=NOW, max_bytes=MAX, output=output)
+    built = build(ScheduleReason.RECOVERED, digest, now=NOW, max_bytes=MAX, output=output)
     assert _decoded(built.values, output)[0].reason == DigestReason.RECOVERED
 
 
 def test_collapse_by_collapses_records_sharing_the_attribute(output: DigestFormat) -> None:
     records = [_stored(2, fp="A"), _stored(1, fp="B"), _stored(0, fp="A")]
     digest = _digest(records, policy=TimelinePolicy(collapse_by="fp"))
-    built = build(_entry(), digest, now=NOW, max_bytes=MAX, output=output)
+    built = build(IMMEDIATE, digest, now=NOW, max_bytes=MAX, output=output)
     (one,) = _decoded(built.values, output)
     assert [(r.id, r.count, r.first_seen) for r in one.records] == [
         ("r2", 2, 1_000_000),
@@ -95,7 +91,7 @@ def test_collapse_by_collapses_records_sharing_the_attribute(output: DigestForma
 
 def test_an_unreadable_record_is_left_out_counted_and_named(output: DigestFormat) -> None:
     broken = StoredRecord("bad", 1000.5, b"\x02")  # cut short
-    built = build(_entry(), _digest([_stored(1), broken, _stored(0)]),
+    built = build(IMMEDIATE, _digest([_stored(1), broken, _stored(0)]),
                   now=NOW, max_bytes=MAX, output=output)  # fmt: skip
     (one,) = _decoded(built.values, output)
     assert [r.id for r in one.records] == ["r1", "r0"]
@@ -104,10 +100,10 @@ def test_an_unreadable_record_is_left_out_counted_and_named(output: DigestFormat
 
 
 def test_a_digest_without_a_readable_record_publishes_nothing(output: DigestFormat) -> None:
-    empty = build(_entry(), _digest([]), now=NOW, max_bytes=MAX, output=output)
+    empty = build(IMMEDIATE, _digest([]), now=NOW, max_bytes=MAX, output=output)
     assert (empty.values, empty.unreadable) == ([], [])
     broken = StoredRecord("bad", 1000.0, b"\xff")
-    unreadable = build(_entry(), _digest([broken]), now=NOW, max_bytes=MAX, output=output)
+    unreadable = build(IMMEDIATE, _digest([broken]), now=NOW, max_bytes=MAX, output=output)
     assert unreadable.values == []
     assert [record_id for record_id, _ in unreadable.unreadable] == ["bad"]
 
@@ -116,7 +112,7 @@ def test_a_digest_too_large_for_one_message_goes_out_in_parts_within_the_limit(
     output: DigestFormat,
 ) -> None:
     records = [_stored(n, payload=bytes(3000)) for n in reversed(range(20))]
-    built = build(_entry(), _digest(records), now=NOW, max_bytes=16_384, output=output)
+    built = build(IMMEDIATE, _digest(records), now=NOW, max_bytes=16_384, output=output)
     parts = _decoded(built.values, output)
     assert len(parts) > 1
     assert all(len(value) + len(b"t") <= 16_384 for value in built.values)
@@ -129,7 +125,7 @@ def test_carried_headers_ride_on_every_part(output: DigestFormat) -> None:
     event = codec.encode_event(Event(id="r0", timestamp=1_000_000, payload=b"p"))
     payload = envelope.wrap([("traceparent", b"00-abc")], frozenset({"traceparent"}), event)
     built = build(
-        _entry(), _digest([StoredRecord("r0", 1000.0, payload)]),
+        IMMEDIATE, _digest([StoredRecord("r0", 1000.0, payload)]),
         now=NOW, max_bytes=MAX, output=output,
     )  # fmt: skip
     assert built.headers == [("traceparent", b"00-abc")]
@@ -148,7 +144,7 @@ def test_checked_records_give_the_same_bytes_from_their_stored_timestamps(
         for n, ms in enumerate(millis)
     ][::-1]
     digest = _digest(records)
-    checked = build(_entry(), digest, now=NOW, max_bytes=MAX, output=output, checked=True)
-    assert checked.values == build(_entry(), digest, now=NOW, max_bytes=MAX, output=output).values
+    checked = build(IMMEDIATE, digest, now=NOW, max_bytes=MAX, output=output, checked=True)
+    assert checked.values == build(IMMEDIATE, digest, now=NOW, max_bytes=MAX, output=output).values
     (one,) = _decoded(checked.values, output)
     assert (one.start, one.end) == (millis[0], millis[-1])

@@ -45,9 +45,9 @@ def test_next_delivery_is_the_stores_due_rule_at_the_close() -> None:
     opened = OpenDigest("a" * 32, "t", stored, 0, 10.0)
     entry = ScheduleEntry(timeline="t", partition=0, scheduled_at=1, reason="IMMEDIATE")
     with pytest.raises(ValueError, match="without its due rule"):
-        head(entry, opened, 20.0)  # only the store knows when the timeline is due
+        head(entry.reason, opened, 20.0)  # only the store knows when the timeline is due
     opened.next_due = next_due(TimelinePolicy(minimum_delay=300))
-    assert head(entry, opened, 1_000.0)[-1] == 1_300_000
+    assert head(entry.reason, opened, 1_000.0)[-1] == 1_300_000
 
 
 def test_compose_explains_the_digest_and_counts_what_trimming_and_collapse_hid() -> None:
@@ -59,12 +59,12 @@ def test_compose_explains_the_digest_and_counts_what_trimming_and_collapse_hid()
     )
     policy = TimelinePolicy(minimum_delay=60, collapse_by="fp")
     opened.next_due = next_due(policy)
-    digest = compose(entry, opened, records, 5, policy, 20.0)
+    digest = compose(entry.reason, opened, records, 5, policy, 20.0)
     assert (digest.reason, digest.total, digest.next_delivery_at) == (
         DigestReason.FLUSH_AT,
         8,
         80_000,
     )
     assert [(r.id, r.count) for r in digest.records] == [("r2", 2), ("r0", 1)]
-    recovered = entry.model_copy(update={"reason": ScheduleReason.RECOVERED})
+    recovered = ScheduleReason.RECOVERED
     assert compose(recovered, opened, records, 5, policy, 20.0).reason == DigestReason.RECOVERED

@@ -1,6 +1,6 @@
 -- ds_close_many: ds_close for several digests of one partition, in one call.
 -- KEYS: waiting, ready
--- ARGV: now, partition_ttl, policies x (timeline, digest_id, policy)
+-- ARGV: now, partition_ttl, policies, targets
 -- Reply: per target: closed
 -- Needs: parse_digest_id, parse_time, parse_ttl (guards); digest_key (keys);
 --   refresh_partition_ttl (helpers); apply_moves, close_found, digest_is, many_targets,

@@ -1,11 +1,12 @@
 -- ds_open_many: ds_open for several timelines of one partition, in one call.
 -- KEYS: waiting, ready
--- ARGV: now, policies x (timeline, digest_id, policy)
+-- ARGV: now, policies, targets
 -- Reply: per target: id, opened_at, dropped, records, expired, cause
 -- Needs: parse_time (guards); many_targets, open_target (digests).
 --
--- policies: their count, then POLICY_WIDTH arguments each (parse_policies); a target's
--- policy: the index (from 1) of its own. Each target in order (a repeated timeline
+-- policies: their count, then POLICY_WIDTH arguments each (parse_policies); targets: ONE
+-- packed argument, TARGET_FORMAT each (policy index from 1, timeline, digest id;
+-- many_targets). Each target in order (a repeated timeline
 -- reopens). Reply: one per target, open_target's, or 0 for a timeline that is not READY
 -- (not an error: the other targets are still opened).
 
