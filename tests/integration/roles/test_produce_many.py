@@ -38,11 +38,21 @@ def _digests(count: int, payload: bytes = b"p", headers: bool = False) -> list[O
     return out
 
 
-def _publisher(settings: Settings, **producer: object) -> tuple[DigestPublisher, Producer, Metrics]:
+def _publisher(
+    kafka_bootstrap: str, output: str, **producer: object
+) -> tuple[Settings, DigestPublisher, Producer, Metrics]:
+    """The ingest's publisher to ``output``, its producer configured with ``producer`` too."""
+    settings = Settings(kafka_bootstrap_servers=kafka_bootstrap, output_topic=output)
     kafka = Producer({**producer_config(settings), **producer})
     metrics = Metrics()
     publisher = DigestPublisher(settings, kafka, metrics, NO_HOOKS, SystemClock(), "ingest")
-    return publisher, kafka, metrics
+    return settings, publisher, kafka, metrics
+
+
+def _leading(publisher: DigestPublisher, digests: list[OpenDigest]) -> list[Pending]:
+    """Each digest prepared as the ingest's leading edge does, all closing now."""
+    now = time.time()
+    return [publisher.prepare_leading(0, digest, now) for digest in digests]
 
 
 def _acknowledged(kafka: Producer, items: list[Pending]) -> None:
@@ -69,11 +79,9 @@ def test_a_batch_lands_keyed_by_timeline_with_headers_kept(
     kafka_bootstrap: str, topic_factory: TopicFactory
 ) -> None:
     output = topic_factory(partitions=3)
-    settings = Settings(kafka_bootstrap_servers=kafka_bootstrap, output_topic=output)
-    publisher, kafka, _ = _publisher(settings)
-    now = time.time()
-    plain = [publisher.prepare_leading(0, d, now) for d in _digests(20)]
-    traced = [publisher.prepare_leading(0, d, now) for d in _digests(2, headers=True)]
+    settings, publisher, kafka, _ = _publisher(kafka_bootstrap, output)
+    plain = _leading(publisher, _digests(20))
+    traced = _leading(publisher, _digests(2, headers=True))
     items = plain[:10] + traced + plain[10:]
     publisher.produce_many(items)
     _acknowledged(kafka, items)
@@ -110,14 +118,12 @@ def test_digests_the_queue_has_no_room_for_wait_for_room_and_all_land(
     kafka_bootstrap: str, topic_factory: TopicFactory
 ) -> None:
     output = topic_factory(partitions=1)
-    settings = Settings(kafka_bootstrap_servers=kafka_bootstrap, output_topic=output)
     # Room for 3 messages: the batch call queues 3 of 12, the rest go one by one as acks free
     # room (linger keeps the first ones queued while the call runs).
-    publisher, kafka, metrics = _publisher(
-        settings, **{"queue.buffering.max.messages": 3, "linger.ms": 200}
+    settings, publisher, kafka, metrics = _publisher(
+        kafka_bootstrap, output, **{"queue.buffering.max.messages": 3, "linger.ms": 200}
     )
-    now = time.time()
-    items = [publisher.prepare_leading(0, d, now) for d in _digests(12)]
+    items = _leading(publisher, _digests(12))
     publisher.produce_many(items)
     _acknowledged(kafka, items)
     assert all(item.acknowledged for item in items)
@@ -130,11 +136,11 @@ def test_a_digest_the_producer_refuses_fails_alone(
 ) -> None:
     output = topic_factory(partitions=1)
     # One part (the service's limit is generous) that the producer's own limit refuses.
-    settings = Settings(kafka_bootstrap_servers=kafka_bootstrap, output_topic=output)
-    publisher, kafka, _ = _publisher(settings, **{"message.max.bytes": 4_000})
-    now = time.time()
-    small = [publisher.prepare_leading(0, d, now) for d in _digests(3)]
-    (large,) = [publisher.prepare_leading(0, d, now) for d in _digests(1, payload=b"x" * 8_000)]
+    settings, publisher, kafka, _ = _publisher(
+        kafka_bootstrap, output, **{"message.max.bytes": 4_000}
+    )
+    small = _leading(publisher, _digests(3))
+    (large,) = _leading(publisher, _digests(1, payload=b"x" * 8_000))
     items = [small[0], large, *small[1:]]
     publisher.produce_many(items)
     _acknowledged(kafka, items)

@@ -251,13 +251,13 @@ end
 -- What a close of a timeline that holds nothing writes (the usual close of a leading
 -- digest: nothing came while it was open), the same for every such target of a policy in
 -- one call (kept on the call's policy table): the closed meta as an inline container, its
--- TTLs in ms and the due time (texts: a number argument of redis.call is formatted on every
--- call). With no container, neither a flush nor flush_at can have come while the digest
--- was open: the cause is the cool-down's (or the schedule's). A meta differs between the
--- policies of a call only by its cause: made once per cause.
--- `cooling`: a cool-down policy's timeline then waits in no set (see close_found), its meta
--- kept `cooling_ttl` (the cool-down and COOLING_MARGIN, within the policy's TTL); a calendar's
--- waits for its next fire.
+-- TTLs in ms and a calendar's due time (texts: a number argument of redis.call is formatted
+-- on every call). With no container, neither a flush nor flush_at can have come while the
+-- digest was open: the cause is the cool-down's (or the schedule's). A meta differs between
+-- the policies of a call only by its cause: made once per cause.
+-- A calendar's timeline waits for its next fire (`due`); a cool-down policy's cools in no
+-- set (no `due`, see close_found), the closed meta kept `closed_ttl`: the cool-down and
+-- COOLING_MARGIN, within the policy's TTL.
 local function closing_writes(policy, now, moves)
     local next_fire = policy.schedule -- the schedule's next fire
     local cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
@@ -267,15 +267,14 @@ local function closing_writes(policy, now, moves)
             last_delivery = now, expired = false, behind_open = false, cause = cause}), {})
         moves.closed[cause] = meta
     end
-    local ttl, cooling_ttl = format_integer(ttl_ms(policy.ttl)), nil
-    if next_fire == nil then
-        cooling_ttl = format_integer(ttl_ms(math.min(policy.ttl,
+    local ttl, closed_ttl, due = format_integer(ttl_ms(policy.ttl)), nil, nil
+    if next_fire ~= nil then
+        closed_ttl, due = ttl, moves_float(moves, next_fire)
+    else
+        closed_ttl = format_integer(ttl_ms(math.min(policy.ttl,
             policy.minimum_delay + COOLING_MARGIN)))
     end
-    local writes = {
-        meta = meta, ttl = ttl, cooling = next_fire == nil, cooling_ttl = cooling_ttl or ttl,
-        due = moves_float(moves, next_fire or now + policy.minimum_delay),
-    }
+    local writes = {meta = meta, ttl = ttl, closed_ttl = closed_ttl, due = due}
     policy.closing = writes
     return writes
 end
@@ -299,11 +298,11 @@ local function close_found(tag, timeline, digest, holds_records, now, policy, mo
         -- timeline is new again), so a quiet timeline costs no schedule move, open and
         -- retirement when its cool-down ends.
         local writes = policy.closing or closing_writes(policy, now, moves)
-        if redis_call('SET', source, writes.meta, 'PX', writes.cooling_ttl, 'NX') then
+        if redis_call('SET', source, writes.meta, 'PX', writes.closed_ttl, 'NX') then
             local unready, wait = moves.unready, moves.wait
             unready[#unready + 1] = timeline
-            if writes.cooling then
-                return 1, false
+            if writes.due == nil then
+                return 1, false -- cooling
             end
             local waiting = #wait
             wait[waiting + 1], wait[waiting + 2] = writes.due, timeline

@@ -22,8 +22,9 @@ local function inspect(keys, args)
     end
     local meta = parse_timeline_meta(read_meta(source))
     local digest = parse_digest_meta(read_meta(digest_key(tag, timeline)))
+    -- (a last delivery read off the timeline's meta: its container exists)
     if state == 'absent' and digest == nil and meta.last_delivery ~= nil
-            and redis.call('EXISTS', source) == 1 and record_count(source) == 0 then
+            and record_count(source) == 0 then
         -- a meta alone, in no set: cooling down (close_found); its due time is the
         -- policy's to tell (the caller adds minimum_delay to last_delivery)
         state = 'cooling'
