@@ -78,6 +78,7 @@ class MemoryDigests:
                 last_delivery=now, cause=DigestReason.COOLDOWN
             )
             state.ready.pop(timeline, None)
+            state.waiting.pop(timeline, None)  # maintenance's, for a close that took long
             return True
         if pending is None:
             pending = state.timelines[timeline] = TimelineState()

@@ -354,6 +354,26 @@ def test_a_record_after_the_cool_down_is_immediate(store: DigestStore, feed: Fee
     assert (ids(digest.records), digest.reason, digest.expired) == (["2"], "IMMEDIATE", False)
 
 
+def test_a_close_after_maintenance_re_announced_it_still_cools_in_no_set(
+    store: DigestStore, feed: Feed
+) -> None:
+    """A digest whose close took longer than maintenance_timeout: maintenance moved its
+    timeline back to WAITING (due when it became ready); the close must not leave that stale
+    entry, which would announce an empty digest and retire the timeline mid cool-down."""
+    store.add(P, [feed("t", "1")], T0)
+    digest = store.open(P, "t", new_id(), T0)
+    assert [d.timeline for d in store.maintenance(P, T0 + 60, T0 + 60)] == ["t"]
+    assert store.inspect(P, "t").state == "waiting"
+    assert store.close(P, "t", digest.id, T0 + 61)
+    info = store.inspect(P, "t")
+    assert (info.state, info.due) == ("cooling", T0 + 61 + 300)
+    assert store.stats(P).waiting == 0
+    assert store.schedule(P, T0 + 62) == []
+    # the cool-down holds: a record in it waits for its end
+    assert store.add(P, [feed("t", "2")], T0 + 100).ready == []
+    assert store.inspect(P, "t").due == T0 + 361 + 30
+
+
 def test_a_record_in_the_cool_down_is_delivered_when_it_ends(
     store: DigestStore, feed: Feed
 ) -> None:

@@ -141,7 +141,7 @@ end
 -- these sets).
 local function new_moves()
     bind_call_functions()
-    return {unready = {}, unwait = {}, wait = {}, texts = {}, closed = {}}
+    return {unready = {}, unwait = {}, wait = {}, cooled = {}, texts = {}, closed = {}}
 end
 
 -- `number` formatted once per call (close times and due times repeat across its targets).
@@ -243,7 +243,14 @@ local function zadd_batch(key, pairs)
 end
 
 local function apply_moves(tag, moves)
-    call_chunked('ZREM', ready_key(tag), moves.unready)
+    -- Every closed timeline is READY, unless maintenance moved it back to WAITING because its
+    -- close took long: a cooling one must leave WAITING too (that stale due time would
+    -- announce an empty digest and retire it mid cool-down), which only the ZREM's count
+    -- tells, so the common close pays no ZREM of WAITING.
+    local unready = moves.unready
+    if call_chunked('ZREM', ready_key(tag), unready) < #unready then
+        call_chunked('ZREM', waiting_key(tag), moves.cooled)
+    end
     call_chunked('ZREM', waiting_key(tag), moves.unwait)
     zadd_batch(waiting_key(tag), moves.wait)
 end
@@ -302,7 +309,9 @@ local function close_found(tag, timeline, digest, holds_records, now, policy, mo
             local unready, wait = moves.unready, moves.wait
             unready[#unready + 1] = timeline
             if writes.due == nil then
-                return 1, false -- cooling
+                local cooled = moves.cooled -- cooling: in no set (apply_moves)
+                cooled[#cooled + 1] = timeline
+                return 1, false
             end
             local waiting = #wait
             wait[waiting + 1], wait[waiting + 2] = writes.due, timeline
