@@ -23,14 +23,12 @@ from digest_stream.wire.symbols import REASON_INDEX
 _PLAIN_RECORD_TAIL: Final = b"\x02\x00"
 
 
-# A delivery batch's digests share their opened_at and next_delivery_at (one clock reading,
-# one policy): each is encoded once per batch, not once per digest.
-_shared_long = lru_cache(maxsize=64)(_long)
-
-
 # The reason union of each DigestReason: branch 1, then its Avro index (its position in
 # schemas/digest.avsc), encoded once.
 _REASON_BYTES: Final = {reason: b"\x02" + _long(index) for reason, index in REASON_INDEX.items()}
+
+# A record's tail, then the array's end (an empty array is that byte alone: never published).
+_LAST_RECORD_END: Final = _PLAIN_RECORD_TAIL + b"\x00"
 
 
 def _string(value: str) -> bytes:
@@ -43,9 +41,27 @@ def _optional(value: int | None) -> bytes:
     return b"\x00" if value is None else b"\x02" + _long(value)
 
 
-def _optional_shared(value: int | None) -> bytes:
-    """_optional of a value that many digests share."""
-    return b"\x00" if value is None else b"\x02" + _shared_long(value)
+# The digest's fields after its records' time span: a batch's digests share them (one clock
+# reading, one policy, a leading digest's one record and nothing dropped), so each distinct
+# tail is encoded once, not once per digest.
+@lru_cache(maxsize=64)
+def _tail(
+    dropped: int,
+    opened_at: int,
+    reason: DigestReason | None,
+    total: int | None,
+    next_delivery_at: int | None,
+) -> bytes:
+    return b"".join(
+        (
+            _long(dropped),
+            _long(opened_at),
+            b"\x02\x02",  # part 1 of 1
+            b"\x00" if reason is None else _REASON_BYTES[reason],
+            _optional(total),
+            _optional(next_delivery_at),
+        )
+    )
 
 
 def whole_digest(
@@ -62,20 +78,17 @@ def whole_digest(
 ) -> bytes:
     """A digest of one part (1 of 1): `events` are valid Event encodings, newest first, and
     `timestamps` their timestamps (start and end are computed from them)."""
+    tail = _tail(dropped, opened_at, reason, total, next_delivery_at)
+    if len(events) == 1:  # every leading digest: one record, its time both start and end
+        start = _long(timestamps[0])
+        return b"".join(
+            (_string(digest_id), _string(timeline), b"\x02", events[0], _LAST_RECORD_END,
+             start, start, tail)
+        )  # fmt: skip
     first, last = min(timestamps), max(timestamps)
     start = _long(first)
     parts = [_string(digest_id), _string(timeline), _long(len(events))]
     for event in events:
         parts += (event, _PLAIN_RECORD_TAIL)
-    parts += (
-        b"\x00",  # the array's end (an empty array is this byte alone: never published)
-        start,
-        start if last == first else _long(last),  # one record: start is its end too
-        _long(dropped),
-        _shared_long(opened_at),
-        b"\x02\x02",  # part 1 of 1
-        b"\x00" if reason is None else _REASON_BYTES[reason],
-        _optional(total),
-        _optional_shared(next_delivery_at),
-    )
+    parts += (b"\x00", start, start if last == first else _long(last), tail)
     return b"".join(parts)

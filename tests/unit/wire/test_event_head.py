@@ -113,3 +113,19 @@ def test_a_writer_schema_takes_the_full_decoder() -> None:
     }
     data = write(old, {"id": "x", "timestamp": T0, "payload": b"p"})
     assert decode_event_head(data, old) == EventHead("x", T0)
+
+
+@pytest.mark.parametrize(
+    "timestamp", [0, 1, 2**34 - 1, 2**34, T0, 2**41 - 1, 2**41, 2**48, LONG_MAX]
+)
+def test_timestamps_around_the_six_byte_varint_read_without_a_loop(
+    timestamp: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Milliseconds from mid-1970 to 2039 (2**34 to 2**41) are six-byte varints, read unrolled;
+    # the lengths around them take the loop. Each is the fast path's, none the full decoder's.
+    data = encode_event(Event(id="e", timestamp=timestamp, payload=b"x"))
+    monkeypatch.setattr(codec, "decode_event", None)
+    assert decode_event_head(data) == EventHead("e", timestamp)
+    for cut in range(len(data)):
+        monkeypatch.undo()
+        _agree(data[:cut])  # truncated within the timestamp too: the codec's reason
