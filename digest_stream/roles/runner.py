@@ -34,6 +34,7 @@ from digest_stream.kafka import (
     take_batch,
     usable,
 )
+from digest_stream.ops.failures import outage_line
 from digest_stream.roles.retry import until_redis_answers
 from digest_stream.settings import Settings, env_name
 
@@ -265,10 +266,9 @@ class Runner:
             wait = state.next_action.sleep if state.next_action else 0.0
             log.log(
                 logging.ERROR if state.attempt_number == 1 else logging.WARNING,
-                "%s: Redis unreachable or refusing (%s); partitions paused, nothing committed; "
-                "retry %d in %.2fs",
+                "%s: %s; partitions paused, nothing committed; retry %d in %.2fs",
                 self.role,
-                state.outcome.exception() if state.outcome else "?",
+                outage_line(state.outcome.exception() if state.outcome else None, self.settings),
                 state.attempt_number,
                 wait,
             )

@@ -79,7 +79,7 @@ def whole_digest(
     """A digest of one part (1 of 1): `events` are valid Event encodings, newest first, and
     `timestamps` their timestamps (start and end are computed from them)."""
     tail = _tail(dropped, opened_at, reason, total, next_delivery_at)
-    if len(events) == 1:  # every leading digest: one record, its time both start and end
+    if len(events) == 1:  # most leading digests: one record, its time both start and end
         start = _long(timestamps[0])
         return b"".join(
             (_string(digest_id), _string(timeline), b"\x02", events[0], _LAST_RECORD_END,

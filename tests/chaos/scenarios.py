@@ -941,6 +941,14 @@ def acl_capacity(settings: Settings, size: Size, admin_settings: Settings | None
 # --------------------------------------------------------------------------- 11 Redis refusing
 
 
+#: What the service's log says of each refusal while it waits (ops/failures/store.py).
+REFUSING_CAUSE = {
+    "OOM": "is out of memory and refuses writes",
+    "READONLY": "is a read-only replica",
+    "BUSY": "is busy running a script",
+}
+
+
 def redis_refusing(
     settings: Settings, size: Size, redis_server: OwnRedis, kind: str, seconds: float = 15.0
 ) -> Figures:
@@ -961,7 +969,9 @@ def redis_refusing(
             load.stop()
         _all_alive(services)
         logs = services.logs()
-        assert "Redis unreachable or refusing" in logs, f"the {kind} replies were never noticed"
+        # the cause and what ends it, not just Redis's reply (ops/failures: outage_line)
+        cause = REFUSING_CAUSE[kind]
+        assert cause in logs, f"the {kind} replies were never named ({cause!r}):\n{logs[-3000:]}"
         codes = services.stop_all()
         assert codes == [0] * len(codes), f"exit codes {codes}:\n{logs[-3000:]}"
         return figures

@@ -40,6 +40,7 @@ __all__ = [
     "explain_kafka",
     "kafka_detail",
     "one_line",
+    "outage_line",
 ]
 
 
@@ -76,3 +77,14 @@ def one_line(
         return found.line
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def outage_line(exc: BaseException | None, settings: Settings | None = None) -> str:
+    """What a running role logs while it waits for Redis: a Redis that refuses calls for a
+    while (OOM, READONLY, BUSY, ...) named with what ends it; anything else as Redis's own
+    text. A lost connection keeps its own text: mid-run it is an outage, and the start's
+    hints (a TLS port? the URL?) would mislead."""
+    found = explain(exc, settings) if exc is not None else None
+    if found is not None and found.kind == "refusing":
+        return found.line
+    return f"Redis unreachable or refusing ({exc if exc is not None else '?'})"

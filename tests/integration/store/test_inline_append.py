@@ -87,10 +87,12 @@ def test_an_append_adds_its_entry_and_rewrites_only_the_count(
 
 
 def test_appended_values_take_no_more_memory_than_written_ones(
-    redis_store: RedisStore, client: RedisClient, namespace: str
+    make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
 ) -> None:
     # One record per call (the catch-up's interleaved shape) against the same records in one
-    # call: the appended value is exactly as large as the one written whole.
+    # call: the appended value is exactly as large as the one written whole. (Both inline: a
+    # timeline's limit is at least three quarters of inline_records.)
+    redis_store = make_redis_store(inline_records=32)
     payload = b"x" * 200
     add_each([redis_store], [record(f"r{i:02d}", i, payload) for i in range(12)], T0)
     redis_store.add(0, [record(f"r{i:02d}", 12 + i, payload, "whole") for i in range(12)], T0)
@@ -178,16 +180,20 @@ def test_flush_at_counts_records_not_entries(
 def test_a_large_timeline_appends_up_to_its_limits_then_becomes_a_hash(
     make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
 ) -> None:
-    # The largest inline limit (128 records) with small payloads: 128 appends, then the
-    # 129th record makes it a hash; with larger payloads the value's 8 KiB come first.
+    # The largest inline limit (128 records) with small payloads: appends up to the
+    # timeline's own limit (96 to 128, fixed by its name), then the next record makes it a
+    # hash; with larger payloads the value's 8 KiB come first.
     store = make_redis_store(TimelinePolicy(capacity=None), inline_records=128)
-    add_each([store], [record(f"r{i:03d}", i, b"p") for i in range(128)], T0)
-    assert client.type(key_of(namespace)) == b"string"
-    assert stored(client, key_of(namespace)).startswith(msgpack_str(b"128|0|"))
-    store.add(0, [record("r128", 128, b"p")], T0)
-    assert client.type(key_of(namespace)) == b"hash"
+    count = 0
+    while client.type(key_of(namespace)) != b"hash":
+        assert count <= 128, "still inline past inline_records"
+        if count:
+            assert stored(client, key_of(namespace)).startswith(msgpack_str(b"%03d|0|" % count))
+        store.add(0, [record(f"r{count:03d}", count, b"p")], T0)
+        count += 1
+    assert 96 <= count - 1 <= 128  # its limit
     digest = store.open(0, "t", new_id(), T0)
-    assert [r.id for r in digest.records] == [f"r{i:03d}" for i in reversed(range(129))]
+    assert [r.id for r in digest.records] == [f"r{i:03d}" for i in reversed(range(count))]
     assert digest.dropped == 0
 
     big = [record(f"b{i:02d}", 200 + i, b"x" * 300, "big") for i in range(40)]

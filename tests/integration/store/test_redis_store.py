@@ -228,20 +228,62 @@ def encoding(client: RedisClient, key: str) -> str:
     return found.decode() if isinstance(found, bytes) else str(found)
 
 
+def conversion_counts(
+    store: RedisStore, client: RedisClient, namespace: str, names: list[str], first_offset: int = 0
+) -> dict[str, int]:
+    """Adds one record per timeline per call (traffic spread over them) until all are hashes;
+    the record count at which each one became one. Up to then each must be one inline value."""
+    converted: dict[str, int] = {}
+    for count in range(1, store.inline_records + 2):
+        batch = [
+            NewRecord(name, f"r{count}", T0 + count, b"p", first_offset + count * len(names) + i)
+            for i, name in enumerate(names)
+        ]
+        store.add(0, batch, T0)
+        for name in names:
+            kind = client.type(timeline_key(tag(namespace), name))
+            if name in converted:
+                assert kind == b"hash", f"{name} went back from a hash at {count} records"
+            elif kind == b"hash":
+                converted[name] = count
+            else:
+                assert kind == b"string", f"{name}: {kind!r} at {count} records"
+        if len(converted) == len(names):
+            break
+    assert set(converted) == set(names), f"never a hash: {set(names) - set(converted)}"
+    return converted
+
+
 def test_timelines_move_from_inline_to_hash_as_they_grow(
     redis_store: RedisStore, client: RedisClient, namespace: str
 ) -> None:
+    # A timeline's own limit is inline_records (16) less up to a quarter, fixed by its name.
     key = timeline_key(tag(namespace), "t")
-    redis_store.add(0, records("t", 16), T0)
-    assert client.type(key) == b"string"  # small: one inline value
-    redis_store.add(0, [NewRecord("t", "r16", T0 + 16, b"p", 16)], T0)
-    assert client.type(key) == b"hash"
+    limit = conversion_counts(redis_store, client, namespace, ["t"])["t"] - 1
+    assert 12 <= limit <= 16
     assert encoding(client, key) == "listpack"  # small values: still compact
     big = [NewRecord("t", f"big{i}", T0 + 100 + i, b"x" * 100, 100 + i) for i in range(3)]
-    redis_store.add(0, big, T0)
-    digest = redis_store.open(0, "t", new_id(), T0)
-    expected = ["big2", "big1", "big0", *(f"r{i}" for i in reversed(range(17)))]
+    redis_store.add(0, big, T0 + 50)
+    digest = redis_store.open(0, "t", new_id(), T0 + 50)
+    expected = ["big2", "big1", "big0", *(f"r{i}" for i in reversed(range(1, limit + 2)))]
     assert [r.id for r in digest.records] == expected
+
+
+def test_timelines_growing_together_become_hashes_at_different_counts(
+    make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
+) -> None:
+    # Converting a container is the costly write (its value read into Lua and rewritten as
+    # fields): timelines that grow in step must not all convert in the same call.
+    store = make_redis_store(inline_records=16)
+    names = [f"user-{i}@example.com" for i in range(60)]  # alike but for a few bytes
+    counts = conversion_counts(store, client, namespace, names)
+    assert all(13 <= count <= 17 for count in counts.values()), counts  # limits 12 to 16
+    per_count = [list(counts.values()).count(count) for count in range(13, 18)]
+    assert sum(1 for n in per_count if n) >= 4, per_count  # spread over the range
+    assert max(per_count) <= len(names) // 3, per_count  # no call converts most of them
+    # each timeline's limit is its own for good: written again from nothing, the same counts
+    client.delete(*(timeline_key(tag(namespace), name) for name in names))
+    assert conversion_counts(store, client, namespace, names, first_offset=10_000) == counts
 
 
 def test_large_payloads_skip_the_inline_form(

@@ -20,6 +20,7 @@ from digest_stream.ops.failures import (
     explain,
     explain_kafka,
     one_line,
+    outage_line,
 )
 from digest_stream.settings import Settings
 from digest_stream.store.errors import LibraryVersionMismatch
@@ -361,6 +362,21 @@ def test_a_redis_refusing_for_a_while_is_named_and_not_fatal(
         failure = explain(given, REDIS)
         assert failure == Failure("refusing", line)
         assert not failure.fatal
+
+
+@pytest.mark.parametrize(("error", "line"), REFUSING_CASES)
+def test_a_running_role_names_a_refusing_redis_and_what_ends_it(
+    error: redis.RedisError, line: str
+) -> None:
+    assert outage_line(raised(error), REDIS) == line
+
+
+def test_a_running_role_keeps_a_lost_connections_own_text() -> None:
+    # Mid-run a reset is an outage: the start's hint ("is this a TLS port?") would mislead.
+    reset = raised(_connection_error("Connection reset by peer", ConnectionResetError(104)))
+    assert outage_line(reset, REDIS).startswith("Redis unreachable or refusing (")
+    assert "TLS" not in outage_line(reset, REDIS)
+    assert outage_line(None, REDIS) == "Redis unreachable or refusing (?)"
 
 
 def test_the_cluster_clients_wrapped_error_is_explained_by_its_cause() -> None:
