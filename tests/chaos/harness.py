@@ -917,6 +917,14 @@ class Services:
 # --------------------------------------------------------------------------- own servers
 
 
+#: What the service's log says of each refusal while it waits (ops/failures/store.py).
+REFUSING_CAUSE = {
+    "OOM": "is out of memory and refuses writes",
+    "READONLY": "is a read-only replica",
+    "BUSY": "is busy running a script",
+}
+
+
 class OwnRedis:
     """A redis-server of our own (RDB in a temp dir), for scenarios that kill or roll it back."""
 

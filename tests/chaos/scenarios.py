@@ -33,6 +33,7 @@ from digest_stream.wire import codec, control
 from digest_stream.wire.models import Event
 from tests.chaos.harness import (
     CHAOS_KAFKA_CONFIG,
+    REFUSING_CAUSE,
     Accounting,
     CommitWatcher,
     DeadLetterLog,
@@ -939,14 +940,6 @@ def acl_capacity(settings: Settings, size: Size, admin_settings: Settings | None
 
 
 # --------------------------------------------------------------------------- 11 Redis refusing
-
-
-#: What the service's log says of each refusal while it waits (ops/failures/store.py).
-REFUSING_CAUSE = {
-    "OOM": "is out of memory and refuses writes",
-    "READONLY": "is a read-only replica",
-    "BUSY": "is busy running a script",
-}
 
 
 def redis_refusing(

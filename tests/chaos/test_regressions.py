@@ -10,6 +10,7 @@ from confluent_kafka import Producer
 from digest_stream.wire import codec
 from digest_stream.wire.models import ScheduleEntry, ScheduleReason
 from tests.chaos.harness import (
+    REFUSING_CAUSE,
     OwnRedis,
     Services,
     SettingsFactory,
@@ -170,7 +171,8 @@ def test_a_refusing_redis_pauses_the_service_instead_of_stopping_it(
             during = send_events(settings, timelines)
 
             def noticed() -> bool:
-                return service.popen.poll() is not None or "refusing" in service.log()
+                # the cause named, as a running role logs it (ops/failures: outage_line)
+                return service.popen.poll() is not None or REFUSING_CAUSE[kind] in service.log()
 
             wait_until(noticed, 30, f"the service to meet the {kind} replies")
             # Observe a window (asserting something does *not* happen): a stopped role takes
