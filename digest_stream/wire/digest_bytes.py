@@ -30,6 +30,10 @@ _REASON_BYTES: Final = {reason: b"\x02" + _long(index) for reason, index in REAS
 # A record's tail, then the array's end (an empty array is that byte alone: never published).
 _LAST_RECORD_END: Final = _PLAIN_RECORD_TAIL + b"\x00"
 
+# A delivery batch's digests share their opened_at and next_delivery_at (one clock reading,
+# one policy): each is encoded once per batch, even when the tails around them differ.
+_shared_long = lru_cache(maxsize=64)(_long)
+
 
 def _string(value: str) -> bytes:
     raw = value.encode("utf-8")
@@ -41,9 +45,10 @@ def _optional(value: int | None) -> bytes:
     return b"\x00" if value is None else b"\x02" + _long(value)
 
 
-# The digest's fields after its records' time span: a batch's digests share them (one clock
-# reading, one policy, a leading digest's one record and nothing dropped), so each distinct
-# tail is encoded once, not once per digest.
+# The digest's fields after its records' time span: the leading digests of a batch share
+# all of them (one clock reading, one policy, one record, nothing dropped), so each distinct
+# tail is encoded once; a tail of its own (delivery's totals vary) still finds its times
+# encoded (_shared_long).
 @lru_cache(maxsize=64)
 def _tail(
     dropped: int,
@@ -55,11 +60,11 @@ def _tail(
     return b"".join(
         (
             _long(dropped),
-            _long(opened_at),
+            _shared_long(opened_at),
             b"\x02\x02",  # part 1 of 1
             b"\x00" if reason is None else _REASON_BYTES[reason],
             _optional(total),
-            _optional(next_delivery_at),
+            b"\x00" if next_delivery_at is None else b"\x02" + _shared_long(next_delivery_at),
         )
     )
 

@@ -60,12 +60,8 @@ class AvroFormat:
         timestamps: list[int] = []
         carried: list[list[Header]] = []
         for stored in records:
-            event = stored.payload
             try:
-                if event.startswith(envelope.MAGIC):  # carried headers in front (unwrap's test)
-                    headers, event = envelope.unwrap(event)
-                    if headers:
-                        carried.append(headers)
+                headers, event = envelope.unwrap(stored.payload)
                 if checked:  # the event's milliseconds, as the ingest divided them
                     timestamps.append(round(stored.timestamp * 1000))
                 else:
@@ -73,6 +69,8 @@ class AvroFormat:
             except ValueError:
                 return None  # the models path says which and counts it lost
             events.append(event)
+            if headers:
+                carried.append(headers)
         digest_id, timeline, dropped, opened_at, reason, total, next_at = head  # one unpack
         if not events or dropped > INT_MAX:
             return None  # nothing to publish, or a count the models path refuses loudly

@@ -181,7 +181,7 @@ def test_a_large_timeline_appends_up_to_its_limits_then_becomes_a_hash(
     make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
 ) -> None:
     # The largest inline limit (128 records) with small payloads: appends up to the
-    # timeline's own limit (96 to 128, fixed by its name), then the next record makes it a
+    # timeline's own limit (96 to 128, fixed by its key), then the next record makes it a
     # hash; with larger payloads the value's 8 KiB come first.
     store = make_redis_store(TimelinePolicy(capacity=None), inline_records=128)
     count = 0

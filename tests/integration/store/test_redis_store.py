@@ -257,7 +257,7 @@ def conversion_counts(
 def test_timelines_move_from_inline_to_hash_as_they_grow(
     redis_store: RedisStore, client: RedisClient, namespace: str
 ) -> None:
-    # A timeline's own limit is inline_records (16) less up to a quarter, fixed by its name.
+    # A timeline's own limit is inline_records (16) less up to a quarter, fixed by its key.
     key = timeline_key(tag(namespace), "t")
     limit = conversion_counts(redis_store, client, namespace, ["t"])["t"] - 1
     assert 12 <= limit <= 16

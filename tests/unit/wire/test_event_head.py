@@ -118,7 +118,7 @@ def test_a_writer_schema_takes_the_full_decoder() -> None:
 @pytest.mark.parametrize(
     "timestamp", [0, 1, 2**34 - 1, 2**34, T0, 2**41 - 1, 2**41, 2**48, LONG_MAX]
 )
-def test_timestamps_around_the_six_byte_varint_read_without_a_loop(
+def test_timestamps_around_the_six_byte_varint_take_the_fast_path(
     timestamp: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Milliseconds from mid-1970 to 2039 (2**34 to 2**41) are six-byte varints, read unrolled;
