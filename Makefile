@@ -8,7 +8,15 @@ STAMP := $(VENV)/.installed-stamp
 # every command that needs them.
 STACK_ENV = eval "$$($(BIN)/digest-stream dev env)"
 
-.PHONY: venv lint stack-up stack-down stack-env test test-unit test-quick demo bench bench-quick bench-store chaos clean
+.PHONY: system-deps system-deps-demo venv lint stack-up stack-down stack-env test test-unit test-quick demo bench bench-quick bench-store chaos clean
+
+# The system packages (Java, Maven, Redis, openssl, Prometheus, python3-venv), installed when
+# missing, one line each saying why; where they cannot be installed, one line naming them.
+system-deps:
+	@PYTHON=$(PYTHON) bash scripts/system-deps.sh test
+
+system-deps-demo:
+	@PYTHON=$(PYTHON) bash scripts/system-deps.sh demo
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +31,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-stack-up: venv
+stack-up: system-deps venv
 	$(BIN)/digest-stream dev up --cluster --registry --secure
 
 stack-down: venv
@@ -40,8 +48,9 @@ test-unit: venv
 # Everything: the unit slice first (a failure there stops before the stack starts), lint, then
 # every test that needs the stack. PYTEST_ARGS (a path, -k) select within that last run only;
 # the unit slice always runs whole.
+# The Kafka Streams bench peer is built too, so that its test on the real broker runs, not skips.
 test: UNIT_ARGS =
-test: venv test-unit lint stack-up
+test: system-deps venv test-unit lint bench-peer-kstreams stack-up
 	$(STACK_ENV) && $(BIN)/pytest --ignore=tests/unit $(PYTEST_ARGS)
 
 # Everything but the slow end-to-end/chaos slices, for a quick loop while editing.
@@ -55,7 +64,7 @@ clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
 
 # Brings up (and at the end stops) Kafka and Redis only when no part of the stack was running.
-demo: venv
+demo: system-deps-demo venv
 	bash scripts/demo.sh
 
 # The fault-injection scenarios (about 20 min on 2 cores); figures appended to
