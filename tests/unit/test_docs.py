@@ -41,9 +41,8 @@ def test_every_linked_document_exists_and_has_content() -> None:
             where = f"{source.relative_to(ROOT)} -> {path}"
             if not path.exists():
                 problems.append(f"{where}: missing")
-            elif path.is_file() and path.suffix == ".md":
-                if len(path.read_text().split()) < MIN_WORDS:
-                    problems.append(f"{where}: empty or a stub")
+            elif path.suffix == ".md" and len(path.read_text().split()) < MIN_WORDS:
+                problems.append(f"{where}: empty or a stub")
     assert not problems, "\n".join(problems)
 
 
@@ -72,7 +71,8 @@ def _parametrize_ids(decorator: ast.expr) -> list[str] | None:
             continue
         assert isinstance(value, ast.Call), f"parameter at line {value.lineno} is not literal"
         named = [kw.value for kw in value.keywords if kw.arg == "id"]
-        assert named and isinstance(named[0], ast.Constant), f"pytest.param at {value.lineno}"
+        assert named, f"pytest.param at line {value.lineno} has no id"
+        assert isinstance(named[0], ast.Constant), f"pytest.param at line {value.lineno}"
         ids.append(str(named[0].value))
     return ids
 
