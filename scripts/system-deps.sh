@@ -64,9 +64,18 @@ fi
 
 for line in "${reasons[@]}"; do echo "system-deps: installing $line"; done
 export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -q >/dev/null
+log=$(mktemp -t system-deps.XXXXXX.log)
+apt() {
+  "${sudo[@]}" apt-get "$@" >>"$log" 2>&1 || {
+    echo "system-deps: apt-get $1 failed; its last lines (all of it in $log):" >&2
+    tail -n 5 "$log" >&2
+    exit 1
+  }
+}
+apt update -q
 # Without recommends: prometheus would bring node-exporter, one more service nobody uses.
-"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing_pkgs[@]}" >/dev/null
+apt install -y -q --no-install-recommends "${missing_pkgs[@]}"
+rm -f "$log"
 # Debian's packages may start their own system services; nothing of ours uses them, and the
 # Redis one would take 6379.
 for svc in prometheus redis-server; do

@@ -32,7 +32,10 @@ class PrometheusServer:
     ) -> None:
         binary = shutil.which("prometheus")
         if binary is None:
-            pytest.fail("prometheus is missing: install Debian's `prometheus` package (.ci/run)")
+            pytest.fail(
+                "prometheus is missing: install Debian's `prometheus` package"
+                " (make test installs it: scripts/system-deps.sh)"
+            )
         workdir.mkdir(parents=True, exist_ok=True)
         config = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},

@@ -27,7 +27,10 @@ OPERATIONS = REPO_ROOT / "docs" / "operations.md"
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     if shutil.which("promtool") is None:
-        pytest.fail("promtool is missing: install Debian's `prometheus` package (.ci/run does)")
+        pytest.fail(
+            "promtool is missing: install Debian's `prometheus` package"
+            " (make test installs it: scripts/system-deps.sh)"
+        )
     return subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=60)
 
 
