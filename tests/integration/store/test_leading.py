@@ -252,3 +252,33 @@ def test_a_cancel_in_a_large_batch_rewrites_the_timeline(store: DigestStore) -> 
     result = store.add(0, batch, T0, open_nonce=NONCE)
     assert (result.opened, result.ready, result.cancelled) == ([], ["big"], 1)
     assert len(store.open(0, "big", OTHER, T0).records) == MAX_BATCH_SIZE - 2
+
+
+def at(timeline: str, record_id: str, offset: int) -> NewRecord:
+    """A record at ``offset``, its time and payload from its id."""
+    return NewRecord(timeline, record_id, T0 + int(record_id[1:]), record_id.encode(), offset)
+
+
+@pytest.mark.parametrize(
+    ("batch", "applied"),
+    [
+        ([at("a", "a1", 7), at("a", "a2", 7)], {"a": ["a1"]}),
+        ([at("a", "a1", 7), at("b", "b1", 5), at("b", "b2", 8)], {"a": ["a1"], "b": ["b2"]}),
+        ([at("a", "a1", 7), at("b", "b1", 7), at("b", "b2", 8)], {"a": ["a1"], "b": ["b2"]}),
+    ],
+    ids=["one-offset-twice", "an-offset-behind", "another-timeline-at-one-offset"],
+)
+def test_the_published_leading_digest_is_the_stored_one(
+    store: DigestStore, batch: list[NewRecord], applied: dict[str, list[str]]
+) -> None:
+    """Issue 36, item e: a record at or below an offset the call applied before it is
+    skipped (the running fence; the ingest's Kafka offsets never repeat, the store API's
+    may), and the digest the add hands back must hold exactly what it stored under that id:
+    the add's reply selected the records above the fence found before the call instead."""
+    store.add(0, [rec("x", "x1", 3)], T0)  # a fence below the call's offsets
+    result = store.add(0, batch, T0, open_nonce=NONCE)
+    assert (result.added, result.skipped) == (len(batch) - 1, 1)
+    assert {d.timeline: [r.id for r in d.records] for d in result.opened} == applied
+    for led in result.opened:
+        stored = store.open(0, led.timeline, OTHER, T0 + 1)
+        assert (stored.id, stored.records) == (led.id, led.records)
