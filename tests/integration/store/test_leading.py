@@ -209,11 +209,15 @@ def bulk(timeline: str, count: int, first_offset: int) -> list[NewRecord]:
 @pytest.mark.parametrize(
     ("count", "policy"),
     [
+        # a leading digest is its meta and 3 values per record, packed and read 1,000 values
+        # at a time: exactly one piece, then one value past it
+        (333, TimelinePolicy()),
+        (334, TimelinePolicy()),
         (1_334, TimelinePolicy()),  # the first size the Lua's pack refused
         (DEFAULT_CAPACITY, TimelinePolicy()),  # the capacity: the most a first batch leads
         (MAX_BATCH_SIZE, TimelinePolicy(capacity=None)),  # the largest batch, not capped
     ],
-    ids=["past-the-old-limit", "capacity", "largest-batch"],
+    ids=["one-piece", "two-pieces", "past-the-old-limit", "capacity", "largest-batch"],
 )
 def test_a_large_first_batch_of_one_timeline_leads_one_digest(
     make_store: StoreFactory, count: int, policy: TimelinePolicy
