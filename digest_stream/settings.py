@@ -40,6 +40,10 @@ from digest_stream.wire.partitioner import DEFAULT_PARTITIONER, Partitioner
 ENV_PREFIX = "DIGEST_STREAM_"
 #: Room a digest message needs beside one record: its own fields, the key, carried headers.
 MESSAGE_OVERHEAD_BYTES = 16_384
+#: The largest ``batch_size``: one store call per partition per batch, so it bounds how long
+#: one call holds Redis (a batch this size on one new timeline, led whole, tested on Redis
+#: and the cluster: tests/integration/store/test_leading.py) and a batch's memory.
+MAX_BATCH_SIZE = 10_000
 #: A TimelinePolicy field name in one of its error messages (each is also a setting).
 _POLICY_FIELD = re.compile(r"\b(?:" + "|".join(spec.name for spec in OPTIONS) + r")\b")
 #: A librdkafka property value: confluent-kafka takes strings, numbers and booleans.
@@ -141,7 +145,12 @@ class Settings(BaseSettings):
     )
 
     # -- ingest
-    batch_size: int = Field(1000, ge=1, description="Max events consumed per batch.")
+    batch_size: int = Field(
+        1000,
+        ge=1,
+        le=MAX_BATCH_SIZE,
+        description=f"Max events consumed per batch (at most {MAX_BATCH_SIZE}).",
+    )
     batch_timeout: float = Field(
         0.05,
         ge=0,

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, TopicPartition
 
+from digest_stream.settings import MAX_BATCH_SIZE
 from digest_stream.wire.models import DigestReason
 from tests.support.kafka import send_events
 from tests.support.pipeline import PipelineFactory
 
 N = 40
+#: Events of one new timeline for the largest-batch test (issue 36, item c: 3,000).
+BULK = 3_000
 
 
 def test_new_timelines_come_out_as_immediate_digests_without_schedule_entries(
@@ -71,3 +74,29 @@ def test_new_timelines_come_out_as_immediate_digests_without_schedule_entries(
 def _partitions(consumer: Consumer, topic: str) -> list[TopicPartition]:
     metadata = consumer.list_topics(topic, timeout=10)
     return [TopicPartition(topic, p) for p in metadata.topics[topic].partitions]
+
+
+def test_a_first_batch_of_the_largest_batch_size_on_one_new_timeline_is_published(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    """Issue 36, item c, as a user met it: 3,000 events of one new timeline waiting when the
+    service starts, batch_size at its maximum. The first batch's add failed in the Lua (more
+    records than it could pack as arguments), the role stopped and `digest-stream run` exited
+    1 within 2 s; its replay would fail the same way on any instance."""
+    pipe = pipeline_factory(partitions=1, batch_size=MAX_BATCH_SIZE)
+    # Sent before the service starts: its first batches hold many of them at once.
+    ids = send_events(pipe.settings, "bulk", BULK)
+    service = pipe.process(roles="ingest,scheduler,delivery")
+    out = pipe.output()
+    out.wait_for(
+        lambda: set(ids) <= out.record_ids() or service.popen.poll() is not None,
+        90,
+        "every event published (or the service gone)",
+    )
+    assert service.popen.poll() is None, service.log()[-2000:]
+    assert set(ids) <= out.record_ids()
+    # The leading digest holds the first batch whole: past what the Lua could pack before.
+    first = out.digests[0]
+    assert (first.timeline, first.reason) == ("bulk", DigestReason.IMMEDIATE)
+    assert len(first.records) > 1_333
+    out.close()

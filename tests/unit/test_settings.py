@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from digest_stream.ops.config import describe_error, settings_table
-from digest_stream.settings import Settings, env_name
+from digest_stream.settings import MAX_BATCH_SIZE, Settings, env_name
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.policy import OPTIONS, PolicyOverride, TimelinePolicy
 from tests.support import REPO_ROOT
@@ -58,6 +58,17 @@ def test_invalid_settings_name_the_setting(overrides: dict[str, object], setting
     if "maintenance_timeout" in overrides or "overrides" in overrides:
         for name in ("TTL", "MAINTENANCE_TIMEOUT", "MAINTENANCE_INTERVAL"):
             assert f"DIGEST_STREAM_{name}" in lines[0]
+
+
+def test_batch_size_has_an_upper_bound() -> None:
+    """Issue 36, item c: a batch has no size the store was not tested with (MAX_BATCH_SIZE);
+    above it the service refuses to start, with one line naming the setting and the bound."""
+    assert Settings(batch_size=MAX_BATCH_SIZE).batch_size == MAX_BATCH_SIZE
+    with pytest.raises(ValidationError) as info:
+        Settings.model_validate({"batch_size": MAX_BATCH_SIZE + 1})
+    (line,) = describe_error(info.value)
+    assert "DIGEST_STREAM_BATCH_SIZE" in line
+    assert f"{MAX_BATCH_SIZE}" in line
 
 
 def test_each_policy_option_is_a_setting_with_its_default_and_bounds() -> None:

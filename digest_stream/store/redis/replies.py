@@ -165,14 +165,19 @@ def led_digests(
     nonce: str,
 ) -> list[OpenDigest]:
     """The digests an add led ({timeline, ...}: the k-th one's id is the nonce and k), from
-    the call's own records: those past the fence found, one per id (its first place, its
-    last value), newest first."""
+    the call's own records: those the add applied, one per id (its first place, its last
+    value), newest first."""
     ids = {text(name): leading_id(nonce, number) for number, name in enumerate(led, 1)}
     fence = -1 if fence_before is None else fence_before
     held: dict[str, dict[str, StoredRecord]] = {name: {} for name in ids}
     for timeline, record_id, timestamp, payload, offset, _ in records:
+        # the running fence, as the add applies them (docs/store.md): a record at or below
+        # an offset applied before it in the call is skipped, whatever its timeline
+        if offset <= fence:
+            continue
+        fence = offset
         kept = held.get(timeline)
-        if kept is not None and offset > fence:
+        if kept is not None:
             kept[record_id] = StoredRecord(record_id, float(timestamp), payload)
     digests = []
     for name, digest_id in ids.items():

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from digest_stream.settings import MAX_BATCH_SIZE
 from digest_stream.store import DigestStore, TimelinePolicy
-from digest_stream.store.base import CANCEL_ALL, FLUSH, NewRecord, leading_id
+from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, NewRecord, leading_id
 from digest_stream.store.errors import InvalidArgument
+from digest_stream.store.policy import DEFAULT_CAPACITY
 from tests.support.store import RedisClient, StoreFactory, expire
 
 T0 = 1_700_000_000.0
@@ -194,3 +196,93 @@ def test_bad_arguments_are_refused(store: DigestStore) -> None:
     with pytest.raises(InvalidArgument):
         store.add(0, [rec("a", "a1", 0)], T0, open_nonce="xyz")
     assert store.inspect(0, "a").state == "absent"
+
+
+def bulk(timeline: str, count: int, first_offset: int) -> list[NewRecord]:
+    """``count`` records of one timeline at consecutive offsets, ids and payloads distinct."""
+    return [
+        NewRecord(timeline, f"{timeline}-{i:05d}", T0 + i / 1000, b"payload %05d" % i, offset)
+        for i, offset in enumerate(range(first_offset, first_offset + count))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("count", "policy"),
+    [
+        # a leading digest is its meta and 3 values per record, packed and read 1,000 values
+        # at a time: exactly one piece, then one value past it
+        (333, TimelinePolicy()),
+        (334, TimelinePolicy()),
+        (1_334, TimelinePolicy()),  # the first size the Lua's pack refused
+        (DEFAULT_CAPACITY, TimelinePolicy()),  # the capacity: the most a first batch leads
+        (MAX_BATCH_SIZE, TimelinePolicy(capacity=None)),  # the largest batch, not capped
+    ],
+    ids=["one-piece", "two-pieces", "past-the-old-limit", "capacity", "largest-batch"],
+)
+def test_a_large_first_batch_of_one_timeline_leads_one_digest(
+    make_store: StoreFactory, count: int, policy: TimelinePolicy
+) -> None:
+    """Issue 36, item c: a new timeline's first batch of more records than the Lua could
+    pack as arguments (1,334) refused the whole add halfway through its writes (the earlier
+    timeline written, the fence not), and the replay failed the same way on every instance.
+    No step may take arguments or results that grow with a batch or a timeline."""
+    store = make_store(policy=policy)
+    batch = [rec("before", "b1", 0), *bulk("big", count, 1)]
+    result = store.add(0, batch, T0, open_nonce=NONCE)
+    assert (result.added, result.skipped, result.dropped, result.fence_after) == (
+        count + 1, 0, 0, count,
+    )  # fmt: skip
+    assert [d.timeline for d in result.opened] == ["before", "big"]
+    led = result.opened[1]
+    assert len(led.records) == count
+    assert led.records[0].id == f"big-{count - 1:05d}"  # newest first
+    # The digest stored under its id holds exactly what was published, read back whole.
+    info = store.inspect(0, "big")
+    assert (info.state, info.open_digest, info.open_records) == ("ready", led.id, count)
+    again = store.open(0, "big", OTHER, T0 + 1)
+    assert (again.id, again.records) == (led.id, led.records)
+    assert store.close(0, "big", led.id, T0 + 2)
+    # Records of a second large batch behind the closed digest are a digest of their own.
+    later = store.add(0, bulk("big", count, count + 1), T0 + 3, open_nonce="1" * 24)
+    assert (later.added, later.opened) == (count, [])
+    store.schedule(0, T0 + 3 + 1800)
+    assert len(store.open(0, "big", OTHER, T0 + 1803).records) == count
+
+
+def test_a_cancel_in_a_large_batch_rewrites_the_timeline(store: DigestStore) -> None:
+    """The same limit on the paths that rewrite a container whole (a cancel among the
+    records: no leading edge, the batch's records read back and written again)."""
+    batch = [*bulk("big", MAX_BATCH_SIZE - 1, 0), rec("big", "big-00000", MAX_BATCH_SIZE, CANCEL)]
+    result = store.add(0, batch, T0, open_nonce=NONCE)
+    assert (result.opened, result.ready, result.cancelled) == ([], ["big"], 1)
+    assert len(store.open(0, "big", OTHER, T0).records) == MAX_BATCH_SIZE - 2
+
+
+def at(timeline: str, record_id: str, offset: int) -> NewRecord:
+    """A record at ``offset``, its time and payload from its id."""
+    return NewRecord(timeline, record_id, T0 + int(record_id[1:]), record_id.encode(), offset)
+
+
+@pytest.mark.parametrize(
+    ("batch", "applied"),
+    [
+        ([at("a", "a1", 7), at("a", "a2", 7)], {"a": ["a1"]}),
+        ([at("a", "a1", 7), at("b", "b1", 5), at("b", "b2", 8)], {"a": ["a1"], "b": ["b2"]}),
+        ([at("a", "a1", 7), at("b", "b1", 7), at("b", "b2", 8)], {"a": ["a1"], "b": ["b2"]}),
+    ],
+    ids=["one-offset-twice", "an-offset-behind", "another-timeline-at-one-offset"],
+)
+def test_the_published_leading_digest_is_the_stored_one(
+    store: DigestStore, batch: list[NewRecord], applied: dict[str, list[str]]
+) -> None:
+    """Issue 36, item e: a record at or below an offset the call applied before it is
+    skipped (the running fence; the ingest's Kafka offsets never repeat, the store API's
+    may), and the digest the add hands back must hold exactly what it stored under that id:
+    the add's reply selected the records above the fence found before the call instead."""
+    store.add(0, [rec("x", "x1", 3)], T0)  # a fence below the call's offsets
+    result = store.add(0, batch, T0, open_nonce=NONCE)
+    assert (result.added, result.skipped) == (len(batch) - 1, 1)
+    assert {d.timeline: [r.id for r in d.records] for d in result.opened} == applied
+    for led in result.opened:
+        stored = store.open(0, led.timeline, OTHER, T0 + 1)
+        assert (stored.id, stored.records) == (led.id, led.records)

@@ -13,12 +13,12 @@
 -- per-record index (sorted set) is kept at all; large sets of records are ordered by
 -- Redis itself in the scratch zset, never by a Lua comparator.
 -- This part reads them (container_writes.lua writes them).
--- Holds: META, INLINE_MAX_BYTES, HEAD_READ, container_kind, pack_values, decode_inline,
---   without_superseded, encode_inline, read_container, inline_head, read_meta,
+-- Holds: META, INLINE_MAX_BYTES, HEAD_READ, container_kind, pack_values, unpack_all,
+--   decode_inline, without_superseded, encode_inline, read_container, inline_head, read_meta,
 --   HEAD_READ_FIRST, HEAD_READ_LAST, prefix_head, read_head,
 --   inline_blob, record_count, hash_record_count, holds_no_records, held_count.
 -- Needs: invalid_state (guards); decode_field, format_timeline_meta, parse_timeline_meta
---   (encoding).
+--   (encoding); UNPACK_CHUNK (helpers).
 
 -- The meta field name: record ids must be non-empty, so "" never collides.
 local META = ''
@@ -49,18 +49,37 @@ local function pack_values(...)
     return {n = select('#', ...), ...}
 end
 
+-- Every value of a msgpack string, values[2..n] (values[1]: unpack_limit's offset), read
+-- UNPACK_CHUNK at a time: each value is a Lua stack slot of the call that returns it, and a
+-- leading digest holds 3 per record of a whole first batch (cmsgpack.unpack of 10,000
+-- records overflowed the stack: "too many results to unpack").
+local function unpack_all(blob)
+    local values = pack_values(cmsgpack.unpack_limit(blob, UNPACK_CHUNK, 0))
+    local offset, n = values[1], values.n
+    while offset >= 0 do
+        local more = pack_values(cmsgpack.unpack_limit(blob, UNPACK_CHUNK, offset))
+        offset = more[1]
+        for i = 2, more.n do
+            values[n + i - 1] = more[i]
+        end
+        n = n + more.n - 1
+    end
+    values.n = n
+    return values
+end
+
 -- Returns the meta, the records, how many entries were unreadable and how many an entry
 -- of the same id later in the value superseded: the later one is the record (at the
 -- earlier one's place), as if it had overwritten it (append_inline appends it instead).
 local function decode_inline(blob)
-    local ok, values = pcall(function() return pack_values(cmsgpack.unpack(blob)) end)
+    local ok, values = pcall(unpack_all, blob)
     local records, damaged, superseded = {}, 0, 0
-    if not ok or type(values[1]) ~= 'string' then
+    if not ok or type(values[2]) ~= 'string' then
         -- Unreadable as a whole: nothing can be recovered or counted.
         return nil, records, damaged, superseded
     end
     local position = {}
-    for i = 2, values.n, 3 do
+    for i = 3, values.n, 3 do
         local id, timestamp, payload = values[i], values[i + 1], values[i + 2]
         if type(id) == 'string' and #id > 0 and type(timestamp) == 'number'
                 and type(payload) == 'string' then
@@ -77,7 +96,7 @@ local function decode_inline(blob)
             damaged = damaged + 1
         end
     end
-    return values[1], records, damaged, superseded
+    return values[2], records, damaged, superseded
 end
 
 -- A timeline meta whose written count leaves out `superseded` entries (decode_inline):
@@ -91,6 +110,10 @@ local function without_superseded(raw, superseded)
     return format_timeline_meta(meta)
 end
 
+-- cmsgpack.pack(meta, id1, ts1, payload1, ...), packed UNPACK_CHUNK values at a time: the
+-- values of one pack are the arguments of a call (and pack needs as many slots again), which
+-- a leading digest of a whole first batch outgrew (1,334 records: "Too many arguments for
+-- MessagePack pack"). The packs of consecutive values joined are the pack of them all.
 local function encode_inline(meta, records)
     local values = {meta}
     for _, record in ipairs(records) do
@@ -98,7 +121,16 @@ local function encode_inline(meta, records)
         values[#values + 1] = record.timestamp
         values[#values + 1] = record.payload
     end
-    return cmsgpack.pack(unpack(values))
+    local count = #values
+    if count <= UNPACK_CHUNK then
+        return cmsgpack.pack(unpack(values))
+    end
+    local parts = {}
+    for first = 1, count, UNPACK_CHUNK do
+        parts[#parts + 1] = cmsgpack.pack(unpack(values, first,
+            math.min(first + UNPACK_CHUNK - 1, count)))
+    end
+    return table.concat(parts)
 end
 
 local function read_container(key, known_kind)

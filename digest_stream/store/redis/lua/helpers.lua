@@ -6,8 +6,9 @@
 -- Needs: invalid_state (guards); fence_key, ready_key, scratch_key, waiting_key (keys);
 --   format_float, format_integer, ttl_ms (encoding).
 
--- Redis caps the number of Lua stack slots unpack() may use; chunk below it.
--- Even, so no chunk splits a field/value or score/member pair (HSET, ZADD).
+-- Redis caps the number of Lua stack slots unpack() may use (and cmsgpack's pack and unpack:
+-- each value one slot); chunk below it. Even, so no chunk splits a field/value or
+-- score/member pair (HSET, ZADD).
 local UNPACK_CHUNK = 1000
 
 -- Ordering -------------------------------------------------------------------
