@@ -38,6 +38,11 @@ def _demo(tmp_path: Path, status: str, produce: float = 0.0) -> subprocess.Popen
         "STUB_PRODUCE": str(produce),
         "DEMO_SECONDS": "1",
     }
+    # A test run started in the background of a shell without job control (`make test &`)
+    # inherits SIGINT ignored, which the demo would inherit too, and bash cannot trap a signal
+    # ignored on entry. A handled signal is reset to its default on exec: handle it here.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Its own session: a Ctrl-C reaches the whole foreground group, as from a terminal.
     return subprocess.Popen(
         ["bash", str(REPO_ROOT / "scripts" / "demo.sh")],
