@@ -1,8 +1,8 @@
 """An upgrade over the state each library still in use wrote (issue 36): the fixtures under
 upgrade/ were written by the old code itself (upgrade/capture.py says how), this test only
 restores them into Redis (single node and cluster) and runs the current library over them as
-the service does: the take-over, maintenance, schedule, delivery's open and close, until
-nothing is due. Every record the old library stored is accounted for: published in a digest,
+the service does: the service's own scheduler (its take-over, maintenance and schedule
+ticks), and delivery's open and close of what it announced, until nothing is due. Every record the old library stored is accounted for: published in a digest,
 or reported (a capacity drop); none is lost, none reported expired (docs/store.md, Upgrades).
 """
 
@@ -11,22 +11,28 @@ from __future__ import annotations
 import base64
 import json
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from digest_stream.clock import ManualClock
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
+from digest_stream.settings import Settings
 from digest_stream.store import Fence, InvalidState, RedisStore, TimelinePolicy
 from digest_stream.store.policy import PolicyResolver
+from digest_stream.wire.models import ScheduleReason
 from tests.integration.store.upgrade import capture
 from tests.support.store import RedisClient, tag_keys
 
 FIXTURES = sorted((Path(__file__).parent / "upgrade").glob("lib*.json"))
-#: The service's defaults: the scheduler's maintenance_timeout, and a tick of fake time.
-MAINTENANCE_TIMEOUT = 300.0
-TICK = 30.0
+#: The scheduler's default maintenance_timeout, and a tick of fake time (its default
+#: maintenance_interval: every tick runs maintenance).
+MAINTENANCE_TIMEOUT = Settings().maintenance_timeout
+TICK = Settings().maintenance_interval
 #: Long enough for every cool-down (300 s), maximum delay (1800 s) and calendar fire (10 min)
 #: the fixtures hold to come due, and for what they make due in turn.
 RUN_FOR = 2 * 3600.0
@@ -81,46 +87,59 @@ class Delivered:
     expired: list[tuple[int, str, str]] = field(default_factory=list)
 
 
+class Announcements(ScheduleEmitter):
+    """The scheduler's emitter with the schedule topic left out: the announced timelines, in
+    order, for the test's delivery to open (what delivery reads from the topic)."""
+
+    def __init__(self) -> None:
+        self.timelines: dict[tuple[int, str], None] = {}
+
+    def emit(
+        self, partition: int, timelines: Iterable[tuple[str, float]], reason: ScheduleReason
+    ) -> int:
+        """Keeps each announced timeline (once until delivered)."""
+        before = len(self.timelines)
+        self.timelines |= dict.fromkeys((partition, timeline) for timeline, _ in timelines)
+        return len(self.timelines) - before
+
+    def retry_refused(self) -> int:
+        """Nothing is ever refused here."""
+        return 0
+
+
 def run_service(
     store: RedisStore, partitions: list[int], start: float, new_id: Callable[[], str]
 ) -> Delivered:
-    """The scheduler and delivery over fake time: a take-over first (every READY timeline
-    announced again), then a tick every TICK seconds with maintenance and schedule, each
-    announced timeline opened and, its publish acknowledged at once, closed."""
+    """The service over fake time: the scheduler (the service's own, with its default
+    settings) takes the partitions over and ticks every TICK seconds; delivery opens each
+    timeline it announced and, the publish acknowledged at once, closes it."""
     out = Delivered()
-    now = start
-    taken_over = True
-    while now < start + RUN_FOR:
-        for partition in partitions:
-            announced: dict[str, None] = {}
-            deadline = now + 1.0 if taken_over else now - MAINTENANCE_TIMEOUT
-            more = True
-            while more:
-                back = store.maintenance(partition, deadline, now)
-                announced |= dict.fromkeys(item.timeline for item in back)
-                more = back.more
-            more = True
-            while more:
-                due = store.schedule(partition, now)
-                announced |= dict.fromkeys(item.timeline for item in due)
-                more = due.more
-            targets = [(partition, timeline, new_id()) for timeline in announced]
-            opened = store.open_many(targets, now)
-            closes = []
-            for digest in opened:
-                if isinstance(digest, InvalidState):
-                    continue  # announced twice: the first open took it
-                timeline = digest.timeline
-                out.digests[(partition, timeline)].append(digest.id)
-                out.dropped[(partition, timeline)] += digest.dropped
-                if digest.expired:
-                    out.expired.append((partition, timeline, digest.id))
-                for record in digest.records:
-                    out.records[(partition, timeline, record.id)].append(digest.id)
-                closes.append((partition, timeline, digest.id))
-            assert all(store.close_many(closes, now)), closes
-        taken_over = False
-        now += TICK
+    clock = ManualClock(start)
+    elapsed = [0.0]
+    announced = Announcements()
+    scheduler = Scheduler(Settings(), store, announced, clock, Metrics(), timer=lambda: elapsed[0])
+    scheduler.take_over(partitions)
+    while clock.now() < start + RUN_FOR:
+        scheduler.tick(partitions)
+        targets = [(p, timeline, new_id()) for p, timeline in announced.timelines]
+        announced.timelines.clear()
+        closes = []
+        for digest, (partition, _, _) in zip(
+            store.open_many(targets, clock.now()), targets, strict=True
+        ):
+            if isinstance(digest, InvalidState):
+                continue  # announced twice: the first open took it
+            timeline = digest.timeline
+            out.digests[(partition, timeline)].append(digest.id)
+            out.dropped[(partition, timeline)] += digest.dropped
+            if digest.expired:
+                out.expired.append((partition, timeline, digest.id))
+            for record in digest.records:
+                out.records[(partition, timeline, record.id)].append(digest.id)
+            closes.append((partition, timeline, digest.id))
+        assert all(store.close_many(closes, clock.now())), closes
+        clock.advance(TICK)
+        elapsed[0] += TICK
     return out
 
 
