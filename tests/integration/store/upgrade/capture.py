@@ -183,6 +183,11 @@ class Scenario:
         for due in store.schedule(0, t - 2600):
             self.flying(0, due.timeline, store.open(0, due.timeline, self.new_id(), t - 2600).id)
         self.flying(0, "lead-two", first)
+        # A leading digest never acknowledged, records since, and its timeline READY again (18:
+        # due after its cool-down and scheduled, not opened: delivery down).
+        self.flying(1, "lead-ready", self.lead(1, "lead-ready", ["z-1"], t - 1000))
+        self.add(1, "lead-ready", ["z-2"], t - 990, lead=True)
+        store.schedule(1, t - 600)
         # Delivered once, then records (below): WAITING with records pending.
         self.add(0, "waiting", ["w-1"], t - 1000, lead=False)
         digest = store.open(0, "waiting", self.new_id(), t - 999)
