@@ -5,11 +5,13 @@ How the fixtures were made (run from the repository root, with redis-server on P
     python tests/integration/store/upgrade/capture.py
 
 For each library in LIBRARIES this checks out its last commit in a temporary git worktree,
-starts a throwaway redis-server, runs SCENARIO with THAT commit's store (this file is run
-again with the old tree first on PYTHONPATH: the old RedisStore loads the old Lua library),
-and writes every key of the namespace, by type and with its TTL, to ``lib<N>.json`` beside
-this file, with the records the scenario added and what each one is due (MANIFEST below).
-The old library is loaded into that throwaway Redis only, never into a shared one.
+starts a throwaway redis-server, runs ``Scenario.run`` with THAT commit's store (this file is
+run again with the old tree first on PYTHONPATH: the old RedisStore loads the old Lua
+library), and writes every key of the namespace, by type and with its TTL, to ``lib<N>.json``
+beside this file, with the records the scenario added and what each one is due after the
+upgrade (``expect``: ``deliver``, ``delivered`` before it, ``dropped`` by capacity), and the
+digests in flight. The old library is loaded into that throwaway Redis only, never into a
+shared one. Arguments: library numbers (default: all of LIBRARIES).
 
 This file imports nothing from tests/ and only what every old library's
 ``digest_stream.store`` has: it runs under each of them.
@@ -114,7 +116,6 @@ class Scenario:
         at: float,
         *,
         lead: bool,
-        expect: str = "deliver",
     ) -> Any:
         """Records added at ``at`` (with the leading edge when the library has one)."""
         from digest_stream.store import NewRecord
@@ -130,7 +131,7 @@ class Scenario:
                     "timeline": timeline,
                     "id": record_id,
                     "offset": self.offset,
-                    "expect": expect,
+                    "expect": "deliver",
                 }
             )
         options: dict[str, Any] = {}
@@ -159,9 +160,8 @@ class Scenario:
 
     def acknowledged(self, partition: int, timeline: str, digest_id: str, at: float) -> None:
         """The broker acknowledged a leading digest: 18 settles it, the others close it."""
-        if hasattr(self.store, "settle") and self.store.settle(partition, [digest_id]) == [True]:
-            pass
-        else:
+        settled = hasattr(self.store, "settle") and self.store.settle(partition, [digest_id])
+        if settled != [True]:
             assert self.store.close(partition, timeline, digest_id, at)
         self.expect(partition, timeline, "delivered")
 
@@ -183,16 +183,16 @@ class Scenario:
         for due in store.schedule(0, t - 2600):
             self.flying(0, due.timeline, store.open(0, due.timeline, self.new_id(), t - 2600).id)
         self.flying(0, "lead-two", first)
-        # A leading digest never acknowledged, records since, and its timeline READY again (18:
-        # due after its cool-down and scheduled, not opened: delivery down).
-        self.flying(1, "lead-ready", self.lead(1, "lead-ready", ["z-1"], t - 1000))
-        self.add(1, "lead-ready", ["z-2"], t - 990, lead=True)
-        store.schedule(1, t - 600)
         # Delivered once, then records (below): WAITING with records pending.
         self.add(0, "waiting", ["w-1"], t - 1000, lead=False)
         digest = store.open(0, "waiting", self.new_id(), t - 999)
         assert store.close(0, "waiting", digest.id, t - 998)
         self.expect(0, "waiting", "delivered")
+        # A leading digest never acknowledged, records since, and its timeline READY again (18:
+        # due after its cool-down and scheduled, not opened: delivery down).
+        self.flying(1, "lead-ready", self.lead(1, "lead-ready", ["z-1"], t - 997))
+        self.add(1, "lead-ready", ["z-2"], t - 990, lead=True)
+        store.schedule(1, t - 600)
         # A digest delivery opened and never closed (killed), a record waiting behind it.
         self.add(0, "open", ["o-1"], t - 500, lead=False)
         self.flying(0, "open", store.open(0, "open", self.new_id(), t - 400).id)
