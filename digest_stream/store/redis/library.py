@@ -41,6 +41,7 @@ PARTS = (
     "controls",
     "digests",
     "leading",
+    "upgrades",
     "add_args",
     "add",
 )

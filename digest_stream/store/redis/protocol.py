@@ -28,6 +28,9 @@ KEY_SUFFIXES = {
     "timeline": "t",  # record container (lua/containers.lua): pending records + meta
     "digest": "d",  # record container of the open digest, same encodings
     "scratch": "s",  # zset that exists only inside one call: Redis sorts large digests in it
+    # hash library 18 kept leading digests in flight in: only read to be migrated and removed
+    # (lua/upgrades.lua; docs/store.md, Upgrades)
+    "leading": "l",
 }
 #: Keys that name a timeline (``T:<suffix>:<timeline>``); the others are the partition's.
 TIMELINE_KEYS = ("timeline", "digest")

@@ -15,6 +15,8 @@
 --   T:t:<tl>   record container: the timeline's pending records and its meta
 --   T:d:<tl>   record container: the open digest's records and its meta
 --   T:s        zset    scratch: exists only inside one call (sort_records)
+--   T:l        hash    written by library 18 only (its leading digests in flight): read
+--                      once to be migrated, then deleted (upgrades.lua)
 --
 -- Holds: tag_of, WAITING_SUFFIX, READY_SUFFIX, FENCE_SUFFIX, SCRATCH_SUFFIX, TIMELINE_INFIX,
 --   DIGEST_INFIX, waiting_key, scratch_key, ready_key, fence_key, timeline_key, digest_key,

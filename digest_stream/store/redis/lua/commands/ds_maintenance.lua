@@ -4,7 +4,8 @@
 -- Reply: moved, more
 -- Needs: DUE_REPLY, MAX_SLICE (Python); parse_integer, parse_time, parse_ttl (guards);
 --   call_tag, digest_key, ready_key, timeline_key, waiting_key (keys); format_float, ttl_ms
---   (encoding); extend_ttl, move_range, refresh_partition_ttl (helpers).
+--   (encoding); extend_ttl, move_range, refresh_partition_ttl (helpers);
+--   adopt_leading_18 (upgrades).
 --
 -- Reply: moved: {timeline, ready_since, ...}, up to `limit` timelines READY since before
 -- `deadline` moved back to WAITING (due = ready_since), so the next schedule tick hands them
@@ -16,6 +17,7 @@ local function maintenance(keys, args)
     parse_time(args[2], 'now')
     local partition_ttl = parse_ttl(args[3])
     local limit = parse_integer(args[4], 'limit', 1, MAX_SLICE)
+    adopt_leading_18(tag, partition_ttl)
     local moved, more = move_range(ready_key(tag), waiting_key(tag),
         '(' .. format_float(deadline), function(score) return score end, limit)
     -- A timeline re-announced here is one nobody delivered (delivery down or behind):
