@@ -149,6 +149,7 @@ def _attempt(item: Pending) -> Callable[[KafkaError | None, Message], None]:
     """Start a new attempt of ``item`` (its errors and acks start over); its parts' delivery
     report, which ignores an earlier attempt's late reports."""
     item.errors.clear()
+    item.refused = False
     item.waiting = len(item.parts)
     item.attempt += 1
     attempt = item.attempt
@@ -157,7 +158,7 @@ def _attempt(item: Pending) -> Callable[[KafkaError | None, Message], None]:
         if item.attempt != attempt:
             return  # an earlier attempt's late report: this attempt's parts decide
         if error is not None:
-            item.errors.append(str(error))
+            item.failed(error, str(error))
         else:
             item.waiting -= 1
 
