@@ -5,9 +5,10 @@ delivery's own is what happens when the broker does not take one: it is produced
 capped backoff, and after ``max_attempts`` its schedule entry goes to the DLQ with the reason
 while the digest stays open for maintenance to try again (its records are never dropped here).
 A digest the broker refuses for good (too large for the topic: ``PERMANENT_ERRORS``) could
-only ever be refused again, and would hold its timeline behind it for ever: its entry goes to
-the DLQ at once (``publish-refused``, naming its records) and the digest is closed unpublished,
-its records counted lost, so the timeline goes on.
+only ever be refused again, and would hold its timeline behind it for ever: once it is refused
+so on its own too (a refusal fails the whole record batch it was in, whichever message was too
+large), its entry goes to the DLQ at once (``publish-refused``, naming its records) and the
+digest is closed unpublished, its records counted lost, so the timeline goes on.
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ class Retries:
                 log.warning("%d messages unacknowledged after %.0fs", unacked, PUBLISH_TIMEOUT)
             # Each part's report says whether it was taken; one unanswered is tried again
             # (a repeat carries the same digest id).
+            for item in todo:
+                if item.refused and not item.alone:
+                    # Refused with the record batch it was in, perhaps for another digest's
+                    # size: tried once alone before it is taken for one that cannot go.
+                    self._publisher.produce_alone(item, PUBLISH_TIMEOUT)
             published += [item for item in todo if item.acknowledged]
             for item in todo:
                 if item.refused and not item.acknowledged:

@@ -44,6 +44,7 @@ class Pending:
     waiting: int = 0  # this attempt's parts not acknowledged yet
     attempt: int = 0  # attempts made (produce)
     refused: bool = False  # a part of this attempt was refused for good (PERMANENT_ERRORS)
+    alone: bool = False  # this attempt put each part in a record batch of its own
 
     @property
     def acknowledged(self) -> bool:
@@ -64,10 +65,12 @@ def produce_parts(
     item: Pending,
     frame: Callable[[bytes], bytes],
     on_delivery: Callable[[KafkaError | None, Message], None],
+    each: Callable[[], object] | None = None,
 ) -> bool:
-    """Produce a digest's parts (keyed by its timeline, each with the carried headers);
-    whether it waited for room. A part refused at once (too large, say) fails the attempt:
-    its error goes to ``item.errors`` and the parts after it are not produced."""
+    """Produce a digest's parts (keyed by its timeline, each with the carried headers),
+    calling ``each`` after each part; whether it waited for room. A part refused at once (too
+    large, say) fails the attempt: its error goes to ``item.errors`` and the parts after it
+    are not produced."""
     key = item.digest.timeline.encode()
     waited = False
     for number, part in enumerate(item.parts, 1):
@@ -91,6 +94,8 @@ def produce_parts(
             )
             log.error("digest %s of %s: %s", item.digest.id, item.digest.timeline, item.errors[-1])
             break
+        if each is not None:
+            each()
     return waited
 
 

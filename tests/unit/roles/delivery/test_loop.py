@@ -22,6 +22,7 @@ from tests.unit.roles.delivery.rig import (
     SCHEDULE,
     FlakyStore,
     entry,
+    one_each,
     ready,
     rig,
     settings_for,
@@ -198,11 +199,34 @@ def test_an_output_the_producer_refuses_for_good_is_dead_lettered_and_closed() -
     assert consumer.committed_offsets == {0: 1}
 
 
+def test_a_digest_refused_with_the_batch_it_was_in_is_tried_alone_before_it_is_given_up() -> None:
+    # The broker refuses a record batch as a whole, and librdkafka fails every message of it:
+    # t2 came back MSG_SIZE_TOO_LARGE only for t1's size. Alone, t1 is refused again, t2 goes.
+    store = MemoryStore()
+    settings = settings_for(dlq_topic="dlq", max_attempts=5)
+    consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
+    producer.refuse_next, producer.refuse_with = 3, KafkaError.MSG_SIZE_TOO_LARGE
+    delivery = started(settings, store, consumer, producer, metrics)
+    one_each(store, ["t1", "t2"])
+    entry(consumer, "t1", 0)
+    entry(consumer, "t2", 1)
+    assert delivery.step() == 1
+    producer.flush()
+    ((key, _),) = producer.on(OUTPUT)
+    assert key == b"t2"
+    (dead,) = producer.on("dlq")
+    assert dead[0] == b"t1"
+    assert [t for t, _, _ in producer.refused] == [OUTPUT] * 3  # the batch, then t1 alone
+    assert metrics.value("digest_events_dropped_total", reason="refused") == 1
+    assert metrics.value("digest_publish_retries_total") == 0
+    assert consumer.committed_offsets == {0: 2}
+
+
 def test_a_digest_the_broker_refuses_for_good_is_closed_and_the_timeline_goes_on() -> None:
     store = MemoryStore()
     settings = settings_for(dlq_topic="dlq", max_attempts=5, minimum_delay=0.0)
     consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
-    producer.refuse_next, producer.refuse_with = 1, KafkaError.MSG_SIZE_TOO_LARGE
+    producer.refuse_next, producer.refuse_with = 2, KafkaError.MSG_SIZE_TOO_LARGE  # and alone
     delivery = started(settings, store, consumer, producer, metrics)
     ready(store, "t1", 1)
     entry(consumer, "t1", 0)
