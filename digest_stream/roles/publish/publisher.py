@@ -11,6 +11,7 @@ ingest hands it to delivery with an announcement (the digest stays open, same id
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -134,9 +135,9 @@ class DigestPublisher:
         producer = self._producer
         producer.flush(timeout)  # nothing of another digest queued beside its first part
         topic = self._settings.output_topic
-        produce_parts(
-            producer, topic, item, self._format.frame, on_delivery, lambda: producer.flush(timeout)
-        )
+        each = functools.partial(producer.flush, timeout)
+        if produce_parts(producer, topic, item, self._format.frame, on_delivery, each):
+            self._queue_full.inc()
 
     def produce_many(self, items: Sequence[Pending]) -> None:
         """``produce`` for each of ``items``: those of one part without headers (nearly every
