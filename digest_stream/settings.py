@@ -290,7 +290,9 @@ def check_sizes(settings: Settings) -> None:
     # carried headers; otherwise a digest holding it could never be published.
     room = settings.max_message_bytes - MESSAGE_OVERHEAD_BYTES
     if settings.output_format == "json":
-        # JSON carries a payload in base64: 4 bytes for every 3.
+        # JSON carries a payload in base64: 4 bytes for every 3. Its escapes (six bytes for a
+        # control character) no limit on the Avro size can allow for: the ingest measures an
+        # event's real JSON and refuses one over the room (roles/ingest/check.py).
         room = room * 3 // 4
     if settings.max_event_bytes > room:
         raise ValueError(

@@ -19,7 +19,7 @@ _SIZE_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 1000, 10_000)
 
 #: Known label values. Each starts at 0, so its series exists before the first event and
 #: Prometheus' increase()/rate() count that first event (a series born at 1 shows no increase).
-DROP_REASONS = ("capacity", "max_age", "missing_payload", "cancelled")
+DROP_REASONS = ("capacity", "max_age", "missing_payload", "cancelled", "refused")
 REPLAY_CAUSES = ("fence_behind", "state_loss", "topic_changed", "offset_reset")
 DEAD_LETTER_REASONS = (
     "missing-key",
@@ -28,6 +28,7 @@ DEAD_LETTER_REASONS = (
     "oversize",
     "invalid-id",
     "publish-failed",
+    "publish-refused",
     *DECODE_REASONS,
 )
 SCHEDULE_REASONS = tuple(reason.value for reason in ScheduleReason)
@@ -50,7 +51,7 @@ class Metrics:
         )
         self.events_dropped = Counter(
             "digest_events_dropped",
-            "Events dropped, by reason (capacity, max_age, missing_payload, cancelled).",
+            "Events dropped, by reason (capacity, max_age, missing_payload, cancelled, refused).",
             ["reason"],
             registry=r,
         )

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer
 from digest_stream.wire import codec
 from digest_stream.wire.models import ScheduleReason
 from tests.support import unique, wait_until
-from tests.support.kafka import TopicFactory, send_events
+from tests.support.kafka import send_events
 from tests.support.pipeline import PipelineFactory
 
 
@@ -104,17 +104,19 @@ def test_heavy_distinct_baggage_does_not_push_the_shared_traceparent_off_a_diges
 
 
 def test_publish_failures_retry_then_dead_letter_and_the_digest_stays_open(
-    pipeline_factory: PipelineFactory, topic_factory: TopicFactory
+    pipeline_factory: PipelineFactory,
 ) -> None:
-    # The output topic refuses anything over 1,000 bytes: every publish fails at the broker.
-    output = topic_factory(
-        partitions=1, name=unique("tiny") + ".output", **{"max.message.bytes": "1000"}
-    )
+    # The output topic does not exist (the broker creates none): every publish fails with
+    # UNKNOWN_TOPIC_OR_PART once the producer stops waiting for it to appear (2 s here), a
+    # failure an operator can fix, so it is retried. (A digest too large for the topic can
+    # never go: test_refused_digests.py.)
+    missing = unique("missing") + ".output"
     # Delivery's retries and dead letter are the subject (the ingest's publish would be one
     # attempt more, before handing the digest to delivery).
     pipe = pipeline_factory(
-        partitions=1, output_topic=output, max_attempts=3, direct_leading_edge=False
-    )
+        partitions=1, output_topic=missing, max_attempts=3, direct_leading_edge=False,
+        kafka_config={"topic.metadata.propagation.max.ms": 2000},
+    )  # fmt: skip
     app = pipe.app()
     dlq = pipe.dlq()
     with pipe.producer() as producer:

@@ -140,6 +140,7 @@ class FakeProducer:
     produced: list[tuple[str, bytes | None, bytes | None]] = field(default_factory=list)
     pending: list[tuple[DeliveryReport | None, Message]] = field(default_factory=list)
     refuse_next: int = 0  # how many of the next deliveries fail
+    refuse_with: int = KafkaError._MSG_TIMED_OUT  # with this error code
     queue_full_next: int = 0  # how many of the next produce calls raise BufferError
     queue_full_raised: int = 0
     hold: bool = False  # acknowledge nothing (as a broker that never answers)
@@ -190,7 +191,7 @@ class FakeProducer:
             error = None
             if self.refuse_next:
                 self.refuse_next -= 1
-                error = KafkaError(KafkaError._MSG_TIMED_OUT)
+                error = KafkaError(self.refuse_with)
                 self.refused.append((msg.topic() or "", msg.key(), msg.value()))
             else:
                 self.produced.append((msg.topic() or "", msg.key(), msg.value()))

@@ -107,14 +107,16 @@ class Delivery:
             # close will set (one taken after the publish may be past a fire they named).
             closing_at = self._clock.now()
             pending, empty = self._prepare(picked, opened, closing_at)
-            published, cut_short = self._retries.publish(pending)
+            published, refused, cut_short = self._retries.publish(pending)
             self._runner.resume()
             self._publisher.published(published)
             overlap.settle()  # the previous batch's closes, then its commit
-            # One round trip closes the batch: what was published and the empty digests.
-            targets = empty + close_targets(published)
+            # One round trip closes the batch: what was published, what the broker refused
+            # for good (dead-lettered: its timeline must not wait behind it) and the empty.
+            closed = published + refused
+            targets = empty + close_targets(closed)
             # each at the time it was built at (a retry builds it again, later)
-            times = [closing_at] * len(empty) + [item.closing_at for item in published]
+            times = [closing_at] * len(empty) + [item.closing_at for item in closed]
             positions = {} if cut_short else highest_offsets(messages)
             overlap.close(targets, positions, times)
             if self._ahead is None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from digest_stream.store import limits, validate
@@ -39,6 +40,20 @@ TOO_OLD = TooOld()
 
 
 @dataclass(frozen=True, slots=True)
+class OutputRoom:
+    """What one event may take in a digest record of the output format."""
+
+    format: str  # its name, for the rejection's detail
+    room: int  # bytes a digest message keeps for one event (max_message_bytes less overhead)
+    surely_fits: int  # an event of at most this many bytes fits: it is not measured
+    measure: Callable[[bytes], int]  # the format's event_size (may raise codec.DecodeError)
+
+
+#: No output limit beyond max_event_bytes (tests and benchmarks of the check alone).
+UNLIMITED = OutputRoom("any", sys.maxsize, sys.maxsize, len)
+
+
+@dataclass(frozen=True, slots=True)
 class Rules:
     """What the check needs from the settings."""
 
@@ -47,6 +62,7 @@ class Rules:
     carry_headers: frozenset[str]
     # Schema registry mode: the writer schemas the batch names, fetched before the check.
     schemas: WriterSchemas | None = None
+    output: OutputRoom = UNLIMITED
 
 
 def check(
@@ -91,6 +107,11 @@ def check(
             event = full
     except codec.DecodeError as exc:
         return Rejected(exc.reason, exc.detail)
+    output = rules.output
+    if len(value) > output.surely_fits:  # only a large event can outgrow its message
+        rejected = _outgrown(value, output)
+        if rejected is not None:
+            return rejected
     if len(event.id) > _SURELY_SHORT_ID:
         try:
             # The store's own rule: a batch the store would refuse must never be sent to it.
@@ -106,6 +127,24 @@ def check(
     # tuple.__new__: every field given, without NewRecord's generated __new__ (a tenth of
     # the check's time)
     return _tuple_new(NewRecord, (timeline, event.id, timestamp, payload, offset, None))
+
+
+def _outgrown(value: bytes, output: OutputRoom) -> Rejected | None:
+    """An event whose fields the output format makes larger than a digest message keeps for
+    one event (JSON's escapes: a control character takes six bytes): a digest holding it could
+    never be published, so it is refused here, as oversize."""
+    try:
+        size = output.measure(value)
+    except codec.DecodeError as exc:
+        return Rejected(exc.reason, exc.detail)
+    if size <= output.room:
+        return None
+    return Rejected(
+        "oversize",
+        f"its record takes {size:,} bytes in the {output.format} output format, over the "
+        f"{output.room:,} a digest message keeps for one event (DIGEST_STREAM_MAX_MESSAGE_BYTES "
+        "less its own fields, key and carried headers)",
+    )
 
 
 #: The record id a control without one carries (never looked at by the store).

@@ -13,7 +13,7 @@ from digest_stream.kafka import admin_config
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest.applier import Applier
-from digest_stream.roles.ingest.check import Rules
+from digest_stream.roles.ingest.check import OutputRoom, Rules
 from digest_stream.roles.ingest.leading import LeadingEdge
 from digest_stream.roles.ingest.ledger import Ledger
 from digest_stream.roles.ingest.moved import MovedTimelines
@@ -26,9 +26,9 @@ from digest_stream.roles.ingest.worker import StoreWorker
 from digest_stream.roles.publish import DigestPublisher
 from digest_stream.roles.runner import Runner
 from digest_stream.roles.scheduler import Scheduler
-from digest_stream.settings import Settings
+from digest_stream.settings import MESSAGE_OVERHEAD_BYTES, Settings
 from digest_stream.store.base import DigestStore
-from digest_stream.wire import codec, registry
+from digest_stream.wire import codec, formats, registry
 from digest_stream.wire.partitioner import partition_for
 
 
@@ -48,6 +48,14 @@ class IngestParts:
     moved: MovedTimelines
     worker: StoreWorker
     leading: LeadingEdge | None  # the leading edge, when a publisher is handed in
+
+
+def output_room(settings: Settings) -> OutputRoom:
+    """What one event may take in a digest record of the output format (``check``'s rule)."""
+    # Unframed: a registry's 5-byte prefix is the digest's own, in MESSAGE_OVERHEAD_BYTES.
+    output = formats.choose(settings.output_format)
+    room = settings.max_message_bytes - MESSAGE_OVERHEAD_BYTES
+    return OutputRoom(output.name, room, output.surely_fits(room), output.event_size)
 
 
 def ingest_parts(
@@ -72,6 +80,7 @@ def ingest_parts(
         settings.max_event_age,
         frozenset(settings.carry_headers),
         writer_schemas,
+        output_room(settings),
     )
     # One emitter per process: the scheduler's.
     outputs = Outputs(producer, scheduler.emitter, settings.dlq_topic, metrics, hooks)

@@ -17,6 +17,14 @@ log = logging.getLogger(__name__)
 
 _KafkaHeaders = list[tuple[str, str | bytes | None]]
 
+#: Refusals of a message as it is, which no retry changes: larger than the topic (or the
+#: producer) takes, a record batch too large, a record the broker finds invalid. A digest
+#: refused so can never be produced (delivery dead-letters and closes it); every other error
+#: (an outage, ACLs, a missing topic) is one an operator can fix, and is retried.
+PERMANENT_ERRORS: frozenset[int] = frozenset(
+    {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_RECORD}
+)
+
 
 @dataclass(slots=True)
 class Pending:
@@ -35,11 +43,20 @@ class Pending:
     headers: list[tuple[str, bytes]] = field(default_factory=list)  # carried event headers
     waiting: int = 0  # this attempt's parts not acknowledged yet
     attempt: int = 0  # attempts made (produce)
+    refused: bool = False  # a part of this attempt was refused for good (PERMANENT_ERRORS)
+    alone: bool = False  # this attempt put each part in a record batch of its own
 
     @property
     def acknowledged(self) -> bool:
         """Every part of this attempt acknowledged, none failed."""
         return self.waiting == 0 and not self.errors
+
+    def failed(self, error: object, text: str) -> None:
+        """A part of this attempt failed with ``error`` (a KafkaError, or what a refusal
+        raised), said by ``text``."""
+        self.errors.append(text)
+        if isinstance(error, KafkaError) and error.code() in PERMANENT_ERRORS:
+            self.refused = True
 
 
 def produce_parts(
@@ -48,10 +65,12 @@ def produce_parts(
     item: Pending,
     frame: Callable[[bytes], bytes],
     on_delivery: Callable[[KafkaError | None, Message], None],
+    each: Callable[[], object] | None = None,
 ) -> bool:
-    """Produce a digest's parts (keyed by its timeline, each with the carried headers);
-    whether it waited for room. A part refused at once (too large, say) fails the attempt:
-    its error goes to ``item.errors`` and the parts after it are not produced."""
+    """Produce a digest's parts (keyed by its timeline, each with the carried headers),
+    calling ``each`` after each part; whether it waited for room. A part refused at once (too
+    large, say) fails the attempt: its error goes to ``item.errors`` and the parts after it
+    are not produced."""
     key = item.digest.timeline.encode()
     waited = False
     for number, part in enumerate(item.parts, 1):
@@ -70,9 +89,13 @@ def produce_parts(
                 or waited
             )
         except KafkaException as exc:
-            item.errors.append(f"part {number}/{len(item.parts)}: {exc}")
+            item.failed(
+                exc.args[0] if exc.args else None, f"part {number}/{len(item.parts)}: {exc}"
+            )
             log.error("digest %s of %s: %s", item.digest.id, item.digest.timeline, item.errors[-1])
             break
+        if each is not None:
+            each()
     return waited
 
 
@@ -97,7 +120,7 @@ def produce_batch(
             return []
     except KafkaException as exc:  # the call as a whole (its topic refused, say): none queued
         for item in items:
-            item.errors.append(f"part 1/1: {exc}")
+            item.failed(exc.args[0] if exc.args else None, f"part 1/1: {exc}")
         log.error("%d digests: %s", len(items), exc)
         return []
     no_room: list[Pending] = []
@@ -108,6 +131,6 @@ def produce_batch(
         if cast(KafkaError, error).code() == KafkaError._QUEUE_FULL:
             no_room.append(item)  # its report never comes: that message was not queued
         else:
-            item.errors.append(f"part 1/1: {error}")
+            item.failed(error, f"part 1/1: {error}")
             log.error("digest %s of %s: %s", item.digest.id, item.digest.timeline, item.errors[-1])
     return no_room

@@ -11,6 +11,7 @@ ingest hands it to delivery with an announcement (the digest stays open, same id
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -124,6 +125,20 @@ class DigestPublisher:
         if produce_parts(self._producer, topic, item, self._format.frame, on_delivery):
             self._queue_full.inc()
 
+    def produce_alone(self, item: Pending, timeout: float) -> None:
+        """``produce`` with each part in a record batch of its own, acknowledged (or not)
+        within ``timeout`` before the next: the broker refuses a batch as a whole, and
+        librdkafka fails every message in it with the one refusal (it does not split the
+        batch), so only a part refused alone is one that can never go."""
+        on_delivery = _attempt(item)
+        item.alone = True
+        producer = self._producer
+        producer.flush(timeout)  # nothing of another digest queued beside its first part
+        topic = self._settings.output_topic
+        each = functools.partial(producer.flush, timeout)
+        if produce_parts(producer, topic, item, self._format.frame, on_delivery, each):
+            self._queue_full.inc()
+
     def produce_many(self, items: Sequence[Pending]) -> None:
         """``produce`` for each of ``items``: those of one part without headers (nearly every
         digest) in one batch call, the others one by one."""
@@ -149,6 +164,7 @@ def _attempt(item: Pending) -> Callable[[KafkaError | None, Message], None]:
     """Start a new attempt of ``item`` (its errors and acks start over); its parts' delivery
     report, which ignores an earlier attempt's late reports."""
     item.errors.clear()
+    item.refused = item.alone = False
     item.waiting = len(item.parts)
     item.attempt += 1
     attempt = item.attempt
@@ -157,7 +173,7 @@ def _attempt(item: Pending) -> Callable[[KafkaError | None, Message], None]:
         if item.attempt != attempt:
             return  # an earlier attempt's late report: this attempt's parts decide
         if error is not None:
-            item.errors.append(str(error))
+            item.failed(error, str(error))
         else:
             item.waiting -= 1
 

@@ -44,6 +44,14 @@ class AvroFormat:
         """The Avro size, computed without encoding."""
         return codec.encoded_digest_size(digest)
 
+    def event_size(self, event: bytes) -> int:
+        """The event's own bytes: a record's first fields are its encoding as it is."""
+        return len(event)
+
+    def surely_fits(self, room: int) -> int:
+        """``room``: an event's fields take exactly its own bytes."""
+        return room
+
     def split(self, digest: Digest, max_bytes: int) -> list[Digest]:
         """Parts whose Avro encodings fit ``max_bytes``."""
         return codec.split_digest(digest, max_bytes)

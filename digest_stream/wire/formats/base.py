@@ -46,6 +46,18 @@ class DigestFormat(Protocol):
         """Exactly ``len(encode(digest))``."""
         ...
 
+    def event_size(self, event: bytes) -> int:
+        """Bytes an event (its plain Avro value) takes in a digest record of this format: its
+        fields (id, timestamp, payload, attributes) as the encoder writes them; the record's
+        count and first_seen are the digest's own, in ``MESSAGE_OVERHEAD_BYTES``. May decode
+        it (``codec.DecodeError``)."""
+        ...
+
+    def surely_fits(self, room: int) -> int:
+        """The largest event (bytes of Avro) whose ``event_size`` is at most ``room`` whatever
+        it holds: an event no larger needs no measuring."""
+        ...
+
     def split(self, digest: Digest, max_bytes: int) -> list[Digest]:
         """``[digest]`` when it encodes within ``max_bytes``, else numbered parts that do
         (a record too large on its own gets a part to itself); see ``split.split_digest``."""

@@ -23,7 +23,7 @@ from typing import Any, Final, Literal
 
 from pydantic import ValidationError
 
-from digest_stream.wire.codec import DecodeError, digest_fields
+from digest_stream.wire.codec import DecodeError, decode_record, digest_fields
 from digest_stream.wire.formats.base import DigestHead, Header, StoredEvent
 from digest_stream.wire.models import Digest, Record
 from digest_stream.wire.split import numbered_parts
@@ -38,17 +38,29 @@ def _dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def _event_fields(record: Record) -> dict[str, Any]:
+    """The record's object up to its event's fields (id, timestamp, payload, attributes)."""
+    return {
+        "id": record.id,
+        "timestamp": record.timestamp,
+        "payload": base64.b64encode(record.payload).decode("ascii"),
+        "attributes": record.attributes,
+    }
+
+
 def _record(record: Record) -> bytes:
-    return _dumps(
-        {
-            "id": record.id,
-            "timestamp": record.timestamp,
-            "payload": base64.b64encode(record.payload).decode("ascii"),
-            "attributes": record.attributes,
-            "count": record.count,
-            "first_seen": record.first_seen,
-        }
-    )
+    fields = _event_fields(record)
+    fields["count"] = record.count
+    fields["first_seen"] = record.first_seen
+    return _dumps(fields)
+
+
+#: The event fields' object of the smallest event (a one-character id, nothing else).
+_EMPTY_FIELDS: Final = len(_dumps(_event_fields(Record(id="x", timestamp=0, payload=b""))))
+#: JSON bytes an Avro byte of an event can become: a control character is six (\u0001); a
+#: quote or backslash two; other text is its own UTF-8; base64 is four for three; a length
+#: or a varint prefix is at least one byte where JSON's quotes, colons and commas are fixed.
+_MOST_PER_BYTE: Final = 6
 
 
 def _head(digest: Digest, **numbers: int) -> bytes:
@@ -73,6 +85,16 @@ class JsonFormat:
     def size(self, digest: Digest) -> int:
         """``len(encode(digest))`` (JSON has no cheaper exact size)."""
         return len(self.encode(digest))
+
+    def event_size(self, event: bytes) -> int:
+        """Bytes the Avro event's fields take in its record, by the encoder itself (its
+        escapes, base64); DecodeError when they do not decode."""
+        return len(_dumps(_event_fields(decode_record(event))))
+
+    def surely_fits(self, room: int) -> int:
+        """The largest Avro event whose fields take at most ``room`` bytes of JSON, whatever
+        they hold (six bytes for each of its own, past the fields' names)."""
+        return max(0, (room - _EMPTY_FIELDS) // _MOST_PER_BYTE)
 
     def split(self, digest: Digest, max_bytes: int) -> list[Digest]:
         """Greedy parts, in record order, each encoding within ``max_bytes``."""

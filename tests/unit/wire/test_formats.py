@@ -139,3 +139,81 @@ def test_json_registers_nothing_even_with_a_registry_url() -> None:
     chosen = formats.choose("json", registry_url="http://127.0.0.1:1", topic="t")
     assert chosen.name == "json"
     assert chosen.frame(b"{}") == b"{}"
+
+
+def _fields_json(event: Event) -> int:
+    """An event's fields as a JSON record holds them, by json.dumps itself."""
+    fields = {
+        "id": event.id,
+        "timestamp": event.timestamp,
+        "payload": base64.b64encode(event.payload).decode(),
+        "attributes": event.attributes,
+    }
+    return len(json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+@pytest.mark.parametrize(
+    ("text", "json_bytes"),
+    [
+        ("\x01", 6),  # a control character is \u0001
+        ("\n", 2),  # one with a short escape
+        ('"', 2),
+        ("\\", 2),
+        ("é", 2),  # non-ASCII stays UTF-8 (ensure_ascii=False): its own two bytes
+        ("\u2028", 3),
+        ("a", 1),
+    ],
+)
+def test_json_sizes_an_event_by_its_escapes_not_its_avro_bytes(text: str, json_bytes: int) -> None:
+    plain = Event(id="r1", timestamp=1_700_000_000_000, payload=b"p")
+    event = Event(id="r1", timestamp=plain.timestamp, payload=b"p", attributes={"a": text * 1000})
+    grown = JSON.event_size(codec.encode_event(event)) - JSON.event_size(codec.encode_event(plain))
+    assert grown == len('"a":""') + json_bytes * 1000
+    assert JSON.event_size(codec.encode_event(event)) == _fields_json(event)
+
+
+def test_json_sizes_the_issue_event_at_six_times_its_avro_bytes() -> None:
+    # Issue 36 b: 255,017 bytes of Avro, within max_event_bytes; 1.53 MB of JSON.
+    event = Event(
+        id="r1", timestamp=1_700_000_000_000, payload=b"", attributes={"a": "\x01" * 255_000}
+    )
+    value = codec.encode_event(event)
+    assert len(value) < Settings().max_event_bytes
+    assert JSON.event_size(value) == _fields_json(event) > 1_530_000
+    digest = Digest(
+        id="d", timeline="t", records=[Record.from_event(event)], start=event.timestamp,
+        end=event.timestamp, dropped=0, opened_at=event.timestamp, part=1, parts=1,
+    )  # fmt: skip
+    assert len(JSON.encode(digest)) > JSON.event_size(value)  # the message is larger still
+
+
+def test_avro_sizes_an_event_by_its_own_bytes() -> None:
+    avro = formats.choose("avro")
+    value = codec.encode_event(
+        Event(id="r1", timestamp=5, payload=b"x" * 99, attributes={"a": "\x01"})
+    )
+    assert avro.event_size(value) == len(value)
+    assert avro.surely_fits(1000) == 1000
+
+
+_texts = st.text(st.characters(codec="utf-8"), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.builds(
+        Event,
+        id=_texts.filter(bool),
+        timestamp=st.integers(min_value=0, max_value=2**63 - 1),
+        payload=st.binary(max_size=60),
+        attributes=st.dictionaries(_texts, _texts, max_size=4),
+    )
+)
+def test_an_event_within_surely_fits_is_within_the_room_in_every_format(event: Event) -> None:
+    # The check measures only events over surely_fits: that bound must never let one through
+    # whose fields are over the room, whatever their text (control characters at worst).
+    value = codec.encode_event(event)
+    for output in (formats.choose(name) for name in FORMATS):
+        size = output.event_size(value)
+        assert output.surely_fits(size - 1) < len(value)
+    assert JSON.event_size(value) == _fields_json(event)

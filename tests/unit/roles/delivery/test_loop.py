@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -12,14 +13,16 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.delivery import Delivery
 from digest_stream.roles.runner import Runner
 from digest_stream.settings import Settings
-from digest_stream.store import MemoryStore
+from digest_stream.store import MemoryStore, NewRecord
 from digest_stream.wire import codec
+from digest_stream.wire.models import Event
 from tests.support.fakes import FakeConsumer, FakeProducer, message
 from tests.unit.roles.delivery.rig import (
     OUTPUT,
     SCHEDULE,
     FlakyStore,
     entry,
+    one_each,
     ready,
     rig,
     settings_for,
@@ -142,29 +145,104 @@ def test_an_unreadable_entry_is_dead_lettered_with_the_codecs_reason(
     assert consumer.committed_offsets == {0: 1}
 
 
-class TooLargeProducer(FakeProducer):
-    """Refuses every produce at once, as librdkafka does for a message over its limit."""
+@dataclass
+class RefusingProducer(FakeProducer):
+    """Refuses every produce to the output at once, as librdkafka does for a message over its
+    limit (MSG_SIZE_TOO_LARGE) or to a topic it found missing (_UNKNOWN_TOPIC)."""
+
+    code: int = KafkaError.MSG_SIZE_TOO_LARGE
 
     def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
         if topic == OUTPUT:
-            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+            raise KafkaException(KafkaError(self.code))
         super().produce(topic, *args, **kwargs)
 
 
-def test_an_output_the_producer_refuses_fails_the_attempt_not_the_role() -> None:
+def test_an_output_the_producer_refuses_for_a_fixable_cause_is_retried_and_stays_open() -> None:
     store = MemoryStore()
     settings = settings_for(dlq_topic="dlq", max_attempts=2)
-    consumer, producer = FakeConsumer(SCHEDULE), TooLargeProducer()
-    delivery = started(settings, store, consumer, producer)
+    consumer, producer = FakeConsumer(SCHEDULE), RefusingProducer(code=KafkaError._UNKNOWN_TOPIC)
+    metrics = Metrics()
+    delivery = started(settings, store, consumer, producer, metrics)
     ready(store, "t1", 1)
     entry(consumer, "t1", 0)
     assert delivery.step() == 0  # no exception: the entry is dead-lettered after 2 attempts
     producer.flush()
     (dead,) = producer.on("dlq")
     assert dead[0] == b"t1"
+    assert metrics.value("digest_dead_letters_total", reason="publish-failed") == 1
+    assert metrics.value("digest_publish_retries_total") == 1
     info = store.inspect(0, "t1")
     assert info is not None
     assert info.open_digest is not None  # still open: nothing dropped
+
+
+def test_an_output_the_producer_refuses_for_good_is_dead_lettered_and_closed() -> None:
+    # Issue 36 b: too large is never retried into fitting; left open, the digest would hold
+    # its timeline behind it for ever. Refused at once, as librdkafka does over its limit.
+    store = MemoryStore()
+    settings = settings_for(dlq_topic="dlq", max_attempts=5)
+    consumer, producer, metrics = FakeConsumer(SCHEDULE), RefusingProducer(), Metrics()
+    delivery = started(settings, store, consumer, producer, metrics)
+    ready(store, "t1", 2)
+    entry(consumer, "t1", 0)
+    assert delivery.step() == 0  # no exception, and nothing published
+    producer.flush()
+    (dead,) = producer.on("dlq")
+    assert dead[0] == b"t1"
+    assert metrics.value("digest_dead_letters_total", reason="publish-refused") == 1
+    assert metrics.value("digest_events_dropped_total", reason="refused") == 2
+    assert metrics.value("digest_publish_retries_total") == 0  # one attempt: it can never go
+    info = store.inspect(0, "t1")
+    assert info is not None
+    assert (info.open_digest, info.open_records, info.state) == (None, 0, "cooling")
+    assert consumer.committed_offsets == {0: 1}
+
+
+def test_a_digest_refused_with_the_batch_it_was_in_is_tried_alone_before_it_is_given_up() -> None:
+    # The broker refuses a record batch as a whole, and librdkafka fails every message of it:
+    # t2 came back MSG_SIZE_TOO_LARGE only for t1's size. Alone, t1 is refused again, t2 goes.
+    store = MemoryStore()
+    settings = settings_for(dlq_topic="dlq", max_attempts=5)
+    consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
+    producer.refuse_next, producer.refuse_with = 3, KafkaError.MSG_SIZE_TOO_LARGE
+    delivery = started(settings, store, consumer, producer, metrics)
+    one_each(store, ["t1", "t2"])
+    entry(consumer, "t1", 0)
+    entry(consumer, "t2", 1)
+    assert delivery.step() == 1
+    producer.flush()
+    ((key, _),) = producer.on(OUTPUT)
+    assert key == b"t2"
+    (dead,) = producer.on("dlq")
+    assert dead[0] == b"t1"
+    assert [t for t, _, _ in producer.refused] == [OUTPUT] * 3  # the batch, then t1 alone
+    assert metrics.value("digest_events_dropped_total", reason="refused") == 1
+    assert metrics.value("digest_publish_retries_total") == 0
+    assert consumer.committed_offsets == {0: 2}
+
+
+def test_a_digest_the_broker_refuses_for_good_is_closed_and_the_timeline_goes_on() -> None:
+    store = MemoryStore()
+    settings = settings_for(dlq_topic="dlq", max_attempts=5, minimum_delay=0.0)
+    consumer, producer, metrics = FakeConsumer(SCHEDULE), FakeProducer(), Metrics()
+    producer.refuse_next, producer.refuse_with = 2, KafkaError.MSG_SIZE_TOO_LARGE  # and alone
+    delivery = started(settings, store, consumer, producer, metrics)
+    ready(store, "t1", 1)
+    entry(consumer, "t1", 0)
+    assert delivery.step() == 0
+    assert metrics.value("digest_dead_letters_total", reason="publish-refused") == 1
+    info = store.inspect(0, "t1")
+    assert info is not None
+    assert info.open_digest is None
+    # A later record is the timeline's next digest, not stuck behind the refused one.
+    late = codec.encode_event(Event(id="late", timestamp=2_001_000, payload=b"p"))
+    store.add(0, [NewRecord("t1", "late", 2001.0, late, 5)], 2001.0)
+    assert [due.timeline for due in store.schedule(0, 2500.0)] == ["t1"]
+    entry(consumer, "t1", 1)
+    assert delivery.step() == 1
+    ((_, value),) = producer.on(OUTPUT)
+    assert [r.id for r in codec.decode_digest(value or b"").records] == ["late"]
 
 
 def test_an_expired_timeline_is_counted_and_logged_per_timeline(

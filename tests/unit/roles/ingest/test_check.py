@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from digest_stream.roles.ingest.check import TOO_OLD, Rejected, Rules, check
+from digest_stream.roles.ingest.wiring import output_room
+from digest_stream.settings import Settings
 from digest_stream.store.base import NewRecord
 from digest_stream.store.limits import MAX_NAME_BYTES
 from digest_stream.wire import codec, envelope
@@ -105,3 +107,60 @@ def test_decode_refusals_keep_the_codecs_reason(value: bytes, reason: str) -> No
     outcome = check(b"t", value, None, 7, NOW, RULES)
     assert isinstance(outcome, Rejected)
     assert outcome.reason == reason
+
+
+def _issue_event() -> bytes:
+    # Issue 36 b: an attribute of 255,000 control characters, about 255,017 bytes of Avro.
+    attributes = {"a": "\x01" * 255_000}
+    return codec.encode_event(
+        Event(id="r1", timestamp=int(NOW * 1000), payload=b"", attributes=attributes)
+    )
+
+
+def _rules(**settings: object) -> Rules:
+    config = Settings.model_validate(settings)
+    output = output_room(config)
+    return Rules(config.max_event_bytes, None, frozenset(), output=output)
+
+
+def test_an_event_whose_json_record_outgrows_a_message_is_oversize_under_the_defaults() -> None:
+    value = _issue_event()
+    assert len(value) <= Settings().max_event_bytes
+    outcome = check(b"t", value, None, 7, NOW, _rules(output_format="json"))
+    assert isinstance(outcome, Rejected), outcome
+    assert outcome.reason == "oversize"
+    assert "1,530,0" in outcome.detail, outcome.detail
+    assert "json output format" in outcome.detail
+    assert "983,616" in outcome.detail  # 1,000,000 less the 16,384 bytes of overhead
+    # Avro writes it as it is: it fits.
+    assert isinstance(check(b"t", value, None, 7, NOW, _rules(output_format="avro")), NewRecord)
+
+
+@pytest.mark.parametrize("output_format", ["json", "avro"])
+def test_an_event_of_max_event_bytes_with_a_plain_payload_fits_every_format(
+    output_format: str,
+) -> None:
+    # What the settings promise (check_sizes): base64's growth always fits.
+    rules = _rules(output_format=output_format)
+    head = len(codec.encode_event(Event(id="r1", timestamp=int(NOW * 1000), payload=b"")))
+    payload = b"\xff" * (rules.max_event_bytes - head - 3)
+    value = codec.encode_event(Event(id="r1", timestamp=int(NOW * 1000), payload=payload))
+    assert rules.max_event_bytes - 3 <= len(value) <= rules.max_event_bytes
+    assert len(value) > rules.output.surely_fits or output_format == "avro"  # measured
+    assert isinstance(check(b"t", value, None, 7, NOW, rules), NewRecord)
+
+
+def test_a_large_event_is_measured_with_its_whole_decode() -> None:
+    # Past surely_fits the check decodes the attributes too: bytes that are no UTF-8 are
+    # refused with the codec's reason (a smaller event is read whole only at delivery, which
+    # counts such a record unreadable).
+    rules = _rules(output_format="json", max_message_bytes=20_000, max_event_bytes=2_000)
+    good = codec.encode_event(
+        Event(id="r1", timestamp=int(NOW * 1000), payload=b"", attributes={"a": "é" * 800})
+    )
+    broken = good.replace("é".encode(), b"\xff\xfe", 1)
+    assert len(good) > rules.output.surely_fits
+    assert isinstance(check(b"t", good, None, 7, NOW, rules), NewRecord)
+    outcome = check(b"t", broken, None, 7, NOW, rules)
+    assert isinstance(outcome, Rejected)
+    assert outcome.reason != "oversize"
