@@ -133,9 +133,6 @@ class App:
         self.store = store
         check_clock(store, self.clock, self.metrics)
         self.check_kafka()
-        # Its first lookup at once: a missing topic is named before the roles wait for it.
-        self._topic_watch = TopicWatch(self.settings, self.topics(), self._stop)
-        self._topic_watch.start()
         hooks = Hooks([*self.hooks, *load_hooks(self.settings.hooks, self.settings)])
         self._hooks = hooks
         if "ingest" in self.roles:  # with the scheduler (parse_roles)
@@ -173,6 +170,9 @@ class App:
                 self.health.ready,
             )
             self.server.start()
+        # Its first lookup at once: a missing topic is named as the roles begin to wait for it.
+        self._topic_watch = TopicWatch(self.settings, self.topics(), self._stop)
+        self._topic_watch.start()
         self.started = True
         log.info("started roles %s", ",".join(r for r in ROLES if r in self.roles))
 
