@@ -19,11 +19,12 @@ from digest_stream.ops.hooks import Hook, Hooks, load_hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.ops.server import OpsServer
 from digest_stream.ops.threads import name_os_thread
+from digest_stream.ops.topics import TopicWatch
 from digest_stream.roles.delivery import Delivery
 from digest_stream.roles.ingest import Ingest, ingest_role
 from digest_stream.roles.publish import DigestPublisher
 from digest_stream.roles.runner import Role, Runner
-from digest_stream.settings import Settings
+from digest_stream.settings import Settings, env_name
 from digest_stream.store import connect
 from digest_stream.store.base import DigestStore
 from digest_stream.store.errors import BackendError
@@ -122,6 +123,7 @@ class App:
         self.server: OpsServer | None = None
         #: librdkafka's error callback of every client of this process: readiness names it.
         self.kafka_errors = ClientErrors()
+        self._topic_watch: TopicWatch | None = None  # from start()
         self._hooks: Hooks | None = None  # until start(), and again once on_stop was called
         self.started = False
 
@@ -168,6 +170,9 @@ class App:
                 self.health.ready,
             )
             self.server.start()
+        # Its first lookup at once: a missing topic is named as the roles begin to wait for it.
+        self._topic_watch = TopicWatch(self.settings, self.topics(), self._stop)
+        self._topic_watch.start()
         self.started = True
         log.info("started roles %s", ",".join(r for r in ROLES if r in self.roles))
 
@@ -179,19 +184,28 @@ class App:
         names the cause, not a process that logs refusals forever); an unreachable Kafka is
         waited out like an outage later on."""
         settings = self.settings
-        topics = [settings.schedule_topic, settings.dlq_topic]
-        if "ingest" in self.roles:
-            topics.insert(0, settings.events_topic)
-        if "delivery" in self.roles or settings.direct_leading_edge:
-            topics.append(settings.output_topic)
         failure = preflight.check_kafka(
-            settings, topics=topics, groups=preflight.service_groups(settings, self.roles)
+            settings, topics=self.topics(), groups=preflight.service_groups(settings, self.roles)
         )
         if failure is None:
             return
         if failure.fatal:
             raise FailureError(failure)
         log.warning("%s; starting anyway, the roles wait for Kafka", failure.line)
+
+    def topics(self) -> dict[str, str]:
+        """The topics this process's roles use, each with the setting naming it."""
+        names = ["schedule_topic", "dlq_topic"]
+        if "ingest" in self.roles:
+            names.insert(0, "events_topic")
+        if "delivery" in self.roles or self.settings.direct_leading_edge:
+            names.append("output_topic")
+        return {getattr(self.settings, name): env_name(name) for name in names}
+
+    @property
+    def missing_topics(self) -> dict[str, str]:
+        """The topics the watch last found missing, with the setting naming each."""
+        return {} if self._topic_watch is None else self._topic_watch.missing.missing
 
     def loop_roles(self) -> list[str]:
         """The role threads this process runs (the scheduler runs inside ingest)."""

@@ -150,8 +150,11 @@ def producer_config(settings: Settings, errors: ClientErrors | None = None) -> d
 
 
 def admin_config(settings: Settings, errors: ClientErrors | None = None) -> dict[str, Any]:
-    """An admin client's configuration."""
-    return _base(settings, errors)
+    """An admin client's configuration: its lookups never create a topic."""
+    # An admin client is a producer to librdkafka, whose metadata requests ask the broker to
+    # create a topic they name (on a broker with auto.create.topics.enable): a lookup of a
+    # missing topic would make it with the broker's defaults, not `topics create`'s.
+    return {"allow.auto.create.topics": False, **_base(settings, errors)}
 
 
 #: auto.offset.reset's values (librdkafka's names and aliases) and the position each names.
@@ -207,7 +210,12 @@ def usable(
         if error.fatal():
             raise KafkaException(error)
         if error.code() != KafkaError._PARTITION_EOF:
-            log.warning("%s consumer error: %s", role, error)
+            # A subscribed topic that does not exist (yet): ops/topics.py names it and
+            # `topics create`, at start and then at a slow interval; librdkafka's words only here.
+            missing = error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            log.log(
+                logging.DEBUG if missing else logging.WARNING, "%s consumer error: %s", role, error
+            )
             if report is not None:
                 report(error, group)
 

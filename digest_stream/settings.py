@@ -324,8 +324,9 @@ def check_redis_tls(settings: Settings) -> None:
 
 def check_policies(settings: Settings) -> None:
     """Refuse a default or override policy that breaks a cross-field rule (one line each)."""
-    # TimelinePolicy holds the cross-field rules (ttl > maximum_delay); an error has no
-    # single field, so its policy field names are reworded as the settings' env names.
+    # TimelinePolicy holds every rule across its options (minimum_delay <= maximum_delay <
+    # ttl, flush_at <= capacity): an error has no single field, so the default policy's
+    # field names are reworded as the settings' env names; an override's keep its own.
     try:
         settings.policy()
     except InvalidArgument as exc:
@@ -349,16 +350,11 @@ def _check_recovery(settings: Settings, pattern: str) -> None:
     # (maintenance_timeout, checked every maintenance_interval) and refreshes its TTL.
     policy = settings.policy_for(pattern) if pattern else settings.policy()
     where = f" (in {env_name('overrides')} {pattern!r})" if pattern else ""
-    names = [env_name(n) for n in ("minimum_delay", "maximum_delay", "ttl")]
-    if policy.minimum_delay > policy.maximum_delay:
-        raise ValueError(
-            f"{names[0]} ({policy.minimum_delay}) must not exceed {names[1]} "
-            f"({policy.maximum_delay}){where}"
-        )
+    maximum, ttl = env_name("maximum_delay"), env_name("ttl")
     bound = policy.maximum_delay + settings.maintenance_timeout + settings.maintenance_interval
     if policy.ttl <= bound:
         raise ValueError(
-            f"{names[2]} ({policy.ttl}) must exceed {names[1]} + "
+            f"{ttl} ({policy.ttl}) must exceed {maximum} + "
             f"{env_name('maintenance_timeout')} + {env_name('maintenance_interval')} "
             f"({bound}){where}, or records expire before maintenance re-announces them"
         )
@@ -368,7 +364,7 @@ def _check_recovery(settings: Settings, pattern: str) -> None:
         bound = gap + settings.maintenance_timeout + settings.maintenance_interval
         if policy.ttl <= bound:
             raise ValueError(
-                f"{names[2]} ({policy.ttl}) must exceed the longest gap of "
+                f"{ttl} ({policy.ttl}) must exceed the longest gap of "
                 f"{env_name('schedule')} {policy.schedule!r} ({gap:.0f} s) + "
                 f"{env_name('maintenance_timeout')} + {env_name('maintenance_interval')} "
                 f"({bound:.0f}){where}, or records expire before their digest"

@@ -26,6 +26,7 @@ from digest_stream.clock import Clock
 from digest_stream.kafka import ClientErrors
 from digest_stream.ops.failures import KafkaScope, explain_kafka
 from digest_stream.ops.metrics import Metrics
+from digest_stream.ops.topics import missing_problem
 from digest_stream.settings import Settings
 from digest_stream.store import backend_error
 from digest_stream.store.base import DigestStore
@@ -131,6 +132,10 @@ class HealthView(Protocol):
         """What librdkafka reported through its error callback."""
 
     @property
+    def missing_topics(self) -> dict[str, str]:
+        """The Kafka topics found missing (topic -> the setting naming it)."""
+
+    @property
     def scheduler_runs(self) -> bool:
         """Whether this process schedules its input partitions."""
 
@@ -227,6 +232,9 @@ class Health:
             details["delivery_partitions"] = assigned
             if not assigned:
                 problems.append("no schedule partitions assigned")
+        missing = app.missing_topics
+        if missing:
+            problems.append(missing_problem(missing))
         for role in app.paused_roles:
             # A store refusing writes (OOM, an ACL) still answers the version check below:
             # the role's own pause is what says it cannot do its work.

@@ -132,7 +132,7 @@ class TimelinePolicy:
     fire times; ``collapse_by`` is read by the delivery role only.
     """
 
-    minimum_delay: float = option(300.0, SECONDS, "Cool-down after a digest.")
+    minimum_delay: float = option(300.0, SECONDS, "Cool-down after a digest (<= maximum_delay).")
     increment_delay: float = option(30.0, SECONDS, "Delay added by each new event.")
     maximum_delay: float = option(1800.0, SECONDS, "Cap on delay after a delivery.")
     ttl: float = option(
@@ -176,6 +176,12 @@ class TimelinePolicy:
         if self.ttl <= self.maximum_delay:
             raise InvalidArgument(
                 f"ttl ({self.ttl}) must exceed maximum_delay ({self.maximum_delay})"
+            )
+        if self.minimum_delay > self.maximum_delay:
+            # maximum_delay caps the delay after a delivery: no cool-down may outlast it.
+            raise InvalidArgument(
+                f"minimum_delay ({self.minimum_delay}) must not exceed maximum_delay "
+                f"({self.maximum_delay})"
             )
         capacity = MAX_OFFSET if self.capacity is None else self.capacity
         if self.flush_at is not None and self.flush_at > capacity:

@@ -71,6 +71,30 @@ def test_batch_size_has_an_upper_bound() -> None:
     assert f"{MAX_BATCH_SIZE}" in line
 
 
+@pytest.mark.parametrize(
+    ("values", "line"),
+    [
+        (
+            {"minimum_delay": 5000, "maximum_delay": 1800},
+            "DIGEST_STREAM_MINIMUM_DELAY (5000.0) must not exceed "
+            "DIGEST_STREAM_MAXIMUM_DELAY (1800.0)",
+        ),
+        (
+            {"overrides": {"mail:*": {"maximum_delay": 100}}},
+            "DIGEST_STREAM_OVERRIDES 'mail:*': minimum_delay (300.0) must not exceed "
+            "maximum_delay (100.0)",
+        ),
+    ],
+)
+def test_settings_refuse_a_cool_down_longer_than_the_maximum_delay(
+    values: dict[str, object], line: str
+) -> None:
+    # Issue 36 (f): the rule is TimelinePolicy's; the settings word it in their own names.
+    with pytest.raises(ValidationError) as info:
+        Settings.model_validate(values)
+    assert describe_error(info.value) == [f"invalid settings: {line}"]
+
+
 def test_each_policy_option_is_a_setting_with_its_default_and_bounds() -> None:
     # the settings' policy fields are TimelinePolicy's options, declared there once
     for spec in OPTIONS:

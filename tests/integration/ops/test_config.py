@@ -130,6 +130,32 @@ def test_bad_config_stops_with_one_line(tmp_path: Path, content: str, message: s
 
 
 @pytest.mark.usefixtures("clean_env")
+@pytest.mark.parametrize("command", [["config", "show"], ["run"]])
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        (
+            {"DIGEST_STREAM_MINIMUM_DELAY": "5000"},
+            "DIGEST_STREAM_MINIMUM_DELAY (5000.0) must not exceed "
+            "DIGEST_STREAM_MAXIMUM_DELAY (1800.0)",
+        ),
+        (
+            {"DIGEST_STREAM_OVERRIDES": '{"mail:*": {"minimum_delay": 5000}}'},
+            "DIGEST_STREAM_OVERRIDES 'mail:*': minimum_delay (5000.0) must not exceed "
+            "maximum_delay (1800.0)",
+        ),
+    ],
+)
+def test_a_cool_down_longer_than_the_maximum_delay_stops_with_one_line(
+    command: list[str], env: dict[str, str], words: str
+) -> None:
+    # Issue 36 (f): the rule is the policy's own; the settings still name what to change.
+    result = CliRunner().invoke(main, command, env=env)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [f"digest-stream: invalid settings: {words}"]
+
+
+@pytest.mark.usefixtures("clean_env")
 def test_json_settings_work_as_flags() -> None:
     data = _show(["--kafka-config", '{"client.id": "x"}', "--carry-headers", '["traceparent"]'])
     assert data["kafka_config"] == {"client.id": "x"}

@@ -43,6 +43,7 @@ class FakeView:
     heartbeats: Heartbeats = field(default_factory=Heartbeats)
     store: DigestStore | None = None
     kafka_errors: ClientErrors = field(default_factory=ClientErrors)
+    missing_topics: dict[str, str] = field(default_factory=dict)
 
     @property
     def scheduler_runs(self) -> bool:
@@ -80,6 +81,21 @@ def test_ready_with_partitions_and_not_before() -> None:
     ok, details = health(idle).ready()
     assert not ok
     assert details["problems"] == ["not started", "no input partitions assigned"]
+
+
+def test_not_ready_names_the_missing_topics_and_what_creates_them() -> None:
+    # Issue 36 (h): "no input partitions assigned" alone did not say why.
+    view = FakeView(
+        owned_partitions=frozenset(),
+        missing_topics={"d.events": "DIGEST_STREAM_EVENTS_TOPIC"},
+    )
+    ok, details = health(view).ready()
+    assert not ok
+    assert details["problems"] == [
+        "no input partitions assigned",
+        "Kafka topic d.events (DIGEST_STREAM_EVENTS_TOPIC) does not exist "
+        "(`digest-stream topics create`)",
+    ]
 
 
 def test_live_follows_heartbeats_and_failure() -> None:

@@ -81,7 +81,7 @@ def test_an_expired_open_digest_is_noticed_behind_newer_records(
 def test_reopen_restarts_the_digest_ttl(
     make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
 ) -> None:
-    store = make_redis_store(TimelinePolicy(maximum_delay=10, ttl=200))
+    store = make_redis_store(TimelinePolicy(minimum_delay=10, maximum_delay=10, ttl=200))
     store.add(0, [NewRecord("t", "r1", T0, b"1", 0)], T0)
     digest = store.open(0, "t", new_id(), T0)
     key = digest_key(partition_tag(namespace, 0), "t")

@@ -119,7 +119,8 @@ def test_every_key_but_the_fence_has_a_ttl(
     keys_of: KeysOf,
     namespace: str,
 ) -> None:
-    store = make_redis_store(TimelinePolicy(maximum_delay=100, ttl=200))
+    # a cool-down as long as maximum_delay allows (a policy the store accepts)
+    store = make_redis_store(TimelinePolicy(minimum_delay=100, maximum_delay=100, ttl=200))
     store.add(0, records("a", 3) + records("b", 2, first_offset=3), T0)
     store.open(0, "a", new_id(), T0)
     store.add(0, records("a", 1, first_offset=10), T0)

@@ -171,6 +171,12 @@ def guard(client: RedisClient, function: str, call_keys: list[str], *args: objec
         (policy_args(maximum_delay=-1), "maximum_delay must be >= 0"),
         (policy_args(ttl=1800), "must exceed maximum_delay"),
         (policy_args(ttl=100), "must exceed maximum_delay"),
+        # issue 36 (f): every rule across options, as TimelinePolicy's declaration makes them
+        (
+            policy_args(minimum_delay=5000, maximum_delay=1800),
+            "minimum_delay (5000) must not exceed maximum_delay (1800)",
+        ),
+        (policy_args(flush_at=20000, capacity=10000), "flush_at (20000) must not exceed capacity"),
         (policy_args(capacity=-1), "capacity must be an integer"),
         (policy_args(capacity=1.5), "capacity must be an integer"),
         (policy_args(increment_delay="inf"), "must be a finite number"),

@@ -63,3 +63,35 @@ def test_describe_shows_every_option_with_its_value_or_what_unset_means() -> Non
 def test_an_override_holds_exactly_the_options_each_unset_by_default() -> None:
     assert list(PolicyOverride.model_fields) == [spec.name for spec in OPTIONS]
     assert PolicyOverride().model_dump(exclude_none=True) == {}
+
+
+# Issue 36 (f): the rules across options belong to the policy's declaration, so a policy
+# made anywhere (settings, an override, the store API, the model) meets them.
+TOO_LONG_A_COOL_DOWN = r"minimum_delay \(5000(\.0)?\) must not exceed maximum_delay \(1800(\.0)?\)"
+
+
+def test_a_cool_down_longer_than_the_maximum_delay_is_refused_by_the_constructor() -> None:
+    with pytest.raises(InvalidArgument, match=TOO_LONG_A_COOL_DOWN):
+        TimelinePolicy(minimum_delay=5000, maximum_delay=1800)
+    assert TimelinePolicy(minimum_delay=1800, maximum_delay=1800).minimum_delay == 1800
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        PolicyOverride(minimum_delay=5000),  # over the default's maximum_delay
+        PolicyOverride(minimum_delay=5000, maximum_delay=1800),
+    ],
+)
+def test_a_cool_down_longer_than_the_maximum_delay_is_refused_in_an_override(
+    override: PolicyOverride,
+) -> None:
+    with pytest.raises(InvalidArgument, match=TOO_LONG_A_COOL_DOWN):
+        overridden(TimelinePolicy(), override)
+    with pytest.raises(InvalidArgument, match=TOO_LONG_A_COOL_DOWN):
+        prefix_resolver(TimelinePolicy(), {"mail:*": override})
+    # an override lowering maximum_delay under the default's cool-down: the same rule
+    with pytest.raises(
+        InvalidArgument, match=r"minimum_delay \(300.0\) must not exceed maximum_delay \(100.0\)"
+    ):
+        overridden(TimelinePolicy(), PolicyOverride(maximum_delay=100))

@@ -114,9 +114,18 @@ local function parse_policy(args, base)
         local field = POLICY_FIELDS[i]
         policy[field[1]] = POLICY_READERS[field[2]](args[base + i - 1], field[1])
     end
+    -- The rules across options, in TimelinePolicy's order (store/policy.py).
     if policy.ttl <= policy.maximum_delay then
         invalid_argument('ttl (' .. policy.ttl .. ') must exceed maximum_delay ('
             .. policy.maximum_delay .. ')')
+    end
+    if policy.minimum_delay > policy.maximum_delay then
+        invalid_argument('minimum_delay (' .. policy.minimum_delay
+            .. ') must not exceed maximum_delay (' .. policy.maximum_delay .. ')')
+    end
+    if policy.capacity > 0 and policy.flush_at > policy.capacity then
+        invalid_argument('flush_at (' .. policy.flush_at .. ') must not exceed capacity ('
+            .. policy.capacity .. ')')
     end
     return policy
 end
