@@ -118,13 +118,16 @@ RECORD = Packed(
     ),
 )
 #: A control operation of an add: how many of the call's records come before it, its offset,
-#: its operation (CONTROL_CODES, from 1), its timeline, the record id it cancels ("" = none).
+#: its operation (CONTROL_CODES, from 1), its timeline's policy (index from 1, as a TIMELINE's:
+#: a cancel may put back the cool-down a flush cut short), its timeline, the record id it
+#: cancels ("" = none).
 CONTROL = Packed(
     "CONTROL",
     (
         ("before", "u32"),
         ("offset", "f64"),
         ("operation", "u8"),
+        ("policy", "u32"),
         ("timeline", "str16"),
         ("id", "str16"),
     ),

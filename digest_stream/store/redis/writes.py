@@ -24,7 +24,8 @@ from digest_stream.store.validate import plain_name
 (_TIMELINE_HEAD,) = (head.pack for head in protocol.TIMELINE.heads)  # policy index, name length
 # timeline index, id length; then timestamp, offset, payload length
 _RECORD_HEAD, _RECORD_TAIL = (head.pack for head in protocol.RECORD.heads)
-# records before it, offset, operation code, timeline name length; then the id's length
+# records before it, offset, operation code, policy index, timeline name length; then the
+# id's length
 _CONTROL_HEAD, _NAME_LENGTH = (head.pack for head in protocol.CONTROL.heads)
 
 
@@ -95,9 +96,14 @@ class RedisWrites:
             if checked and control is not None:
                 # Placed after the records packed so far (4 parts each): Lua applies it there.
                 name, encoded_id = timeline.encode(), record_id.encode()
+                number = policies.index(self.calls.resolver(timeline), timeline)
                 control_parts += (
                     _CONTROL_HEAD(
-                        len(record_parts) // 4, offset, protocol.CONTROL_CODES[control], len(name)
+                        len(record_parts) // 4,
+                        offset,
+                        protocol.CONTROL_CODES[control],
+                        number,
+                        len(name),
                     ),
                     name,
                     _NAME_LENGTH(len(encoded_id)),

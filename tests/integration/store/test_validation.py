@@ -216,9 +216,13 @@ def test_lua_refuses_bad_records_and_writes_nothing(
     assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
 
 
-def packed_controls(*controls: tuple[int, float, int, str, str]) -> bytes:
-    """ds_add's packed controls: (records before it, offset, operation code, timeline, id)."""
-    return b"".join(protocol.CONTROL.pack(*control) for control in controls)
+def packed_controls(*controls: tuple[int, float, int, str, str], policy: int = 1) -> bytes:
+    """ds_add's packed controls: (records before it, offset, operation code, timeline, id),
+    each under the policy of that index."""
+    return b"".join(
+        protocol.CONTROL.pack(before, offset, code, policy, timeline, record_id)
+        for before, offset, code, timeline, record_id in controls
+    )
 
 
 @pytest.mark.parametrize(
@@ -231,6 +235,8 @@ def packed_controls(*controls: tuple[int, float, int, str, str]) -> bytes:
         (packed_controls((1, 1, 1, "", "x")), "timeline must be"),
         (packed_controls((1, 1, 2, "t", "")), "record id must be"),
         (packed_controls((1, 1, 1, "t", "x"))[:-1], "malformed controls"),
+        (packed_controls((1, 1, 1, "t", "x"), policy=2), "policy index must be"),
+        (packed_controls((1, 1, 1, "t", "x"), policy=0), "policy index must be"),
     ],
 )
 def test_lua_refuses_bad_controls_and_writes_nothing(

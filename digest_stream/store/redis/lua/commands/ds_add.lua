@@ -86,7 +86,8 @@ local function parse_add(keys, args)
     local timelines = parse_timelines(args[packed], tag, policies)
     call.records = parse_records(args[packed + 1], timelines, call.through_offset)
     if args[packed + 2] ~= nil then
-        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset)
+        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset,
+            policies)
     end
     return call
 end
