@@ -28,6 +28,7 @@ KEY_SUFFIXES = {
     "timeline": "t",  # record container (lua/containers.lua): pending records + meta
     "digest": "d",  # record container of the open digest, same encodings
     "scratch": "s",  # zset that exists only inside one call: Redis sorts large digests in it
+    "moved": "m",  # string: the last ds_schedule's nonce and reply, kept for a re-send of it
 }
 #: Keys that name a timeline (``T:<suffix>:<timeline>``); the others are the partition's.
 TIMELINE_KEYS = ("timeline", "digest")
@@ -232,7 +233,9 @@ DS_ADD = Command(
 )  # fmt: skip
 #: ds_add's ARGV before its policy blocks (the policies and the packed arguments follow).
 ADD_HEAD = DS_ADD.args[: DS_ADD.args.index("policies")]
-DS_SCHEDULE = Command("ds_schedule", "partition", ("now", "partition_ttl", "limit"), DUE_REPLY)
+DS_SCHEDULE = Command(
+    "ds_schedule", "partition", ("now", "partition_ttl", "limit", "nonce"), DUE_REPLY
+)
 DS_MAINTENANCE = Command(
     "ds_maintenance", "partition", ("deadline", "now", "partition_ttl", "limit"), DUE_REPLY
 )

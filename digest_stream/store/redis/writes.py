@@ -5,6 +5,7 @@ never one per record (``RedisWrites``, a part of RedisStore).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 from digest_stream.store import validate
@@ -150,14 +151,22 @@ class RedisWrites:
             reply, records, now, lambda timeline: next_due(self.calls.resolver(timeline)), nonce
         )
 
-    def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
-        """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
+    def schedule(
+        self, partition: int, now: float, *, limit: int = DEFAULT_SLICE, nonce: str | None = None
+    ) -> DueBatch:
+        """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due.
+
+        The call carries a nonce (``nonce``, or a fresh one): redis-py's retry re-sends a call
+        whose reply it lost with the same arguments, and Redis answers that re-send with the
+        first run's reply (ds_schedule), so what it moved is announced."""
         tag = self.calls.tag(partition)
         now = validate.time_value(now, "now")
+        nonce = validate.open_nonce(nonce, "schedule nonce") or os.urandom(12).hex()
         args = protocol.DS_SCHEDULE.arguments(
             now=arg(now),
             partition_ttl=self.calls.partition_ttl,
             limit=str(validate.limit(limit)),
+            nonce=nonce,
         )
         return replies.due_batch(self.calls.call(protocol.DS_SCHEDULE, tag, args))
 
