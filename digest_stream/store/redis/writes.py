@@ -156,9 +156,9 @@ class RedisWrites:
     ) -> DueBatch:
         """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due.
 
-        The call carries a nonce (``nonce``, or a fresh one): redis-py's retry re-sends a call
-        whose reply it lost with the same arguments, and Redis answers that re-send with the
-        first run's reply (ds_schedule), so what it moved is announced."""
+        The call carries a nonce (``nonce``, or a fresh one): a client whose retry re-sends a
+        call whose reply it lost (redis-py's default retry does, with the same arguments) is
+        answered the first run's reply (ds_schedule), so what it moved is announced."""
         tag = self.calls.tag(partition)
         now = validate.time_value(now, "now")
         nonce = validate.open_nonce(nonce, "schedule nonce") or os.urandom(12).hex()

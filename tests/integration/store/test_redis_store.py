@@ -540,9 +540,10 @@ def test_a_schedule_whose_reply_is_lost_answers_its_moves_to_redis_pys_re_send(
 ) -> None:
     # Issue 36 (g): the proxy forwards the ds_schedule and drops Redis's reply; redis-py's
     # retry (a client built with its defaults: 10 retries on a timeout or a broken
-    # connection, as RedisCluster, the service's cluster client, also has) sends the very
-    # same FCALL again. That re-run found both timelines READY already and named neither:
-    # unannounced until maintenance (~330 s).
+    # connection; the clients the service builds have none, see
+    # tests/integration/roles/test_scheduler_lost_reply.py) sends the very same FCALL again.
+    # That re-run found both timelines READY already and named neither: unannounced until
+    # maintenance (~330 s).
     client = redis.Redis(host="127.0.0.1", port=redis_proxy.port, socket_timeout=1)
     retry = client.get_retry()
     assert retry is not None

@@ -10,12 +10,12 @@
 --
 -- Reply: moved: {timeline, due, ...}, up to `limit` timelines moved WAITING -> READY
 -- (earliest due first); more = 1 when further due ones remain for the next call.
--- nonce ("" = none): the call's own (OPEN_NONCE_LENGTH hex). A client re-sends a
--- call whose reply it lost (redis-py's retry): the re-run found what the first run moved
--- READY already and named none of it, so nobody announced them until maintenance. A call
--- that moved something keeps its nonce and reply (key T:m, SCHEDULE_REPLY_TTL); a call
--- with that very nonce answers that reply again and moves nothing: the same reply as the
--- first run's, as if it had arrived. Only the partition's last such call is kept.
+-- nonce ("" = none): the call's own (OPEN_NONCE_LENGTH hex). A client may re-send a call
+-- whose reply it lost (redis-py's default retry): the re-run found what the first run
+-- moved READY already and named none of it, so nobody announced them until maintenance. A
+-- call that moved something keeps its nonce and reply (key T:m, SCHEDULE_REPLY_TTL); a
+-- call with that very nonce answers that reply again and moves nothing: the same reply as
+-- the first run's, as if it had arrived. Only the partition's last such call is kept.
 
 local function schedule(keys, args)
     local tag = call_tag(keys, 'partition')
