@@ -300,6 +300,15 @@ def test_lua_refuses_bad_timelines_and_writes_nothing(
     assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
 
 
+@pytest.mark.parametrize("nonce", ["abc", "A" * 24, "a" * 25, "g" * 24])
+def test_lua_refuses_bad_schedule_nonces(client: RedisClient, tag: str, nonce: str) -> None:
+    keys = [waiting_key(tag), ready_key(tag), fence_key(tag)]
+    assert "schedule nonce must be" in guard(client, "ds_schedule", keys, T0, 3600, 10, nonce)
+    # "" (or none at all: a caller of the library before nonces) is no nonce
+    assert raw(client, "FCALL", "ds_schedule", keys, T0, 3600, 10, "") == [[], 0]
+    assert raw(client, "FCALL", "ds_schedule", keys, T0, 3600, 10) == [[], 0]
+
+
 def test_lua_refuses_bad_digest_ids(client: RedisClient, tag: str) -> None:
     keys = [timeline_key(tag, "t"), digest_key(tag, "t"), waiting_key(tag), ready_key(tag)]
     for bad in ("x" * 32, GOOD_ID.upper(), GOOD_ID[:-1], ""):
