@@ -341,6 +341,13 @@ NONCE = "0123456789abcdef01234567"
 DEFAULT = TimelinePolicy()  # minimum_delay 300, increment_delay 30
 
 
+#: The names of the orders the test below runs, in its order.
+CASES = (
+    "cancel-all", "cancel-id", "separate-calls", "record-after", "cancel-first", "flush-first",
+    "one-left",
+)  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("batches", "left", "reason"),
     [
@@ -351,12 +358,13 @@ DEFAULT = TimelinePolicy()  # minimum_delay 300, increment_delay 30
         ([[("e2", None)], [("", FLUSH)], [("", CANCEL_ALL)]], 0, "COOLDOWN"),
         # a record after the cancel was not pending at the flush: it waits the cool-down
         ([[("e2", None), ("", FLUSH), ("", CANCEL_ALL), ("e3", None)]], 1, "COOLDOWN"),
-        # the cancel first: the flush finds nothing pending, a no-op already
+        # the cancel first, or the flush before e2: it finds nothing pending, a no-op already
         ([[("e2", None), ("", CANCEL_ALL), ("", FLUSH)]], 0, "COOLDOWN"),
+        ([[("", FLUSH), ("e2", None), ("", CANCEL_ALL)]], 0, "COOLDOWN"),
         # something the flush asked for is left: it is honoured
         ([[("e2", None), ("e3", None), ("", FLUSH), ("e2", CANCEL)]], 1, "FLUSHED"),
     ],
-    ids=["cancel-all", "cancel-id", "separate-calls", "record-after", "cancel-first", "one-left"],
+    ids=CASES,
 )
 def test_a_flush_whose_records_are_cancelled_behind_an_open_digest_keeps_the_cool_down(
     make_store: StoreFactory,
