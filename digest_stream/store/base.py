@@ -248,9 +248,17 @@ class DigestStore(Protocol):
         """
         ...
 
-    def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
+    def schedule(
+        self, partition: int, now: float, *, limit: int = DEFAULT_SLICE, nonce: str | None = None
+    ) -> DueBatch:
         """Move up to ``limit`` WAITING timelines due at or before ``now`` (earliest due
-        first, ties by name) to READY and return them; ``.more`` when more are due."""
+        first, ties by name) to READY and return them; ``.more`` when more are due.
+
+        ``nonce`` (OPEN_NONCE_PATTERN) names the call: the partition's last call that moved
+        something is remembered with it (SCHEDULE_REPLY_TTL in Redis), and a call with the
+        same nonce (a re-send of that call, whose reply was lost) returns that call's reply
+        again and moves nothing. RedisStore gives each call a fresh one when none is given.
+        """
         ...
 
     def maintenance(

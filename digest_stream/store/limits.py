@@ -38,6 +38,14 @@ DIGEST_ID_LENGTH = 32
 #: An add's leading-edge nonce: this many lowercase hex characters; each digest the add opens
 #: has the nonce and its number in the call (the rest of DIGEST_ID_LENGTH, hex) as its id.
 OPEN_NONCE_LENGTH = 24
+#: How long Redis keeps a partition's last ``ds_schedule`` reply for a re-send of that call
+#: (same nonce; one of this length too): a client's retry sends a call whose reply it lost
+#: again, and the re-run must name what the first run moved. Past what redis-py's default
+#: retry of one call can take (10 retries, each up to the 10 s socket timeout, a 2 s connect
+#: and a backoff of at most 1 s: about 130 s), short of maintenance (~330 s). The clients
+#: the service builds today do not retry (store/redis/client.py): their lost reply is an
+#: outage to the scheduler, which re-announces every READY timeline once Redis answers.
+SCHEDULE_REPLY_TTL = 180.0
 #: Why a timeline is due (the ``reason`` of its next digest, ``base.REASONS``), and the one
 #: letter a timeline's meta in Redis records for it: the store's members of DigestReason.
 CAUSES = {reason.value: reason.letter for reason in DigestReason if reason.letter is not None}

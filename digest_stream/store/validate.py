@@ -86,11 +86,12 @@ def digest_id(value: object) -> str:
     return value
 
 
-def open_nonce(value: object) -> str | None:
-    """An add's leading-edge nonce (OPEN_NONCE_LENGTH lowercase hex characters), or None."""
+def open_nonce(value: object, what: str = "open nonce") -> str | None:
+    """An add's leading-edge nonce, or a schedule call's (``what``): OPEN_NONCE_LENGTH
+    lowercase hex characters, or None."""
     if value is not None and (not isinstance(value, str) or not OPEN_NONCE_PATTERN.match(value)):
         raise InvalidArgument(
-            f"open nonce must be {OPEN_NONCE_LENGTH} lowercase hex characters, got {value!r}"
+            f"{what} must be {OPEN_NONCE_LENGTH} lowercase hex characters, got {value!r}"
         )
     return value
 

@@ -19,7 +19,7 @@ from digest_stream.client import EventProducer
 from digest_stream.ops.hooks import Headers, Hook
 from digest_stream.settings import Settings
 from digest_stream.store import AddResult, NewRecord
-from digest_stream.store.base import FLUSH
+from digest_stream.store.base import CANCEL_ALL, FLUSH
 from digest_stream.store.calendar import next_fire
 from digest_stream.wire.models import Digest, DigestReason
 from tests.support import wait_until
@@ -383,4 +383,59 @@ def test_a_cancel_all_leaves_no_trace_in_dropped_total_or_the_counters(
     }
     assert counted == {"capacity": 6, "cancelled": 4, "missing_payload": 0}
     assert not {"r0", "r1", "r2", "r3", "r4"} & out.record_ids()
+    out.close()
+
+
+def test_a_flush_then_cancel_while_a_digest_is_open_keeps_the_cool_down_through_the_cli(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    # Issue 36 (d), as seen through the CLI: while e1's digest cannot go out (HoldOpen parks
+    # delivery's publish, as an output refusing writes would), e2, `flush`, `cancel --yes`;
+    # after the release the timeline was gone a second later (an empty FLUSHED digest retired
+    # it) and e3 went out IMMEDIATE. Nothing is left to flush: the 40 s cool-down stands.
+    pipe = pipeline_factory(
+        partitions=1, minimum_delay=40.0, maximum_delay=60.0, direct_leading_edge=False
+    )
+    hold = HoldOpen("held")
+    app = pipe.app(hooks=[hold])
+    out = pipe.output()
+    flags = [*cli_flags(pipe.settings), "--minimum-delay", "40", "--maximum-delay", "60"]
+    runner = CliRunner()
+    try:
+        with pipe.producer() as producer:
+            producer.send("held", "e1", b"{}", timestamp_ms=T)
+            producer.flush()
+            assert hold.parked.wait(30), "e1's digest was not published"
+            producer.send("held", "e2", b"{}", timestamp_ms=T + 1)
+            producer.flush()
+        wait_until(lambda: "e2" in {r.id for r in hold.applied}, 20, "e2 stored behind e1")
+        for command in (["flush", "held"], ["cancel", "held", "--yes"]):
+            result = runner.invoke(main, [*command, *flags])
+            assert result.exit_code == 0, result.output
+        wait_until(
+            lambda: CANCEL_ALL in {r.control for r in hold.applied}, 20, "the cancel applied"
+        )
+    finally:
+        released = time.time()
+        hold.release.set()
+    assert app.store is not None
+    store = app.store
+    wait_until(lambda: store.inspect(0, "held").open_digest is None, 20, "e1's digest closed")
+    info = store.inspect(0, "held")
+    assert (info.state, info.reason, info.pending) == ("waiting", "COOLDOWN", 0)
+    # the close is dated when e1's digest was built (before the hold): 40 s from then
+    assert info.last_delivery is not None
+    assert info.last_delivery <= released
+    assert info.due == pytest.approx(info.last_delivery + 40)
+    cooled_until = info.last_delivery + 40
+    with pipe.producer() as producer:
+        producer.send("held", "e3", b"{}", timestamp_ms=T + 2)
+        producer.flush()
+    wait_until(lambda: "e3" in {r.id for r in hold.applied}, 20, "e3 stored")
+    info = store.inspect(0, "held")
+    assert (info.state, info.reason, info.pending) == ("waiting", "COOLDOWN", 1)
+    assert info.due is not None
+    assert info.due >= cooled_until  # not IMMEDIATE
+    out.wait_for(lambda: "e1" in out.record_ids(), 20, "e1's digest")
+    assert [[r.id for r in d.records] for d in out.digests] == [["e1"]]
     out.close()

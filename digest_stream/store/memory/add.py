@@ -123,7 +123,9 @@ class _Batch:
                 self._finish()
                 if record.offset > fence:
                     fence = record.offset
-                    self.cancelled += apply_control(self.state, record, self.now, self.ready)
+                    self.cancelled += apply_control(
+                        self.state, record, self.policies[record.timeline], self.now, self.ready
+                    )
             elif record.offset <= fence:
                 self.skipped += 1
             else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from digest_stream.store import validate
-from digest_stream.store.base import StoredRecord
+from digest_stream.store.base import DueBatch, StoredRecord
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 
 
@@ -49,6 +49,8 @@ class PartitionState:
     ready: dict[str, float] = field(default_factory=dict)
     timelines: dict[str, TimelineState] = field(default_factory=dict)
     digests: dict[str, DigestState] = field(default_factory=dict)
+    #: The last schedule call with a nonce that moved something: its nonce and reply.
+    last_schedule: tuple[str, DueBatch] | None = None
 
 
 class MemoryState:

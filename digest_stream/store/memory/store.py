@@ -81,16 +81,27 @@ class MemoryStore:
             open_nonce=open_nonce,
         )
 
-    def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
-        """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
+    def schedule(
+        self, partition: int, now: float, *, limit: int = DEFAULT_SLICE, nonce: str | None = None
+    ) -> DueBatch:
+        """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due
+        (a call with the nonce of the last one that moved something answers its reply)."""
         state = self.state.partition(partition)
         now = validate.time_value(now, "now")
         limit = validate.limit(limit)
+        nonce = validate.open_nonce(nonce, "schedule nonce")
+        if nonce is not None and state.last_schedule is not None:
+            kept_nonce, kept = state.last_schedule
+            if kept_nonce == nonce:
+                return DueBatch(kept, more=kept.more)
         due = sorted(((name, at) for name, at in state.waiting.items() if at <= now), key=score_key)
         for name, _ in due[:limit]:
             del state.waiting[name]
             state.ready[name] = now
-        return DueBatch((DueTimeline(name, at) for name, at in due[:limit]), more=len(due) > limit)
+        moved = DueBatch((DueTimeline(name, at) for name, at in due[:limit]), more=len(due) > limit)
+        if nonce is not None and moved:
+            state.last_schedule = (nonce, moved)
+        return moved
 
     def maintenance(
         self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE

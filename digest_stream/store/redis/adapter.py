@@ -115,9 +115,12 @@ class RedisStore:
         )
 
     @translated
-    def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
-        """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
-        return self._writes.schedule(partition, now, limit=limit)
+    def schedule(
+        self, partition: int, now: float, *, limit: int = DEFAULT_SLICE, nonce: str | None = None
+    ) -> DueBatch:
+        """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due
+        (a re-send of the call, same ``nonce``, answers the same)."""
+        return self._writes.schedule(partition, now, limit=limit, nonce=nonce)
 
     @translated
     def maintenance(

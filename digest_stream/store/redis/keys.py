@@ -44,6 +44,11 @@ def digest_key(tag: str, timeline: str) -> str:
     return key("digest", tag, timeline)
 
 
+def moved_key(tag: str) -> str:
+    """The last schedule call's nonce and reply, kept briefly for a re-send of that call."""
+    return key("moved", tag)
+
+
 def scratch_key(tag: str) -> str:
     """Zset a call may use to sort records and deletes before it returns."""
     return key("scratch", tag)

@@ -63,6 +63,7 @@ LUA_CONSTANTS: dict[str, object] = {
     "INLINE_MAX_RECORDS": limits.INLINE_MAX_RECORDS,
     "DIGEST_ID_LENGTH": limits.DIGEST_ID_LENGTH,
     "OPEN_NONCE_LENGTH": limits.OPEN_NONCE_LENGTH,
+    "SCHEDULE_REPLY_TTL": limits.SCHEDULE_REPLY_TTL,
     # the letter a meta records, by the reason's name in lower case (CAUSES.flush_at)
     "CAUSES": {reason.lower(): letter for reason, letter in limits.CAUSES.items()},
     # the operation of each code of ds_add's packed controls: its position, from 1

@@ -31,6 +31,7 @@ KEY_SUFFIXES = {
     # hash library 18 kept leading digests in flight in: only read to be migrated and removed
     # (lua/upgrades.lua; docs/store.md, Upgrades)
     "leading": "l",
+    "moved": "m",  # string: the last ds_schedule's nonce and reply, kept for a re-send of it
 }
 #: Keys that name a timeline (``T:<suffix>:<timeline>``); the others are the partition's.
 TIMELINE_KEYS = ("timeline", "digest")
@@ -121,13 +122,16 @@ RECORD = Packed(
     ),
 )
 #: A control operation of an add: how many of the call's records come before it, its offset,
-#: its operation (CONTROL_CODES, from 1), its timeline, the record id it cancels ("" = none).
+#: its operation (CONTROL_CODES, from 1), its timeline's policy (index from 1, as a TIMELINE's:
+#: a cancel may put back the cool-down a flush cut short), its timeline, the record id it
+#: cancels ("" = none).
 CONTROL = Packed(
     "CONTROL",
     (
         ("before", "u32"),
         ("offset", "f64"),
         ("operation", "u8"),
+        ("policy", "u32"),
         ("timeline", "str16"),
         ("id", "str16"),
     ),
@@ -232,7 +236,9 @@ DS_ADD = Command(
 )  # fmt: skip
 #: ds_add's ARGV before its policy blocks (the policies and the packed arguments follow).
 ADD_HEAD = DS_ADD.args[: DS_ADD.args.index("policies")]
-DS_SCHEDULE = Command("ds_schedule", "partition", ("now", "partition_ttl", "limit"), DUE_REPLY)
+DS_SCHEDULE = Command(
+    "ds_schedule", "partition", ("now", "partition_ttl", "limit", "nonce"), DUE_REPLY
+)
 DS_MAINTENANCE = Command(
     "ds_maintenance", "partition", ("deadline", "now", "partition_ttl", "limit"), DUE_REPLY
 )

@@ -5,6 +5,7 @@ never one per record (``RedisWrites``, a part of RedisStore).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 from digest_stream.store import validate
@@ -24,7 +25,8 @@ from digest_stream.store.validate import plain_name
 (_TIMELINE_HEAD,) = (head.pack for head in protocol.TIMELINE.heads)  # policy index, name length
 # timeline index, id length; then timestamp, offset, payload length
 _RECORD_HEAD, _RECORD_TAIL = (head.pack for head in protocol.RECORD.heads)
-# records before it, offset, operation code, timeline name length; then the id's length
+# records before it, offset, operation code, policy index, timeline name length; then the
+# id's length
 _CONTROL_HEAD, _NAME_LENGTH = (head.pack for head in protocol.CONTROL.heads)
 
 
@@ -95,9 +97,14 @@ class RedisWrites:
             if checked and control is not None:
                 # Placed after the records packed so far (4 parts each): Lua applies it there.
                 name, encoded_id = timeline.encode(), record_id.encode()
+                number = policies.index(self.calls.resolver(timeline), timeline)
                 control_parts += (
                     _CONTROL_HEAD(
-                        len(record_parts) // 4, offset, protocol.CONTROL_CODES[control], len(name)
+                        len(record_parts) // 4,
+                        offset,
+                        protocol.CONTROL_CODES[control],
+                        number,
+                        len(name),
                     ),
                     name,
                     _NAME_LENGTH(len(encoded_id)),
@@ -144,14 +151,22 @@ class RedisWrites:
             reply, records, now, lambda timeline: next_due(self.calls.resolver(timeline)), nonce
         )
 
-    def schedule(self, partition: int, now: float, *, limit: int = DEFAULT_SLICE) -> DueBatch:
-        """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due."""
+    def schedule(
+        self, partition: int, now: float, *, limit: int = DEFAULT_SLICE, nonce: str | None = None
+    ) -> DueBatch:
+        """Move up to ``limit`` due WAITING timelines to READY; ``.more`` when more are due.
+
+        The call carries a nonce (``nonce``, or a fresh one): a client whose retry re-sends a
+        call whose reply it lost (redis-py's default retry does, with the same arguments) is
+        answered the first run's reply (ds_schedule), so what it moved is announced."""
         tag = self.calls.tag(partition)
         now = validate.time_value(now, "now")
+        nonce = validate.open_nonce(nonce, "schedule nonce") or os.urandom(12).hex()
         args = protocol.DS_SCHEDULE.arguments(
             now=arg(now),
             partition_ttl=self.calls.partition_ttl,
             limit=str(validate.limit(limit)),
+            nonce=nonce,
         )
         return replies.due_batch(self.calls.call(protocol.DS_SCHEDULE, tag, args))
 

@@ -10,6 +10,7 @@ import pytest
 
 from digest_stream.store import DigestStore, NewRecord, TimelineInfo, TimelinePolicy
 from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH
+from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import FLUSH_AT_FLOOR
 from tests.support import new_id
 from tests.support.store import StoreFactory
@@ -330,3 +331,134 @@ def test_a_cancel_of_one_record_keeps_the_trimmed_count_until_nothing_is_left(
     store.schedule(P, T0 + 61)
     empty = store.open(P, "t", new_id(), T0 + 61)
     assert (empty.records, empty.dropped) == ([], 0)
+
+
+# ---------------------------------------------------------------- issue 36 (d): a flush
+# whose records are all cancelled has nothing left to flush: the cool-down stands.
+
+#: An add's leading-edge nonce (the issue's digest is a leading one).
+NONCE = "0123456789abcdef01234567"
+DEFAULT = TimelinePolicy()  # minimum_delay 300, increment_delay 30
+
+
+#: The names of the orders the test below runs, in its order.
+CASES = (
+    "cancel-all", "cancel-id", "separate-calls", "record-after", "cancel-first", "flush-first",
+    "one-left",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("batches", "left", "reason"),
+    [
+        # the issue's order: the cancel empties the timeline after the flush
+        ([[("e2", None), ("", FLUSH), ("", CANCEL_ALL)]], 0, "COOLDOWN"),
+        ([[("e2", None), ("", FLUSH), ("e2", CANCEL)]], 0, "COOLDOWN"),
+        # each in its own batch (its own store call)
+        ([[("e2", None)], [("", FLUSH)], [("", CANCEL_ALL)]], 0, "COOLDOWN"),
+        # a record after the cancel was not pending at the flush: it waits the cool-down
+        ([[("e2", None), ("", FLUSH), ("", CANCEL_ALL), ("e3", None)]], 1, "COOLDOWN"),
+        # the cancel first, or the flush before e2: it finds nothing pending, a no-op already
+        ([[("e2", None), ("", CANCEL_ALL), ("", FLUSH)]], 0, "COOLDOWN"),
+        ([[("", FLUSH), ("e2", None), ("", CANCEL_ALL)]], 0, "COOLDOWN"),
+        # something the flush asked for is left: it is honoured
+        ([[("e2", None), ("e3", None), ("", FLUSH), ("e2", CANCEL)]], 1, "FLUSHED"),
+    ],
+    ids=CASES,
+)
+def test_a_flush_whose_records_are_cancelled_behind_an_open_digest_keeps_the_cool_down(
+    make_store: StoreFactory,
+    feed: Feed,
+    batches: list[list[tuple[str, str | None]]],
+    left: int,
+    reason: str,
+) -> None:
+    # Issue 36 (d): the cancel kept the flush's cause, so the close scheduled an empty digest
+    # 1 s later, which retired the timeline: the next event went out IMMEDIATE, ~1 s after
+    # the last digest instead of 300 s.
+    store = make_store(DEFAULT)
+    led = store.add(P, [feed("t", "e1")], T0, open_nonce=NONCE).opened[0]
+    for batch in batches:
+        store.add(P, [feed("t", record_id, control) for record_id, control in batch], T0 + 1)
+    assert store.close_many([(P, "t", led.id)], T0 + 2) == [True]
+    info = store.inspect(P, "t")
+    due = T0 + 2 + (FLUSH_AT_FLOOR if reason == "FLUSHED" else 300)
+    assert (info.state, info.due, info.reason, info.pending) == ("waiting", due, reason, left)
+    due_soon = [d.timeline for d in store.schedule(P, T0 + 3)]
+    assert due_soon == ([] if reason == "COOLDOWN" else ["t"])
+    # An event soon after is not immediate: it waits for the cool-down (or the flush's digest).
+    later = store.add(P, [feed("t", "e4")], T0 + 4, open_nonce="1" * 24)
+    assert (later.ready, later.opened) == ([], [])
+
+
+def _delivered_then(store: DigestStore, feed: Feed) -> None:
+    """Timeline "t" delivered at T0 (its cool-down runs to T0 + 300), "e2" pending since."""
+    store.add(P, [feed("t", "e1")], T0)
+    deliver(store, "t", T0)
+    store.add(P, [feed("t", "e2")], T0 + 1)
+
+
+def test_a_cancel_that_empties_a_flushed_waiting_timeline_puts_its_cool_down_back(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    # The flush honoured by the close (due 1 s after it), then every record cancelled: the
+    # timeline was left due with nothing to deliver, and that empty digest retired it.
+    store = make_store(DEFAULT)
+    led = store.add(P, [feed("t", "e1")], T0, open_nonce=NONCE).opened[0]
+    store.add(P, [feed("t", "e2"), feed("t", control=FLUSH)], T0 + 1)
+    assert store.close_many([(P, "t", led.id)], T0 + 2) == [True]
+    assert (store.inspect(P, "t").due, store.inspect(P, "t").reason) == (T0 + 3, "FLUSHED")
+    assert store.add(P, [feed("t", control=CANCEL_ALL)], T0 + 2.5).cancelled == 1
+    info = store.inspect(P, "t")
+    assert (info.state, info.due, info.reason, info.pending) == ("waiting", T0 + 302, "COOLDOWN", 0)
+    assert store.schedule(P, T0 + 3) == []
+    assert store.add(P, [feed("t", "e3")], T0 + 4, open_nonce="1" * 24).opened == []
+
+
+def test_a_flush_and_a_cancel_in_one_batch_leave_a_cooling_timeline_waiting(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(DEFAULT)
+    _delivered_then(store, feed)
+    result = store.add(P, [feed("t", control=FLUSH), feed("t", control=CANCEL_ALL)], T0 + 2)
+    assert (result.ready, result.cancelled) == ([], 1)  # nothing to announce any more
+    info = store.inspect(P, "t")
+    assert (info.state, info.due, info.reason, info.pending) == ("waiting", T0 + 300, "COOLDOWN", 0)
+
+
+def test_a_cancel_after_the_flush_was_announced_takes_the_timeline_back(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(DEFAULT)
+    _delivered_then(store, feed)
+    assert store.add(P, [feed("t", control=FLUSH)], T0 + 2).ready == ["t"]
+    assert store.add(P, [feed("t", control=CANCEL_ALL)], T0 + 3).cancelled == 1
+    info = store.inspect(P, "t")
+    assert (info.state, info.due, info.reason) == ("waiting", T0 + 300, "COOLDOWN")
+    # The flush's announcement finds the timeline no longer READY: a stale entry.
+    with pytest.raises(InvalidState):
+        store.open(P, "t", new_id(), T0 + 3)
+
+
+def test_a_cancel_that_empties_a_flush_at_timeline_puts_its_cool_down_back(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(COOL)  # flush_at 3, minimum_delay 60
+    store.add(P, [feed("t")], T0)
+    deliver(store, "t", T0)
+    store.add(P, [feed("t"), feed("t"), feed("t")], T0 + 5)
+    assert store.inspect(P, "t").reason == "FLUSH_AT"
+    store.add(P, [feed("t", control=CANCEL_ALL)], T0 + 6)
+    info = store.inspect(P, "t")
+    assert (info.state, info.due, info.reason) == ("waiting", T0 + 60, "COOLDOWN")
+
+
+def test_a_cancel_that_empties_a_flushed_calendar_timeline_waits_for_the_next_fire(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = make_store(DAILY)
+    assert store.add(P, [feed("d"), feed("d", control=FLUSH)], T0).ready == ["d"]
+    store.add(P, [feed("d", control=CANCEL_ALL)], T0 + 1)
+    nine = datetime(2026, 3, 3, 9, 0, tzinfo=BERLIN).timestamp()
+    info = store.inspect(P, "d")
+    assert (info.state, info.due, info.reason) == ("waiting", nine, "SCHEDULE")

@@ -16,17 +16,19 @@ from digest_stream.store import (
     TimelinePolicy,
 )
 from digest_stream.store.base import CANCEL_ALL
-from digest_stream.store.limits import COOLING_MARGIN
+from digest_stream.store.limits import COOLING_MARGIN, SCHEDULE_REPLY_TTL
 from digest_stream.store.redis import library, routing
 from digest_stream.store.redis.keys import (
     digest_key,
     fence_key,
+    moved_key,
     partition_tag,
     ready_key,
     timeline_key,
     waiting_key,
 )
 from tests.support import new_id
+from tests.support.proxy import TcpProxy
 from tests.support.store import RedisClient, raw
 
 T0 = 1_000_000.0
@@ -68,8 +70,9 @@ def test_retired_timeline_leaves_no_keys(redis_store: RedisStore, keys_of: KeysO
     empty = redis_store.open(0, "t", new_id(), T0 + 300)
     assert empty.records == []
     redis_store.close(0, "t", empty.id, T0 + 300)
-    # only the partition's fence remains: the timeline owns nothing any more
-    assert {key.split(b":")[-1] for key in keys_of(0)} == {b"o"}
+    # only the partition's keys remain (its fence, and the reply of the schedule that moved
+    # the timeline, kept briefly for a re-send): the timeline owns nothing any more
+    assert {key.split(b":")[-1] for key in keys_of(0)} == {b"o", b"m"}
 
 
 @pytest.mark.parametrize("state", ["ready", "open", "waiting"])
@@ -525,3 +528,48 @@ def test_key_helpers_match_lua(
     assert len(raw(client, "FCALL_RO", "ds_stats", good)) == 4
     with pytest.raises(redis.ResponseError, match="invalid_argument: KEYS"):
         raw(client, "FCALL_RO", "ds_stats", [waiting_key(t), fence_key(t), ready_key(t)])
+
+
+def _waiting(store: RedisStore, timelines: list[str]) -> None:
+    """Each timeline WAITING, due T0 + 300: a record behind a digest closed at T0."""
+    for offset, timeline in enumerate(timelines):
+        store.add(0, records(timeline, 1, first_offset=2 * offset), T0)
+        digest = store.open(0, timeline, new_id(), T0)
+        store.add(0, records(timeline, 1, first_offset=2 * offset + 1), T0)
+        assert store.close(0, timeline, digest.id, T0)
+
+
+def test_a_schedule_whose_reply_is_lost_answers_its_moves_to_redis_pys_re_send(
+    redis_proxy: TcpProxy, namespace: str
+) -> None:
+    # Issue 36 (g): the proxy forwards the ds_schedule and drops Redis's reply; redis-py's
+    # retry (a client built with its defaults: 10 retries on a timeout or a broken
+    # connection; the clients the service builds have none, see
+    # tests/integration/roles/test_scheduler_lost_reply.py) sends the very same FCALL again.
+    # That re-run found both timelines READY already and named neither: unannounced until
+    # maintenance (~330 s).
+    client = redis.Redis(host="127.0.0.1", port=redis_proxy.port, socket_timeout=1)
+    retry = client.get_retry()
+    assert retry is not None
+    assert retry.get_retries() > 0
+    try:
+        store = RedisStore(client, namespace=namespace)
+        _waiting(store, ["a", "b"])
+        redis_proxy.lose_reply_to(b"ds_schedule")
+        due = store.schedule(0, T0 + 300)
+        assert redis_proxy.replies_lost == 1
+        assert [d.timeline for d in due] == ["a", "b"]
+        assert store.stats(0).ready == 2
+    finally:
+        client.close()
+
+
+def test_the_last_schedule_reply_is_kept_only_for_a_re_send(
+    redis_store: RedisStore, client: RedisClient, namespace: str
+) -> None:
+    memo = moved_key(tag(namespace))
+    assert redis_store.schedule(0, T0 + 300) == []
+    assert client.exists(memo) == 0  # nothing moved: nothing to answer again
+    _waiting(redis_store, ["a"])
+    assert [d.timeline for d in redis_store.schedule(0, T0 + 300)] == ["a"]
+    assert (SCHEDULE_REPLY_TTL - 1) * 1000 < int(client.pttl(memo)) <= SCHEDULE_REPLY_TTL * 1000

@@ -593,6 +593,55 @@ def test_schedule_moves_a_backlog_in_slices(store: DigestStore, feed: Feed) -> N
     assert (empty, empty.more) == ([], False)
 
 
+#: Schedule calls' nonces (issue 36, g): a re-sent call carries its first run's.
+NONCE, OTHER_NONCE = "a" * 24, "b" * 24
+
+
+def _waiting(store: DigestStore, feed: Feed, count: int) -> None:
+    """Timelines t0..t<count - 1> WAITING, due T0 + 4 - i (records behind a closed digest)."""
+    for i in range(count):
+        name = f"t{i}"
+        store.add(P, [feed(name, "1")], T0)
+        digest = store.open(P, name, new_id(), T0)
+        store.add(P, [feed(name, "2")], T0)
+        assert store.close(P, name, digest.id, T0 - 300 + (4 - i))
+
+
+def test_a_re_sent_schedule_answers_what_its_first_run_moved(
+    store: DigestStore, feed: Feed
+) -> None:
+    # Issue 36 (g): redis-py re-sends a call whose reply it lost (same arguments); the re-run
+    # found the timelines the first run moved already READY and named none, so nobody
+    # announced them until maintenance (~330 s). A re-run with the first one's nonce answers
+    # that run's reply, and moves nothing more.
+    _waiting(store, feed, 3)
+    first = store.schedule(P, T0 + 10, limit=2, nonce=NONCE)  # its reply is lost
+    again = store.schedule(P, T0 + 10, limit=2, nonce=NONCE)  # the re-send
+    assert (again, again.more) == (first, first.more)
+    assert (again, again.more) == ([DueTimeline("t2", T0 + 2), DueTimeline("t1", T0 + 3)], True)
+    assert (store.stats(P).ready, store.stats(P).waiting) == (2, 1)
+    # The next call (a nonce of its own) takes the next slice.
+    rest = store.schedule(P, T0 + 10, limit=2, nonce=OTHER_NONCE)
+    assert (rest, rest.more) == ([DueTimeline("t0", T0 + 4)], False)
+    # Only the partition's last call that moved something is remembered: a late re-send of
+    # an older one runs again (and finds nothing due), the last one still answers.
+    stale = store.schedule(P, T0 + 10, limit=2, nonce=NONCE)
+    assert (stale, stale.more) == ([], False)
+    assert store.schedule(P, T0 + 10, limit=2, nonce=OTHER_NONCE) == rest
+
+
+def test_a_schedule_without_a_nonce_is_not_remembered(store: DigestStore, feed: Feed) -> None:
+    _waiting(store, feed, 2)
+    assert [d.timeline for d in store.schedule(P, T0 + 10, limit=1)] == ["t1"]
+    assert [d.timeline for d in store.schedule(P, T0 + 10, limit=1)] == ["t0"]
+
+
+@pytest.mark.parametrize("nonce", ["", "a" * 23, "A" * 24, "g" * 24, 7])
+def test_a_schedule_nonce_is_checked(store: DigestStore, nonce: object) -> None:
+    with pytest.raises(InvalidArgument):
+        store.schedule(P, T0, nonce=nonce)  # type: ignore[arg-type]
+
+
 def test_maintenance_moves_a_backlog_in_slices(store: DigestStore, feed: Feed) -> None:
     for i in range(5):
         store.add(P, [feed(f"t{i}", "1")], T0 + i)

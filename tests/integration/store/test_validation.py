@@ -222,9 +222,13 @@ def test_lua_refuses_bad_records_and_writes_nothing(
     assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
 
 
-def packed_controls(*controls: tuple[int, float, int, str, str]) -> bytes:
-    """ds_add's packed controls: (records before it, offset, operation code, timeline, id)."""
-    return b"".join(protocol.CONTROL.pack(*control) for control in controls)
+def packed_controls(*controls: tuple[int, float, int, str, str], policy: int = 1) -> bytes:
+    """ds_add's packed controls: (records before it, offset, operation code, timeline, id),
+    each under the policy of that index."""
+    return b"".join(
+        protocol.CONTROL.pack(before, offset, code, policy, timeline, record_id)
+        for before, offset, code, timeline, record_id in controls
+    )
 
 
 @pytest.mark.parametrize(
@@ -237,6 +241,8 @@ def packed_controls(*controls: tuple[int, float, int, str, str]) -> bytes:
         (packed_controls((1, 1, 1, "", "x")), "timeline must be"),
         (packed_controls((1, 1, 2, "t", "")), "record id must be"),
         (packed_controls((1, 1, 1, "t", "x"))[:-1], "malformed controls"),
+        (packed_controls((1, 1, 1, "t", "x"), policy=2), "policy index must be"),
+        (packed_controls((1, 1, 1, "t", "x"), policy=0), "policy index must be"),
     ],
 )
 def test_lua_refuses_bad_controls_and_writes_nothing(
@@ -298,6 +304,15 @@ def test_lua_refuses_bad_timelines_and_writes_nothing(
     assert message.startswith("invalid_argument: ")
     assert expected in message
     assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
+
+
+@pytest.mark.parametrize("nonce", ["abc", "A" * 24, "a" * 25, "g" * 24])
+def test_lua_refuses_bad_schedule_nonces(client: RedisClient, tag: str, nonce: str) -> None:
+    keys = [waiting_key(tag), ready_key(tag), fence_key(tag)]
+    assert "schedule nonce must be" in guard(client, "ds_schedule", keys, T0, 3600, 10, nonce)
+    # "" (or none at all: a caller of the library before nonces) is no nonce
+    assert raw(client, "FCALL", "ds_schedule", keys, T0, 3600, 10, "") == [[], 0]
+    assert raw(client, "FCALL", "ds_schedule", keys, T0, 3600, 10) == [[], 0]
 
 
 def test_lua_refuses_bad_digest_ids(client: RedisClient, tag: str) -> None:

@@ -54,6 +54,7 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
         f"local INLINE_MAX_RECORDS = {limits.INLINE_MAX_RECORDS}",
         f"local DIGEST_ID_LENGTH = {limits.DIGEST_ID_LENGTH}",
         f"local OPEN_NONCE_LENGTH = {limits.OPEN_NONCE_LENGTH}",
+        f"local SCHEDULE_REPLY_TTL = {limits.SCHEDULE_REPLY_TTL!r}",
         "local CAUSES = {" + causes + "}",
         "local CONTROL_CODES = {" + ", ".join(f"'{c}'" for c in CONTROLS) + "}",
         "local CONTROLS = {" + ", ".join(f"{c.name.lower()} = '{c}'" for c in CONTROLS) + "}",

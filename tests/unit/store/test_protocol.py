@@ -37,8 +37,8 @@ def lua_unpack(lua_format: str, data: bytes, position: int = 0) -> tuple[list[ob
     [
         (protocol.TIMELINE, (3, "user:42")),
         (protocol.RECORD, (2, "r-1", 1_700_000_000.25, 2.0**53, b"\x00payload\xff")),
-        (protocol.CONTROL, (5, 17.0, 2, "t", "id")),
-        (protocol.CONTROL, (0, 0.0, 1, "tl", "")),
+        (protocol.CONTROL, (5, 17.0, 2, 1, "t", "id")),
+        (protocol.CONTROL, (0, 0.0, 1, 3, "tl", "")),
     ],
 )
 def test_what_python_packs_the_lua_format_reads_back(
@@ -57,7 +57,7 @@ def test_the_hot_paths_structs_are_the_declarations_heads() -> None:
     head, tail = protocol.RECORD.heads
     record = head.pack(1, 2) + b"ab" + tail.pack(3.0, 4.0, 1) + b"p"
     assert record == protocol.RECORD.pack(1, "ab", 3.0, 4.0, b"p")
-    assert [s.format for s in protocol.CONTROL.heads] == [">IdBH", ">H"]
+    assert [s.format for s in protocol.CONTROL.heads] == [">IdBIH", ">H"]
 
 
 def test_commands_are_declared_once_each_with_their_keys() -> None:

@@ -1,7 +1,7 @@
 -- add.lua: the steps of ds_add (lua/commands/ds_add.lua), the one command that stores
 -- records (and applies a batch's controls), once add_args.lua has read its arguments.
 -- Holds: begin_timelines, schedule_record, apply_flush_at, apply_record, write_back,
---   advance_fence, add_run, fresh_timelines, add_with_controls.
+--   advance_fence, add_run, fresh_timelines, unlist, add_with_controls.
 -- Needs: CAUSES, FLUSH_AT_FLOOR (Python); digest_key, ready_key, waiting_key (keys);
 --   float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
 --   parse_timeline_meta (encoding); call_chunked, call_listed, write_fence (helpers);
@@ -267,6 +267,16 @@ local function fresh_timelines(records, first, last)
     end
 end
 
+-- Removes `name` from the list `names`, if there.
+local function unlist(names, name)
+    for i, listed in ipairs(names) do
+        if listed == name then
+            table.remove(names, i)
+            return
+        end
+    end
+end
+
 -- A batch holding controls, in ONE call (so Redis cannot lose part of it and keep the rest):
 -- each run of records as a plain add does it, each control with apply_control, in offset
 -- order, each fenced the same way. Returns the fence after the last.
@@ -282,10 +292,13 @@ local function add_with_controls(call, fence, totals)
         end
         if control.offset > fence then
             fence = control.offset
-            local became_ready, cancelled = apply_control(call.tag, control.operation,
-                control.timeline, control.id, call.now)
-            if became_ready == 1 then
+            local ready_change, cancelled = apply_control(call.tag, control.operation,
+                control.timeline, control.id, control.policy, call.now)
+            if ready_change == 1 then
                 totals.ready[#totals.ready + 1] = control.timeline
+            elseif ready_change == -1 then
+                -- a cancel took back what a flush of this call made READY: not announced
+                unlist(totals.ready, control.timeline)
             end
             totals.cancelled = totals.cancelled + cancelled
         end

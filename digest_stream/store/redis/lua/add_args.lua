@@ -97,14 +97,15 @@ local function parse_records(packed, timelines, through_offset)
 end
 
 -- The control operations of an add call (one packed argument, in order): each with the
--- number of records before it, so the call applies both in their offset order.
-local function parse_controls(packed, record_count, through_offset)
+-- number of records before it, so the call applies both in their offset order, and its
+-- timeline's policy (one of `policies`: a cancel may put back the timeline's cool-down).
+local function parse_controls(packed, record_count, through_offset, policies)
     local controls, previous = {}, 0
     unpacked(function()
         local position, size = 1, #packed
         while position <= size do
-            local before, offset, code, timeline, id
-            before, offset, code, timeline, id, position =
+            local before, offset, code, index, timeline, id
+            before, offset, code, index, timeline, id, position =
                 struct.unpack(CONTROL_FORMAT, packed, position)
             parse_integer(before, 'records before a control', previous, record_count)
             previous = before
@@ -116,6 +117,7 @@ local function parse_controls(packed, record_count, through_offset)
             parse_name(timeline, 'timeline')
             controls[#controls + 1] = {
                 before = before, offset = offset, operation = operation, timeline = timeline,
+                policy = policies[parse_integer(index, 'policy index', 1, #policies)],
                 id = operation == 'cancel' and parse_name(id, 'record id') or nil,
             }
         end

@@ -1,10 +1,10 @@
 -- guards.lua: the typed error replies and the argument guards. The Python side validates
 -- first (store/validate.py); these refuse the same inputs again, before anything is written.
 -- Holds: invalid_argument, invalid_state, parse_number, parse_time, parse_integer, parse_name,
---   parse_topic_id, parse_digest_id, parse_ttl, parse_count, parse_fire, POLICY_READERS,
---   POLICY_WIDTH, parse_policy, parse_policies, unpacked.
+--   parse_topic_id, parse_digest_id, parse_nonce, parse_ttl, parse_count, parse_fire,
+--   POLICY_READERS, POLICY_WIDTH, parse_policy, parse_policies, unpacked.
 -- Needs: DIGEST_ID_LENGTH, MAX_NAME_BYTES, MAX_OFFSET, MAX_TOPIC_ID_BYTES, MAX_TTL,
---   POLICY_FIELDS (Python).
+--   OPEN_NONCE_LENGTH, POLICY_FIELDS (Python).
 
 -- Errors ---------------------------------------------------------------------
 
@@ -70,6 +70,19 @@ local function parse_digest_id(value)
             or not string.find(value, '^[0-9a-f]+$') then
         invalid_argument('digest id must be ' .. DIGEST_ID_LENGTH
             .. ' lowercase hex characters, got ' .. tostring(value))
+    end
+    return value
+end
+
+-- A call's nonce ("" or nil = none; `name` says whose): OPEN_NONCE_LENGTH lowercase hex
+-- characters (an add's leading edge, a schedule call's re-send).
+local function parse_nonce(value, name)
+    if value == nil or value == '' then
+        return nil
+    end
+    if #value ~= OPEN_NONCE_LENGTH or not string.match(value, '^[0-9a-f]+$') then
+        invalid_argument(name .. ' must be ' .. OPEN_NONCE_LENGTH
+            .. ' lowercase hex characters')
     end
     return value
 end

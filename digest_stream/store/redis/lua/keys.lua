@@ -17,10 +17,12 @@
 --   T:s        zset    scratch: exists only inside one call (sort_records)
 --   T:l        hash    written by library 18 only (its leading digests in flight): read
 --                      once to be migrated, then deleted (upgrades.lua)
+--   T:m        string  the last ds_schedule call's nonce and reply, kept SCHEDULE_REPLY_TTL
+--                      for a re-send of that call (ds_schedule)
 --
--- Holds: tag_of, WAITING_SUFFIX, READY_SUFFIX, FENCE_SUFFIX, SCRATCH_SUFFIX, TIMELINE_INFIX,
---   DIGEST_INFIX, waiting_key, scratch_key, ready_key, fence_key, timeline_key, digest_key,
---   expect_key, key_of, call_tag.
+-- Holds: tag_of, WAITING_SUFFIX, READY_SUFFIX, FENCE_SUFFIX, SCRATCH_SUFFIX, MOVED_SUFFIX,
+--   TIMELINE_INFIX, DIGEST_INFIX, waiting_key, scratch_key, ready_key, fence_key, moved_key,
+--   timeline_key, digest_key, expect_key, key_of, call_tag.
 -- Needs: KEY_LAYOUTS, KEY_SUFFIXES (Python); invalid_argument (guards).
 
 local function tag_of(key)
@@ -40,6 +42,7 @@ local WAITING_SUFFIX = ':' .. KEY_SUFFIXES.waiting
 local READY_SUFFIX = ':' .. KEY_SUFFIXES.ready
 local FENCE_SUFFIX = ':' .. KEY_SUFFIXES.fence
 local SCRATCH_SUFFIX = ':' .. KEY_SUFFIXES.scratch
+local MOVED_SUFFIX = ':' .. KEY_SUFFIXES.moved
 local TIMELINE_INFIX = ':' .. KEY_SUFFIXES.timeline .. ':'
 local DIGEST_INFIX = ':' .. KEY_SUFFIXES.digest .. ':'
 
@@ -48,6 +51,8 @@ local function waiting_key(tag) return tag .. WAITING_SUFFIX end
 local function scratch_key(tag) return tag .. SCRATCH_SUFFIX end
 local function ready_key(tag) return tag .. READY_SUFFIX end
 local function fence_key(tag) return tag .. FENCE_SUFFIX end
+-- Partition-level like the fence, but a call's own memory, not declared in KEYS (as scratch).
+local function moved_key(tag) return tag .. MOVED_SUFFIX end
 local function timeline_key(tag, timeline) return tag .. TIMELINE_INFIX .. timeline end
 local function digest_key(tag, timeline) return tag .. DIGEST_INFIX .. timeline end
 

@@ -4,9 +4,9 @@
 -- ARGV: now, partition_ttl, inline_records, expected_fence, through_offset, topic_id,
 --   open_nonce, policies, timelines, records, controls?
 -- Reply: ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled, led
--- Holds: parse_open_nonce, parse_add, add_refused, add.
--- Needs: ADD_ARGS, ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET, OPEN_NONCE_LENGTH (Python);
---   invalid_argument, parse_integer, parse_policies, parse_time, parse_topic_id, parse_ttl,
+-- Holds: parse_add, add_refused, add.
+-- Needs: ADD_ARGS, ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET (Python); invalid_argument,
+--   parse_integer, parse_nonce, parse_policies, parse_time, parse_topic_id, parse_ttl,
 --   POLICY_WIDTH (guards); call_tag (keys); format_integer, ttl_ms (encoding); read_fence,
 --   refresh_partition_ttl (helpers); begin_leading, end_leading (leading); parse_controls,
 --   parse_records, parse_timelines (add_args); add_run, add_with_controls, advance_fence
@@ -36,19 +36,6 @@
 -- the order of their digests' numbers (the k-th one's digest id: the nonce and k), each
 -- digest holding its timeline's records of this call (the caller has them).
 
--- The leading edge's nonce ("" = not asked): OPEN_NONCE_LENGTH lowercase hex characters, to
--- which the add appends each opened digest's number to make its DIGEST_ID_LENGTH id.
-local function parse_open_nonce(value)
-    if value == nil or value == '' then
-        return nil
-    end
-    if #value ~= OPEN_NONCE_LENGTH or not string.match(value, '^[0-9a-f]+$') then
-        invalid_argument('open nonce must be ' .. OPEN_NONCE_LENGTH
-            .. ' lowercase hex characters')
-    end
-    return value
-end
-
 -- Step 1: the whole call, checked before the first write: a refused batch must leave
 -- no trace (Redis functions are not rolled back on error).
 local function parse_add(keys, args)
@@ -70,7 +57,8 @@ local function parse_add(keys, args)
             MAX_OFFSET)
     end
     call.topic = parse_topic_id(args[at.topic_id])
-    call.open_nonce = parse_open_nonce(args[at.open_nonce])
+    -- the leading edge's ("" = not asked): each opened digest's id is it and a number
+    call.open_nonce = parse_nonce(args[at.open_nonce], 'open nonce')
     -- the packed timelines follow the policies; then the records
     local policies, packed = parse_policies(args, at.policies)
     -- the controls argument, when sent, holds at least one (a plain add sends none)
@@ -86,7 +74,8 @@ local function parse_add(keys, args)
     local timelines = parse_timelines(args[packed], tag, policies)
     call.records = parse_records(args[packed + 1], timelines, call.through_offset)
     if args[packed + 2] ~= nil then
-        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset)
+        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset,
+            policies)
     end
     return call
 end
