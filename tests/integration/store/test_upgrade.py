@@ -24,6 +24,7 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
 from digest_stream.store import Fence, InvalidState, RedisStore, TimelinePolicy
+from digest_stream.store.limits import SCHEDULE_REPLY_TTL
 from digest_stream.store.policy import PolicyResolver
 from digest_stream.wire.models import ScheduleReason
 from tests.integration.store.upgrade import capture
@@ -188,8 +189,13 @@ def test_every_record_an_old_library_stored_is_delivered_or_reported(
     for partition in partitions:
         stats = store.stats(partition)
         assert (stats.waiting, stats.ready) == (0, 0)
-        suffixes = {key.split(b"}", 1)[1][:3] for key in tag_keys(client, namespace, partition)}
-        assert suffixes <= {b":o", b":t:"}, suffixes
+        keys = tag_keys(client, namespace, partition)
+        suffixes = {key.split(b"}", 1)[1][:3] for key in keys}
+        # the fence, cooling metas, and the last schedule's reply (`:m`, no record in it,
+        # kept SCHEDULE_REPLY_TTL for a re-send of that call)
+        assert suffixes <= {b":o", b":t:", b":m"}, suffixes
+        for memo in (key for key in keys if key.endswith(b"}:m")):
+            assert 0 < client.pttl(memo) <= SCHEDULE_REPLY_TTL * 1000, memo
         offset = max(r["offset"] for r in fixture["records"] if r["partition"] == partition)
         assert store.fence(partition) == Fence(offset, fixture["topic_id"])
 
