@@ -67,7 +67,7 @@ clean:
 demo: system-deps-demo venv
 	bash scripts/demo.sh
 
-# The fault-injection scenarios (about 20 min on 2 cores); figures appended to
+# The fault-injection scenarios (about 32 min on 2 cores); figures appended to
 # chaos-results.txt, one line per scenario (see docs/reliability.md). One scenario:
 # make chaos PYTEST_ARGS="-k test_chaos_8_"; the backlog size: DIGEST_STREAM_CHAOS_BACKLOG.
 chaos: venv stack-up
