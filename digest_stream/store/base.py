@@ -6,6 +6,7 @@ shares with the Lua library in ``store.limits``.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,12 @@ DIGEST_ID_PATTERN = re.compile(rf"^[0-9a-f]{{{DIGEST_ID_LENGTH}}}$")
 OPEN_NONCE_PATTERN = re.compile(rf"^[0-9a-f]{{{OPEN_NONCE_LENGTH}}}$")
 #: Hex digits of a leading digest's number after its nonce.
 _LEADING_DIGITS = DIGEST_ID_LENGTH - OPEN_NONCE_LENGTH
+
+
+def new_nonce() -> str:
+    """A fresh call nonce (OPEN_NONCE_LENGTH lowercase hex characters): an add's leading
+    edge, a schedule call's."""
+    return os.urandom(OPEN_NONCE_LENGTH // 2).hex()
 
 
 def leading_id(nonce: str, number: int) -> str:

@@ -22,7 +22,6 @@ which starts the cool-down. Nothing else differs from delivery's path:
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import groupby
@@ -35,7 +34,7 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.ops.threads import name_os_thread
 from digest_stream.roles.publish import DigestPublisher, Pending, close_targets
 from digest_stream.roles.scheduler import ScheduleEmitter
-from digest_stream.store.base import DigestStore, OpenDigest
+from digest_stream.store.base import DigestStore, OpenDigest, new_nonce
 from digest_stream.store.errors import BackendError, unavailable
 from digest_stream.wire.models import ScheduleReason
 
@@ -78,7 +77,7 @@ class LeadingEdge:
     @staticmethod
     def nonce() -> str:
         """A fresh nonce for one add call: its opened digests' ids start with it."""
-        return os.urandom(12).hex()
+        return new_nonce()
 
     @property
     def in_flight(self) -> int:

@@ -5,11 +5,10 @@ never one per record (``RedisWrites``, a part of RedisStore).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 
 from digest_stream.store import validate
-from digest_stream.store.base import DEFAULT_SLICE, AddResult, DueBatch, NewRecord
+from digest_stream.store.base import DEFAULT_SLICE, AddResult, DueBatch, NewRecord, new_nonce
 from digest_stream.store.due import next_due
 from digest_stream.store.limits import MAX_OFFSET
 from digest_stream.store.redis import protocol, replies
@@ -161,7 +160,7 @@ class RedisWrites:
         answered the first run's reply (ds_schedule), so what it moved is announced."""
         tag = self.calls.tag(partition)
         now = validate.time_value(now, "now")
-        nonce = validate.open_nonce(nonce, "schedule nonce") or os.urandom(12).hex()
+        nonce = validate.open_nonce(nonce, "schedule nonce") or new_nonce()
         args = protocol.DS_SCHEDULE.arguments(
             now=arg(now),
             partition_ttl=self.calls.partition_ttl,
