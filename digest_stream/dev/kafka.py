@@ -171,6 +171,15 @@ def kafka_wait() -> None:
     broker_wait(stack_dir() / "kafka", "kafka", kafka_answers)
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id, as Kafka's own Uuid.randomUuid makes one: 22 base64url
+    characters, never starting with '-' (the storage tool would read it as an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def broker_launch(
     home: Path,
     what: str,
@@ -203,7 +212,7 @@ def broker_launch(
     log4j.write_text(LOG4J2_XML)
     classpath = f"{libs}/*"
     java_opts = [f"-Dlog4j2.configurationFile={log4j}", "-Djava.awt.headless=true"]
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = new_cluster_id()
     add_scram = [arg for entry in scram for arg in ("--add-scram", entry)]
     fmt = [java, *java_opts, "-cp", classpath, "kafka.tools.StorageTool", "format",
            "-t", cluster_id, "-c", str(props), *add_scram]  # fmt: skip

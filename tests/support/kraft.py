@@ -11,13 +11,11 @@ Every process is stopped by pid (`destroy`), also when a test fails.
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
-import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -41,11 +39,7 @@ class KraftBroker:
         self.node_id = node_id
         self.port = free_port()
         self.controller_port: int = controller.controller_port if controller else free_port()
-        self.cluster_id: str = (
-            controller.cluster_id
-            if controller
-            else base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        )
+        self.cluster_id: str = controller.cluster_id if controller else devkafka.new_cluster_id()
         self._controller = controller is None
         self._overrides = overrides or {}
         self.home = Path(tempfile.mkdtemp(prefix="kraft-"))
