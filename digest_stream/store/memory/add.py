@@ -55,8 +55,11 @@ def add(
     _move_fence(state, fence_before, max(fence, -1 if through is None else through), topic)
     opened: list[OpenDigest] = []
     if nonce is not None:
+        # timeline k's digest id: the nonce and k, k its place among the call's timelines in
+        # the order its records name them (as RedisStore packs them)
+        numbers = {name: k for k, name in enumerate(dict.fromkeys(r.timeline for r in records), 1)}
         for name in batch.led():
-            digest_id = leading_id(nonce, len(opened) + 1)
+            digest_id = leading_id(nonce, numbers[name])
             # opened as ds_open would: the timeline stays READY until the close
             opened.append(open_digest(partition, name, digest_id, now))
             batch.ready.remove(name)

@@ -2,12 +2,12 @@
 -- records (and applies a batch's controls), once add_args.lua has read its arguments.
 -- Holds: begin_timelines, schedule_record, apply_flush_at, apply_record, write_back,
 --   advance_fence, add_run, fresh_timelines, unlist, add_with_controls.
--- Needs: CAUSES, FLUSH_AT_FLOOR (Python); digest_key, ready_key, waiting_key (keys);
---   float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
---   parse_timeline_meta (encoding); call_chunked, call_listed, write_fence (helpers);
---   held_count, read_head (containers); last_delivery_of, mark_cause, store_batch
---   (container_writes); apply_control (controls); zadd_batch (digests); lead (leading);
---   new_timeline (add_args).
+-- Needs: CAUSES, FLUSH_AT_FLOOR (Python); apply_control (controls); batches (batches);
+--   call_chunked, call_listed, write_fence (helpers); digest_key, ready_key, waiting_key
+--   (keys); float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
+--   parse_timeline_meta (encoding); held_count, read_head (containers); last_delivery_of,
+--   mark_cause, store_batch (container_writes); lead (leading); new_timeline (add_args);
+--   zadd_batch (digests).
 
 -- ds_add, in four steps: parse_add checks the whole call, begin_timelines reads the
 -- state of every timeline the batch touches and apply_record runs the state machine
@@ -29,6 +29,13 @@ local function begin_timelines(tag, touched, names, keys, now)
     if #touched == 0 then
         return
     end
+    -- the leading edge's batch form first (batches.lua): a digest in an open batch becomes
+    -- the ordinary open digest (its timeline READY), one in cool-down is told by its close
+    local policies = {}
+    for i, timeline in ipairs(touched) do
+        policies[i] = timeline.policy
+    end
+    local cooling = batches.settle(tag, names, policies, now, 'add')
     local ready = call_listed('ZMSCORE', ready_key(tag), names)
     local waiting, waiting_names, count = {}, {}, 0
     for i, timeline in ipairs(touched) do
@@ -49,10 +56,19 @@ local function begin_timelines(tag, touched, names, keys, now)
     -- inline container's first bytes only, never its records (appending needs only its
     -- meta: append_inline), and nothing at all when EXISTS finds none of them (new timelines)
     local any = call_chunked('EXISTS', nil, keys) > 0
-    for _, timeline in ipairs(touched) do
+    for i, timeline in ipairs(touched) do
         local head = any and read_head(timeline.key, true) or {kind = 'none'}
         timeline.head, timeline.batch = head, {}
-        if head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
+        local closed_at = cooling[i]
+        if closed_at ~= nil and head.kind == 'none' and not timeline.ready
+                and timeline.due == nil then
+            -- cooling since its batch closed (batches.lua): WAITING until the cool-down ends,
+            -- its container made with that last delivery, as the close's meta would hold it
+            timeline.due, timeline.due_changed = closed_at + timeline.policy.minimum_delay, true
+            head.meta = format_timeline_meta({written = 0, dropped = 0,
+                last_delivery = closed_at, expired = false, behind_open = false,
+                cause = CAUSES.cooldown})
+        elseif head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
             -- Scheduled, yet no records: either they are in its open digest (these records
             -- wait behind it), or they expired (or were evicted) with any digest. Marked
             -- either way, so the next digest reports a loss instead of hiding it.
@@ -177,7 +193,7 @@ local function write_back(tag, touched, call)
         -- the leading edge (leading.lua): a timeline with no container before this call
         -- gets its digest opened now (READY, nothing pending)
         local led = leading ~= nil and timeline.became_ready and timeline.head.kind == 'none'
-            and lead(call, timeline)
+            and lead(call, timeline) -- 'batch', 'ordinary' or false
         if not led then
             local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
                 timeline.policy.capacity, call.inline_records, timeline.policy.ttl_ms_text)
@@ -188,8 +204,10 @@ local function write_back(tag, touched, call)
             mark_cause(timeline.key, timeline.mark)
         end
         if timeline.became_ready then
-            became_ready[#became_ready + 1] = now
-            became_ready[#became_ready + 1] = timeline.timeline
+            if led ~= 'batch' then -- (one in batch form is READY by its index entry)
+                became_ready[#became_ready + 1] = now
+                became_ready[#became_ready + 1] = timeline.timeline
+            end
         elseif timeline.due_changed then
             due_changed[#due_changed + 1] = float_text(texts, timeline.due)
             due_changed[#due_changed + 1] = timeline.timeline
@@ -260,7 +278,7 @@ local function fresh_timelines(records, first, last)
         local timeline = fresh[record.timeline]
         if timeline == nil then
             local old = record.timeline
-            timeline = new_timeline(old.policy, old.timeline, old.key)
+            timeline = new_timeline(old.policy, old.timeline, old.key, old.number)
             fresh[old] = timeline
         end
         record.timeline = timeline
@@ -292,6 +310,8 @@ local function add_with_controls(call, fence, totals)
         end
         if control.offset > fence then
             fence = control.offset
+            -- the control's timeline as every path but the close sees it (batches.lua)
+            batches.settle(call.tag, {control.timeline}, {control.policy}, call.now, 'full')
             local ready_change, cancelled = apply_control(call.tag, control.operation,
                 control.timeline, control.id, control.policy, call.now)
             if ready_change == 1 then

@@ -5,12 +5,12 @@
 --   open_nonce, policies, timelines, records, controls?
 -- Reply: ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled, led
 -- Holds: parse_add, add_refused, add.
--- Needs: ADD_ARGS, ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET (Python); invalid_argument,
---   parse_integer, parse_nonce, parse_policies, parse_time, parse_topic_id, parse_ttl,
---   POLICY_WIDTH (guards); call_tag (keys); format_integer, ttl_ms (encoding); read_fence,
---   refresh_partition_ttl (helpers); begin_leading, end_leading (leading); parse_controls,
---   parse_records, parse_timelines (add_args); add_run, add_with_controls, advance_fence
---   (add).
+-- Needs: ADD_ARGS, ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET (Python); POLICY_WIDTH,
+--   invalid_argument, parse_integer, parse_nonce, parse_policies, parse_time, parse_topic_id,
+--   parse_ttl (guards); add_run, add_with_controls, advance_fence (add); batches (batches);
+--   begin_leading, end_leading (leading); call_tag (keys); format_integer, ttl_ms (encoding);
+--   parse_controls, parse_records, parse_timelines (add_args); read_fence,
+--   refresh_partition_ttl (helpers).
 --
 -- expected_fence, through_offset, topic_id, open_nonce: "" = none. policies: their count,
 -- then POLICY_WIDTH arguments each (parse_policies); a timeline points at its own by index. timelines, records, controls: packed
@@ -27,14 +27,15 @@
 -- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
 -- is applied and the caller decides (on_state_loss). "" = not known: no check.
 -- open_nonce: the leading edge (leading.lua): every timeline this call finds with no
--- container and makes READY gets its digest in this call (id: the nonce and its number in
--- hex) opened, as ds_open would leave it, instead of being listed as ready; "" =
--- announce. A batch holding controls announces.
+-- container and makes READY gets its digest in this call (id: the nonce and the timeline's
+-- number among the call's timelines, in hex) opened, as ds_open would leave it, or in the
+-- batch form (batches.lua), instead of being listed as ready; "" = announce. A batch
+-- holding controls announces.
 -- Reply: the timelines made READY, the records added and skipped (at or below the fence),
 -- dropped (capacity), the fence before and after (nil: none), the topic id of the fence
--- found (nil: none), the records cancelled, and led: {timeline, ...}, the timelines led in
--- the order of their digests' numbers (the k-th one's digest id: the nonce and k), each
--- digest holding its timeline's records of this call (the caller has them).
+-- found (nil: none), the records cancelled, and led: {number, ...}, the numbers of the
+-- timelines led (timeline k's digest id: the nonce and k), each digest holding its
+-- timeline's records of this call (the caller has them).
 
 -- Step 1: the whole call, checked before the first write: a refused batch must leave
 -- no trace (Redis functions are not rolled back on error).
@@ -73,6 +74,9 @@ local function parse_add(keys, args)
     end
     local timelines = parse_timelines(args[packed], tag, policies)
     call.records = parse_records(args[packed + 1], timelines, call.through_offset)
+    -- a leading batch keeps both arguments as they came (batches.lua)
+    call.timeline_count, call.timelines_arg, call.records_arg = #timelines, args[packed],
+        args[packed + 1]
     if args[packed + 2] ~= nil then
         call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset,
             policies)
@@ -105,12 +109,15 @@ local function add(keys, args)
     end
     local totals = {ready = {}, added = 0, skipped = 0, dropped = 0, cancelled = 0,
         partition_ttl = call.partition_ttl}
-    call.leading = begin_leading(call)
+    call.leading = begin_leading(call, call.timeline_count)
     local fence
     if call.controls == nil then
         fence = add_run(call, 1, #call.records, fence_before or -1, totals)
     else
         fence = add_with_controls(call, fence_before or -1, totals)
+    end
+    if call.leading ~= nil then
+        batches.write_batch(call, call.leading, call.timelines_arg, call.records_arg)
     end
     local fence_after = advance_fence(tag, fence_before, topic_before,
         math.max(fence, call.through_offset or -1), call.topic)
