@@ -37,8 +37,8 @@ KEY_SUFFIXES = {
     "previous_index": "j",  # hash: the same, the previous generation
     "generations": "g",  # hash: when the index generation started, when each one is dead
     "batches": "b",  # zset: the open batches: nonce -> time their add opened them
-    "batch": "L",  # string T:L:<nonce>: one add's batch-form digests
-    "batch_digests": "M",  # list T:M:<nonce>: that add's digests in the ordinary form
+    "batch": "n",  # string T:n:<nonce>: one add's batch-form digests
+    "batch_digests": "x",  # list T:x:<nonce>: that add's digests in the ordinary form
 }
 #: Keys that name a timeline (``T:<suffix>:<timeline>``); the others are the partition's.
 TIMELINE_KEYS = ("timeline", "digest")

@@ -27,7 +27,7 @@ from digest_stream.store.redis.keys import (
     waiting_key,
 )
 from digest_stream.store.redis.policy_wire import pack
-from tests.support.store import RedisClient, StoreFactory, raw
+from tests.support.store import RedisClient, StoreFactory, raw, tag_keys
 
 T0 = 1_000_000.0
 GOOD_ID = "0123456789abcdef0123456789abcdef"
@@ -332,11 +332,12 @@ def test_a_close_many_with_a_bad_id_writes_nothing(
     led = redis_store.add(0, [NewRecord("t", "r", T0, b"p", 0)], T0, open_nonce="a" * 24)
     good = led.opened[0].id
     head = [T0 + 1, 3600, 1, *policy_args()]
+    before = _snapshot(client, tag)
     for bad in ("x" * 32, GOOD_ID.upper(), GOOD_ID[:-1], "", good + "|"):
         targets = packed_targets((1, "t", good), (1, "u", bad))
         message = guard(client, "ds_close_many", [waiting_key(tag), ready_key(tag)], *head, targets)
         assert "invalid_argument: digest id must be 32 lowercase hex" in message
-        assert client.exists(digest_key(tag, "t")) == 1
+        assert _snapshot(client, tag) == before  # nothing written
     assert redis_store.inspect(0, "t").open_digest == good
 
 
@@ -370,6 +371,7 @@ def test_lua_refuses_bad_targets_and_writes_nothing(
     written: the good target before it (a READY timeline's open digest) stays as it was."""
     led = redis_store.add(0, [NewRecord("t", "r", T0, b"p", 0)], T0, open_nonce="a" * 24)
     good = led.opened[0].id
+    before = _snapshot(client, tag)
     head = [T0 + 1, 3600] if function == "ds_close_many" else [T0 + 1]
     first = packed_targets((1, "t", good))
     message = guard(
@@ -379,7 +381,16 @@ def test_lua_refuses_bad_targets_and_writes_nothing(
     assert message.startswith("invalid_argument: "), message
     assert expected in message, message
     assert redis_store.inspect(0, "t").open_digest == good
-    assert client.exists(digest_key(tag, "t")) == 1
+    assert _snapshot(client, tag) == before  # nothing written
+
+
+def _snapshot(client: RedisClient, tag: str) -> dict[bytes, tuple[object, object]]:
+    """Every key of the partition with its value as DUMP serialises it, and its TTL's kind."""
+    namespace, partition = tag.strip("{}").rsplit(":", 1)
+    found: dict[bytes, tuple[object, object]] = {}
+    for key in tag_keys(client, namespace, int(partition)):
+        found[key] = (client.dump(key), client.pttl(key) > 0)
+    return found
 
 
 def test_lua_refuses_foreign_keys(client: RedisClient, tag: str) -> None:

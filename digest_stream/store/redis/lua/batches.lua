@@ -22,10 +22,10 @@
 --   T:g          hash    since: when T:i started; idead / jdead: after it, no batch an
 --                        entry of that generation names can exist
 --   T:b          zset    the open batches: nonce -> the time their add opened them
---   T:L:<nonce>  string  a batch: BATCH_HEAD, then one I4 per timeline of the add (the
+--   T:n:<nonce>  string  a batch: BATCH_HEAD, then one I4 per timeline of the add (the
 --                        position of its one record in the records, 0: not in batch form),
 --                        the add's packed timelines and its packed records
---   T:M:<nonce>  list    the timelines of that add whose digest is an ordinary one (led
+--   T:x:<nonce>  list    the timelines of that add whose digest is an ordinary one (led
 --                        with several records, or settled since): its close closes each by id
 -- An entry means: its batch open, the timeline is READY with that digest open; closed, the
 -- timeline cools down from the close (in no set, as close_found leaves one), until the
@@ -144,20 +144,28 @@ do
     end
 
     -- Settles what the index says of `names` (policies[i]: each one's policy), before anything
-    -- else reads them. mode 'open' (open, close): a digest in an open batch is materialized, and
+    -- else reads them. An entry whose batch vanished while open (still listed open) leaves
+    -- the timeline READY with no digest, in every mode (its open reports the loss).
+    -- `before_writing` (optional): called once before the first write. mode 'open' (open, close): a digest in an open batch is materialized, and
     -- nothing else changes. 'add': as 'open', and every entry found goes; the reply holds, per
     -- name in cool-down (a closed batch, within its policy's minimum_delay), the close's time:
     -- the add writes its container with that last delivery (begin_timelines). 'full' (a
     -- control): as 'add', and a timeline in cool-down gets the meta a close writes
     -- (cooling_meta). A leftover entry (its batch gone, or cooled down) goes in 'add' and 'full'.
-    local function settle(tag, names, policies, now, mode)
+    local function settle(tag, names, policies, now, mode, before_writing)
         if #names == 0 then
             return {}
         end
         local entries, previous = index_entries(tag, names)
         local heads, cooling, current_gone, previous_gone, changed = {}, {}, {}, {}, {}
+        local seen = {}
         for i, entry in ipairs(entries) do
-            if entry ~= false then
+            if entry ~= false and not seen[names[i]] then
+                seen[names[i]] = true -- a call may name a timeline twice (close_many)
+                if before_writing ~= nil then
+                    before_writing() -- the caller's last checks: a refused call writes nothing
+                    before_writing = nil
+                end
                 local nonce = string.sub(entry, 1, OPEN_NONCE_LENGTH)
                 local head = heads[nonce]
                 if head == nil then
@@ -165,7 +173,14 @@ do
                     heads[nonce] = head
                 end
                 local policy, drop = policies[i], mode ~= 'open'
-                if head and head.state == 'o' then
+                local lost = not head and redis.call('ZSCORE', batches_key(tag), nonce)
+                if lost then
+                    -- its batch vanished while open (evicted, expired): READY with no
+                    -- digest, as an ordinary open digest's loss leaves a timeline, so its
+                    -- open reports it
+                    redis.call('ZADD', ready_key(tag), lost, names[i])
+                    drop = true
+                elseif head and head.state == 'o' then
                     materialize(tag, names[i], entry, head, ttl_ms(policy.ttl))
                     changed[#changed + 1] = head
                     drop = true

@@ -19,7 +19,7 @@
 --                      once to be migrated, then deleted (upgrades.lua)
 --   T:m        string  the last ds_schedule call's nonce and reply, kept SCHEDULE_REPLY_TTL
 --                      for a re-send of that call (ds_schedule)
---   T:i, T:j, T:g, T:b, T:L:<nonce>, T:M:<nonce>: the leading edge's batch form
+--   T:i, T:j, T:g, T:b, T:n:<nonce>, T:x:<nonce>: the leading edge's batch form
 --                      (batches.lua)
 --
 -- Holds: tag_of, waiting_key, scratch_key, ready_key, fence_key, moved_key, timeline_key,

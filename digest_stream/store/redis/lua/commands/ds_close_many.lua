@@ -14,7 +14,12 @@ local function close_many(keys, args)
     local now = parse_time(args[1], 'now')
     local partition_ttl = parse_ttl(args[2])
     local tag, timelines, ids, policies = many_targets(keys, args, 3, true)
-    batches.settle(tag, timelines, policies, now, 'open') -- a batch-form digest, made ordinary
+    -- a batch-form digest made ordinary first; its writes only once every id is checked
+    batches.settle(tag, timelines, policies, now, 'open', function()
+        for i = 1, #ids do
+            parse_digest_id(ids[i])
+        end
+    end)
     -- Every target's digest read first: an id that is not its digest's is checked then,
     -- so a malformed one refuses the call before anything is written (an id that is its
     -- digest's was checked when that digest was made: the check of each id cost a close
