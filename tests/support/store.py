@@ -9,8 +9,8 @@ import redis
 from redis.cluster import RedisCluster
 
 from digest_stream.store import DigestStore, MemoryStore
-from digest_stream.store.redis import library
 from digest_stream.store.limits import OPEN_NONCE_LENGTH
+from digest_stream.store.redis import library
 from digest_stream.store.redis.keys import digest_key, partition_tag, timeline_key
 from digest_stream.store.redis.protocol import KEY_SUFFIXES
 
@@ -73,5 +73,5 @@ def expire(
     for index in ("index", "previous_index"):
         entry = client.hget(f"{tag}:{KEY_SUFFIXES[index]}", timeline)
         if entry is not None:
-            nonce = bytes(entry).decode()[:OPEN_NONCE_LENGTH]
+            nonce = (entry.decode() if isinstance(entry, bytes) else str(entry))[:OPEN_NONCE_LENGTH]
             client.delete(f"{tag}:{KEY_SUFFIXES['batch']}:{nonce}")

@@ -26,9 +26,7 @@ class CloseFails(MemoryStore):
         super().__init__()
         self.failures = failures
 
-    def close_leading(
-        self, nonce: str, targets: Sequence[DigestTarget], now: float
-    ) -> list[bool]:
+    def close_leading(self, nonce: str, targets: Sequence[DigestTarget], now: float) -> list[bool]:
         if self.failures:
             self.failures -= 1
             raise unreachable()
