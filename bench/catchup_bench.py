@@ -290,17 +290,25 @@ def kstreams_catch_up(
     pairs: list[tuple[bytes, bytes]],
     guarantee: str,
     timeout: float = CATCHUP_TIMEOUT,
+    *,
+    threads: int = 1,
+    cache_bytes: int = peer_kstreams.CACHE_BYTES,
 ) -> dict[str, Any]:
-    """One from-cold run of the Kafka Streams peer over a fresh copy of the backlog plus one
-    closer per partition: rates (steady from its first record) and its JVM's CPU per 100,000
-    events ("process"); checks one digest per timeline, holding every event."""
+    """One from-cold run of the Kafka Streams peer (`threads` stream threads, a record cache
+    of `cache_bytes` in all) over a fresh copy of the backlog plus one closer per partition:
+    rates (steady from RUNNING) and its JVM's CPU per 100,000 events ("process"); checks one
+    digest per timeline, holding every event."""
     topic = unique("ks-in")
+    # PARTITIONS (4) tasks: enough for two stream threads, as for two service processes.
     create_topics(env.bootstrap, [topic], PARTITIONS)
     try:
         produce(env.bootstrap, topic, pairs)
         peer_kstreams.closers(env.bootstrap, topic, PARTITIONS)
         ends = end_offsets(env, topic)
-        with peer_kstreams.Peer(env, topic, guarantee) as peer:
+        peer_run = peer_kstreams.Peer(
+            env, topic, guarantee, threads=threads, cache_bytes=cache_bytes
+        )
+        with peer_run as peer:
             meter = CpuMeter(peer.pids)
             started = peer.launch()
             committed = Committed(env, peer.group, ends, uncounted=PARTITIONS)
