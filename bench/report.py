@@ -2,7 +2,8 @@
 
     python -m bench.report
 
-Only the text between the `bench-table` markers is replaced; the prose around it is kept.
+Only the text between the `bench-table` markers is replaced; the prose around it is kept. Run
+as a module it also redraws the doc's headline chart (bench/chart.py).
 
 The header names the main run: the top-level stamp of the first results file found (ingest,
 latency, tick, memory), which an `--only` rerun leaves alone. Each scenario block carries its
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench import chart
 from bench.catchup_bench import shape_label, thread_text
 from bench.common import RESULTS_DIR
 from bench.peer_kstreams import CPU_TARGETS as KSTREAMS_CPU_TARGETS
@@ -401,4 +403,5 @@ def write() -> Path:
 
 if __name__ == "__main__":
     print(write())
+    print(chart.write() or "no catch-up or ingest results: chart left as it was")
     sys.exit(0)
