@@ -45,6 +45,8 @@ SHORT = TimelinePolicy(minimum_delay=0.5, increment_delay=0, maximum_delay=10)
 AT3 = replace(COOL, flush_at=3)
 AT1 = replace(COOL, flush_at=1)
 SHORT_AT1 = replace(SHORT, flush_at=1)
+#: flush_at at capacity: records beyond it are trimmed, what is held still reaches it.
+FULL_AT2 = replace(COOL, capacity=2, flush_at=2)
 SHORT_AT2 = replace(SHORT, flush_at=2)
 #: A cool-down exactly as long as the flush floor: a flush makes it no sooner.
 ONE = TimelinePolicy(minimum_delay=FLUSH_AT_FLOOR, increment_delay=0, maximum_delay=10)
@@ -143,6 +145,7 @@ CASES = (
     Case("at3-cancelled-below", AT3, _led, (("x", None), REC, REC, ("x", CANCEL)), None, "waiting"),
     Case("at3-quiet", AT3, _led, (), None, "cooling"),
     Case("at1-reached", AT1, _led, (REC,), FLUSH_AT, "waiting"),
+    Case("full-at2-trimmed", FULL_AT2, _led, (REC, REC, REC), FLUSH_AT, "waiting"),
     Case("at1-quiet", AT1, _led, (), None, "cooling"),
     Case("short-at1-quiet", SHORT_AT1, _led, (), None, "cooling"),
     Case("at3-and-flush", AT3, _led, (REC, REC, REC, ("", FLUSH)), FLUSHED, "waiting"),
