@@ -23,7 +23,7 @@ def backoff_delay(attempt: int, initial: float, cap: float) -> float:
     return float(min(cap, initial * 2.0 ** (attempt - 1)))
 
 
-def until_redis_answers(
+def until_store_answers(
     *,
     initial: float,
     cap: float,

@@ -35,7 +35,7 @@ from digest_stream.kafka import (
     usable,
 )
 from digest_stream.ops.failures import outage_line
-from digest_stream.roles.retry import until_redis_answers
+from digest_stream.roles.retry import until_store_answers
 from digest_stream.settings import Settings, env_name
 
 log = logging.getLogger(__name__)
@@ -242,7 +242,7 @@ class Runner:
             self._paused = False
             log.info("%s: %s; partitions resumed", self.role, why or self._paused_for)
 
-    def while_redis_down(
+    def while_store_down(
         self,
         call: Callable[[], T],
         *,
@@ -273,7 +273,7 @@ class Runner:
                 wait,
             )
 
-        retrying = until_redis_answers(
+        retrying = until_store_answers(
             initial=self.settings.retry_backoff_initial,
             cap=self.settings.retry_backoff_max,
             sleep=self.wait_serving_group,

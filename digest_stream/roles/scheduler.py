@@ -157,7 +157,7 @@ class Scheduler:
             if not unavailable(exc):
                 raise
             # The ingest side pauses and retries; a scheduler tick simply waits for the next one.
-            self._metrics.redis_errors.inc()
+            self._metrics.store_errors.inc()
             if not self._store_down:
                 log.error("scheduler: Redis unavailable (%s); ticks resume when it answers", exc)
             self._store_down = True
