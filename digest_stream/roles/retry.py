@@ -31,7 +31,7 @@ def until_store_answers(
     give_up: Callable[[], bool],
     on_retry: Callable[[RetryCallState], None],
 ) -> Retrying:
-    """Retry a store call while Redis is unavailable; stop only when give_up() says so."""
+    """Retry a store call while the store is unavailable; stop only when give_up() says so."""
     return Retrying(
         retry=retry_if_exception(unavailable),
         wait=backoff(initial, cap),
