@@ -30,7 +30,7 @@ from digest_stream.ops.failures import KafkaScope, explain_kafka
 from digest_stream.ops.metrics import Metrics
 from digest_stream.ops.topics import missing_problem
 from digest_stream.settings import Settings
-from digest_stream.store import backend_error
+from digest_stream.store import backend_error, backend_of
 from digest_stream.store.base import DigestStore
 from digest_stream.store.errors import CONNECTION_KINDS, BackendError, StoreError
 
@@ -253,8 +253,8 @@ class Health:
     def _store_cause(
         self, store: DigestStore, problems: list[str], details: dict[str, Any]
     ) -> None:
-        """The store answers and runs the server-side code this code expects (the Functions
-        library version, on every primary)."""
+        """The store answers and runs the server-side code this code expects (for Redis: the
+        Functions library version, on every primary; the backend words the problem)."""
         try:
             readiness = store.readiness()
         except BackendError as exc:
@@ -275,9 +275,7 @@ class Health:
         details["library_versions"] = readiness.versions
         details["library_ok"] = not readiness.wrong
         if readiness.wrong:
-            problems.append(
-                f"Functions library version mismatch (need {readiness.expected}): {readiness.wrong}"
-            )
+            problems.append(backend_of(self._app.settings).unready(readiness))
 
     def _kafka_cause(self, problems: list[str], details: dict[str, Any]) -> None:
         """A recent Kafka error that explains (or by itself is) not being ready."""

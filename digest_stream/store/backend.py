@@ -2,10 +2,10 @@
 
 A backend lives in ``store/<name>/`` and hands the service one ``StoreBackend``: how to
 connect it, which of its client's exceptions are its errors, the one line that explains each
-failure to an operator (which of them mean "wait"), the settings whose values are secrets; and
-one ``BackendSection``, its settings (plain pydantic fields, so each is an env var, a TOML key
-and a flag like any other). ``store/backends.py`` lists the sections; the ``store`` setting
-chooses among their backends.
+failure to an operator (which of them mean "wait"), what /readyz says when its nodes run
+other server-side code, the settings whose values are secrets; and one ``BackendSection``, its
+settings (plain pydantic fields, so each is an env var, a TOML key and a flag like any other).
+``store/backends.py`` lists the sections; the ``store`` setting chooses among their backends.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import ClassVar, Literal, Protocol
 
 from pydantic import BaseModel
 
-from digest_stream.store.base import DigestStore
+from digest_stream.store.base import DigestStore, Readiness
 from digest_stream.store.errors import BackendError, LibraryVersionMismatch
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 
@@ -94,6 +94,10 @@ class StoreBackend(Protocol):
 
     def outage(self, error: BaseException | None) -> str:
         """What a role logs while it waits out an outage it has no better line for."""
+        ...
+
+    def unready(self, readiness: Readiness) -> str:
+        """The problem /readyz lists when nodes run other server-side code (``wrong``)."""
         ...
 
     def secret_urls(self, settings: StoreSettings) -> dict[str, str]:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from digest_stream.store.backend import Explained, SettingName, StoreSettings
-from digest_stream.store.base import DigestStore
+from digest_stream.store.base import DigestStore, Readiness
 from digest_stream.store.errors import BackendError, LibraryVersionMismatch
 from digest_stream.store.redis import errors, explain
 from digest_stream.store.redis.client import RedisSettings, connect_redis
@@ -54,6 +54,10 @@ class RedisBackend:
     def outage(self, error: BaseException | None) -> str:
         """A role's line while it waits out an outage no better line explains."""
         return explain.outage(error)
+
+    def unready(self, readiness: Readiness) -> str:
+        """The /readyz problem when primaries run another Functions library (or none)."""
+        return f"Functions library version mismatch (need {readiness.expected}): {readiness.wrong}"
 
     def secret_urls(self, settings: StoreSettings) -> dict[str, str]:
         """The URL whose password ``config show`` masks and the logs scrub."""
