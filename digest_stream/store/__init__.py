@@ -10,7 +10,13 @@ Every store raises only the errors of ``store.errors``.
 from __future__ import annotations
 
 from digest_stream.store.backend import StoreBackend, StoreSettings
-from digest_stream.store.backends import backend_error, backend_of, connect, secret_urls
+from digest_stream.store.backends import (
+    backend_error,
+    backend_of,
+    backend_raising,
+    connect,
+    secret_urls,
+)
 from digest_stream.store.base import (
     DEFAULT_SLICE,
     DIGEST_ID_PATTERN,
@@ -66,6 +72,7 @@ __all__ = [
     "TimelinePolicy",
     "backend_error",
     "backend_of",
+    "backend_raising",
     "connect",
     "secret_urls",
 ]

@@ -56,6 +56,15 @@ def backend_of(settings: StoreSettings | None) -> StoreBackend:
     return backends()[settings.store if settings is not None else DEFAULT_STORE]
 
 
+def backend_raising(error: BackendError, settings: StoreSettings | None) -> StoreBackend:
+    """The backend that raised ``error`` (by its ``backend`` label), which words its line;
+    the one the settings choose when no backend has that label."""
+    for backend in backends().values():
+        if backend.label == error.backend:
+            return backend
+    return backend_of(settings)
+
+
 def secret_urls(settings: StoreSettings) -> dict[str, str]:
     """Every section's URLs whose password must not show (setting name -> value): the
     backends not chosen too, since their settings still hold what the environment set."""

@@ -26,7 +26,7 @@ from digest_stream.ops.failures.types import (
     causes,
 )
 from digest_stream.settings import Settings, env_name
-from digest_stream.store import backend_error, backend_of
+from digest_stream.store import backend_error, backend_of, backend_raising
 from digest_stream.store.backend import Explained
 from digest_stream.store.errors import LibraryVersionMismatch
 
@@ -63,8 +63,10 @@ def explain(
         else:
             backend = backend_error(error)  # the store's, or its client's raw error
             if backend is not None:
-                # The backend the settings choose writes the line (the default one without).
-                explained = backend_of(settings).explain(backend, exc, settings, env_name)
+                # The backend that raised it writes the line.
+                explained = backend_raising(backend, settings).explain(
+                    backend, exc, settings, env_name
+                )
                 found = None if explained is None else _failure(explained)
         if found is not None:
             return found

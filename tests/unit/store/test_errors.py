@@ -100,3 +100,14 @@ def test_what_the_operators_line_needs_survives_the_translation() -> None:
     over_tls = redis.ConnectionError("Error 1 connecting to cache:6380. wrong version number.")
     over_tls.__context__ = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
     assert translate(over_tls).kind == "tls"
+
+
+def test_the_backend_that_raised_an_error_words_its_line() -> None:
+    # Issue 38: the lines are each backend's own; ops finds the one by the error's label.
+    from digest_stream.settings import Settings
+    from digest_stream.store import backend_raising
+
+    raised = translate(redis.ConnectionError("down"))
+    assert backend_raising(raised, None).name == "redis"
+    other = BackendError("x", backend="Elsewhere")
+    assert backend_raising(other, Settings()).name == "redis"  # the settings' choice
