@@ -22,7 +22,8 @@ import redis
 
 from bench.common import T0, stack, unique
 from bench.lua_cost import RECORDS, SHAPES
-from digest_stream.store import NewRecord, RedisStore
+from digest_stream.store import NewRecord
+from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.replies import Reply
 
 

@@ -33,10 +33,16 @@ Service: private topics, groups and namespace; stopped by pid).
   `direct_leading_edge` off and on (the default); each against the bare producer.
 - processes: the 20-per-timeline catch-up with one process and with two processes of all
   roles on this machine (the events/s a second process adds).
-- long: the catch-up of backlogs large enough to amortise the JVM's warm-up: 1.5 million
-  events at 20 per timeline, where Kafka Streams at-least-once runs for several of its 30 s
-  commit intervals, and 500,000 at one per timeline (300,000 and 200,000 in --quick; LONG),
-  digest-stream and the peer once each. `make bench` runs it, `make bench-quick` not.
+- long: the catch-up of backlogs large enough to amortise the JVM's warm-up: 500,000 events
+  at one per timeline, and 1.5 million at 20 per timeline, interleaved (as events arrive) and
+  consecutive, where Kafka Streams at-least-once runs for several of its 30 s commit intervals
+  (200,000 and 300,000 in --quick; LONG; any size for a test run: BENCH_LONG_EVENTS),
+  digest-stream and the peer once each, the peer's record cache sized to the longest working
+  set (peer_kstreams.LONG_CACHE_BYTES). Then N against N at one per timeline and 20
+  interleaved (PAIRED), on the same backlog: two digest-stream processes of all roles (one
+  consumer group over the 4 partitions) against the peer with two stream threads (4 tasks),
+  CPU per event of both processes + Redis against the JVM's. `make bench` runs it,
+  `make bench-quick` not.
 
 Rates: "from cold" divides the backlog by the seconds from launch to the end (process start,
 group join, library load included); "steady" counts from the first commit seen (end to end:
@@ -290,17 +296,25 @@ def kstreams_catch_up(
     pairs: list[tuple[bytes, bytes]],
     guarantee: str,
     timeout: float = CATCHUP_TIMEOUT,
+    *,
+    threads: int = 1,
+    cache_bytes: int = peer_kstreams.CACHE_BYTES,
 ) -> dict[str, Any]:
-    """One from-cold run of the Kafka Streams peer over a fresh copy of the backlog plus one
-    closer per partition: rates (steady from its first record) and its JVM's CPU per 100,000
-    events ("process"); checks one digest per timeline, holding every event."""
+    """One from-cold run of the Kafka Streams peer (`threads` stream threads, a record cache
+    of `cache_bytes` in all) over a fresh copy of the backlog plus one closer per partition:
+    rates (steady from RUNNING) and its JVM's CPU per 100,000 events ("process"); checks one
+    digest per timeline, holding every event."""
     topic = unique("ks-in")
+    # PARTITIONS (4) tasks: enough for two stream threads, as for two service processes.
     create_topics(env.bootstrap, [topic], PARTITIONS)
     try:
         produce(env.bootstrap, topic, pairs)
         peer_kstreams.closers(env.bootstrap, topic, PARTITIONS)
         ends = end_offsets(env, topic)
-        with peer_kstreams.Peer(env, topic, guarantee) as peer:
+        peer_run = peer_kstreams.Peer(
+            env, topic, guarantee, threads=threads, cache_bytes=cache_bytes
+        )
+        with peer_run as peer:
             meter = CpuMeter(peer.pids)
             started = peer.launch()
             committed = Committed(env, peer.group, ends, uncounted=PARTITIONS)
@@ -455,47 +469,103 @@ def thread_text(threads: dict[str, float]) -> str:
     return ", ".join(f"{name} {value}" for name, value in shown)
 
 
-#: The long runs, events per timeline -> events (full, --quick). At 20 per timeline the peer's
-#: at-least-once spans several of its 30 s commit intervals; at both shapes the JVM's warm-up,
-#: a fixed cost that inflated the peer's CPU per event 1.5-3x over 100,000 events, is amortised.
-LONG = {"20": (1_500_000, 300_000), "1": (500_000, 200_000)}
+#: The long runs, shape (SHAPES) -> events (full, --quick). Large enough to amortise the JVM's
+#: warm-up, a fixed cost that inflated the peer's CPU per event 1.5-3x over 100,000 events; at
+#: 20 per timeline the peer's at-least-once spans several of its 30 s commit intervals. 20 per
+#: timeline interleaved is how live events arrive (a batch holds one record each of many
+#: timelines, each add finds its timeline holding more); consecutive (a batch holds a run of
+#: each timeline) stays beside it: the earlier long runs' shape, and the store's cheapest one.
+LONG = {"1": (500_000, 200_000), "20i": (1_500_000, 300_000), "20": (1_500_000, 300_000)}
+#: These long shapes also run N against N on the same backlog, right after the one-process
+#: pair: TWO digest-stream processes (all roles each, one consumer group) against Kafka Streams
+#: with TWO stream threads, a process or thread per core of a two-core host.
+PAIRED = ("1", "20i")
+TWO = 2
+#: A test size: with this variable set (e.g. 20000), every long run is over that many events,
+#: to check the bench end to end in seconds (its figures then measure the JVM's start).
+LONG_EVENTS = "BENCH_LONG_EVENTS"
+
+
+def long_counts(quick: bool) -> dict[str, int]:
+    """Events of each long run: LONG's, or the test size of LONG_EVENTS when it is set."""
+    test = os.environ.get(LONG_EVENTS)
+    return {
+        shape: int(test) if test else (short if quick else full)
+        for shape, (full, short) in LONG.items()
+    }
 
 
 def long_runs(env: Stack, quick: bool) -> dict[str, Any]:
-    """Scenario 7, long: every shape of LONG."""
-    shapes = {}
-    for shape, (full, short) in LONG.items():
-        count = short if quick else full
-        print(f"scenario 7, long: catch-up of {count:,} events, {shape} per timeline", flush=True)
-        shapes[shape] = long_run(env, count, int(shape))
-    return {"shapes": shapes}
+    """Scenario 7, long: every shape of LONG with one process against one stream thread, and
+    the PAIRED shapes with TWO processes against TWO threads."""
+    shapes: dict[str, Any] = {}
+    two: dict[str, Any] = {}
+    for shape, count in long_counts(quick).items():
+        shapes[shape], paired = long_shape(env, shape, count)
+        if paired is not None:
+            two[shape] = paired
+    return {"shapes": shapes, "two_processes": two, "cache_bytes": peer_kstreams.LONG_CACHE_BYTES}
 
 
-def long_run(env: Stack, count: int, per_timeline: int) -> dict[str, Any]:
-    """One catch-up of `count` events by digest-stream and by Kafka Streams at-least-once (when
-    built), back to back, rates and CPU."""
-    pairs = backlog(count, per_timeline, "l")
+def long_shape(env: Stack, shape: str, count: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One shape's long runs over one backlog: one against one, and TWO against TWO when the
+    shape is PAIRED (with what the second process or thread bought each side). The backlog
+    (about 550 MB at 1.5 million events) is dropped on return, before the next one is made."""
+    per_timeline, interleaved = SHAPES[shape]
+    pairs = backlog(count, per_timeline, "l", interleaved)
+    print(f"scenario 7, long: catch-up of {count:,} events, {shape_label(shape)}", flush=True)
+    one = long_run(env, pairs, shape)
+    if shape not in PAIRED:
+        return one, None
+    print(
+        f"scenario 7, long, {TWO} against {TWO}: {TWO} digest-stream processes, Kafka "
+        f"Streams {TWO} stream threads, {count:,} events, {shape_label(shape)}",
+        flush=True,
+    )
+    two = long_run(env, pairs, shape, TWO)
+    return one, two | {"vs_one": vs_one(two, one)}
+
+
+def long_run(
+    env: Stack, pairs: list[tuple[bytes, bytes]], shape: str, processes: int = 1
+) -> dict[str, Any]:
+    """One catch-up of the backlog by digest-stream (`processes` processes of all roles) and by
+    Kafka Streams at-least-once with as many stream threads (when built), back to back: rates,
+    CPU per 100,000 events, ours / theirs."""
+    count = len(pairs)
+    per_timeline, interleaved = SHAPES[shape]
     timeout = max(CATCHUP_TIMEOUT, count / 2_000)  # at least 2,000 events/s on a busy host
-    run = catch_up(env, pairs, timeout=timeout)
+    run = catch_up(env, pairs, processes, timeout=timeout)
     result: dict[str, Any] = {
         "events": count,
         "per_timeline": per_timeline,
+        "interleaved": interleaved,
+        "processes": processes,
         "steady": round(run["steady"]),
+        "steady_seconds": round(run["steady_seconds"], 1),
         "from_cold": round(run["cold"]),
         "cpu_per_100k": {k: round(v, 2) for k, v in run["cpu"].items()},
+        "cpu_threads_per_100k": _by_thread([run["threads"]]),
     }
+    own = result["cpu_per_100k"]
     print(
-        f"  digest-stream steady {result['steady']:,}/s, CPU-s per 100k events "
-        f"{result['cpu_per_100k']['total']}",
+        f"  digest-stream ({processes} process{'es' if processes > 1 else ''}) steady "
+        f"{result['steady']:,}/s over {result['steady_seconds']} s, CPU-s per 100k events "
+        f"{own['process']} + Redis {own['redis']} = {own['total']}",
         flush=True,
     )
     missing = peer_kstreams.available()
     if missing is not None:
         print(f"  Kafka Streams peer skipped: {missing}", flush=True)
         return result | {"kstreams_missing": missing}
-    peer = kstreams_catch_up(env, pairs, "at-least-once", timeout)
+    cache = peer_kstreams.LONG_CACHE_BYTES
+    peer = kstreams_catch_up(
+        env, pairs, "at-least-once", timeout, threads=processes, cache_bytes=cache
+    )
     result["kstreams"] = {
         "guarantee": "at-least-once",
+        "threads": processes,
+        "cache_bytes": cache,
         "steady": round(peer["steady"]),
         "steady_seconds": round(peer["steady_seconds"], 1),
         "cpu_per_100k": round(peer["cpu"]["process"], 2),
@@ -503,13 +573,23 @@ def long_run(env: Stack, count: int, per_timeline: int) -> dict[str, Any]:
     result["vs_kstreams"] = round(run["steady"] / peer["steady"], 3)
     result["cpu_vs_kstreams"] = round(run["cpu"]["total"] / peer["cpu"]["process"], 3)
     print(
-        f"  Kafka Streams at-least-once steady {result['kstreams']['steady']:,}/s over "
+        f"  Kafka Streams at-least-once ({processes} stream thread"
+        f"{'s' if processes > 1 else ''}) steady {result['kstreams']['steady']:,}/s over "
         f"{result['kstreams']['steady_seconds']} s, CPU-s per 100k events "
         f"{result['kstreams']['cpu_per_100k']}; digest-stream / Kafka Streams "
         f"{result['vs_kstreams']}, CPU {result['cpu_vs_kstreams']}",
         flush=True,
     )
     return result
+
+
+def vs_one(two: dict[str, Any], one: dict[str, Any]) -> dict[str, float]:
+    """What the second process (or stream thread) bought each side on the same backlog: steady
+    rate with two / with one, for digest-stream and, when it ran, Kafka Streams."""
+    ratios = {"digest-stream": round(two["steady"] / one["steady"], 3)}
+    if "kstreams" in two and "kstreams" in one:
+        ratios["kstreams"] = round(two["kstreams"]["steady"] / one["kstreams"]["steady"], 3)
+    return ratios
 
 
 def bare_produce(env: Stack, keys: list[bytes], size: int) -> float:
@@ -688,8 +768,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def kstreams_headline(result: dict[str, Any]) -> list[str]:
     """The digest-stream / Kafka Streams catch-up ratios, rates and CPU per event (printed last
-    by bench.run)."""
-    block = result.get("catchup")
+    by bench.run): the 100,000-event rows', then the long runs'."""
+    return catchup_kstreams_headline(result.get("catchup")) + long_headline(result.get("long", {}))
+
+
+def catchup_kstreams_headline(block: dict[str, Any] | None) -> list[str]:
+    """The lines of scenario 7's catch-up block (none without it: an `--only long` run)."""
     if block is None:
         return []
     if "kstreams_missing" in block:
@@ -713,16 +797,29 @@ def kstreams_headline(result: dict[str, Any]) -> list[str]:
                 f"  target {peer_kstreams.target(targets[shape])[0]}"
                 f"  ({row['kstreams'][guarantee]['median']:,} events/s)"
             )
-    long = result.get("long", {})
-    for shape, run in long.get("shapes", {}).items():
-        if "kstreams" in run:
-            lines.append(
-                f"{f'catch-up / KStreams ALOS, long {shape}/tl':<34} {run['vs_kstreams']:>7}  "
-                f"({run['events']:,} events, run {long['machine']['at']}, Kafka Streams "
-                f"{run['kstreams']['steady']:,} events/s over {run['kstreams']['steady_seconds']}"
-                f" s; CPU ours / theirs {run['cpu_vs_kstreams']}, target <= "
-                f"{peer_kstreams.CPU_TARGETS[shape]})"
-            )
+    return lines
+
+
+def long_headline(long: dict[str, Any]) -> list[str]:
+    """A line per long run that met the peer: the rate ratio, both rates and CPU per event."""
+    runs = [(f"long {shape}/tl", shape, run) for shape, run in long.get("shapes", {}).items()]
+    runs += [
+        (f"long {shape}/tl, {TWO} procs / {TWO} threads", shape, run)
+        for shape, run in long.get("two_processes", {}).items()
+    ]
+    lines = []
+    for label, shape, run in runs:
+        if "kstreams" not in run:
+            continue
+        theirs, own = run["kstreams"], run["cpu_per_100k"]
+        least = peer_kstreams.target(peer_kstreams.TARGETS["at-least-once"][shape])[0]
+        lines.append(
+            f"{f'catch-up / KStreams ALOS, {label}':<34} {run['vs_kstreams']:>7}  target {least}"
+            f"  ({run['events']:,} events, run {long['machine']['at']}: {run['steady']:,} vs "
+            f"{theirs['steady']:,} events/s over {theirs['steady_seconds']} s; CPU-s per 100k "
+            f"{own['process']} + Redis {own['redis']} vs {theirs['cpu_per_100k']}, ours / "
+            f"theirs {run['cpu_vs_kstreams']}, target <= {peer_kstreams.CPU_TARGETS[shape]})"
+        )
     return lines
 
 

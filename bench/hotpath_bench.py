@@ -35,7 +35,8 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest import ingest_role
 from digest_stream.roles.publish import DigestPublisher
 from digest_stream.settings import Settings
-from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store import NewRecord, TimelinePolicy
+from digest_stream.store.redis import RedisStore
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event
 

@@ -65,7 +65,8 @@ from digest_stream.kafka import consumer_config, producer_config
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.ingest import ingest_role
 from digest_stream.settings import Settings
-from digest_stream.store import NewRecord, RedisStore
+from digest_stream.store import NewRecord
+from digest_stream.store.redis import RedisStore
 from digest_stream.wire import codec
 
 TIMELINES = 5_000

@@ -46,7 +46,8 @@ from typing import TypeVar
 import redis
 
 from bench.common import T0, delete_namespace, stack, unique
-from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store import NewRecord, TimelinePolicy
+from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.digests import MANY_CHUNK
 
 RECORDS = 1_000

@@ -36,8 +36,9 @@ from pathlib import Path
 
 import redis
 
-from digest_stream.store import NewRecord, RedisStore
+from digest_stream.store import NewRecord
 from digest_stream.store.base import AddResult
+from digest_stream.store.redis import RedisStore
 
 T0 = 1_700_000_000.0
 PAYLOAD = b"x" * 200

@@ -42,6 +42,11 @@ GAP_MS = 10_000
 # The record cache sized to the working set (Kafka's default is 10 MB): 100,000 events of
 # 200 B in digests are about 25 MB, and a flush per commit or eviction is what it saves.
 CACHE_BYTES = 128 << 20
+# The long runs' cache: 1.5 million events of 200 B are about 350 MB of digests (75,000
+# sessions of 20 at 20 per timeline): with 128 MB the peer ran at 18,185/s there, with 512 MB
+# at 48,931/s (issue 37's long run).
+# One size for every long run, so that their shapes compare; the heap above holds it too.
+LONG_CACHE_BYTES = 512 << 20
 # The event time of the closers: far enough past the backlog to close every session (end + gap).
 CLOSER_AHEAD_MS = 10 * 60_000
 CLOSER = b"closer"  # the peer asks for a commit when it reads this key (KafkaStreamsPeer.CLOSER)
@@ -97,12 +102,22 @@ class Peer:
     committed offsets the bench watches) and RocksDB state dir are its own, and are removed,
     with the internal changelog topics Kafka Streams created, when the with block ends."""
 
-    def __init__(self, env: Stack, input_topic: str, guarantee: str) -> None:
+    def __init__(
+        self,
+        env: Stack,
+        input_topic: str,
+        guarantee: str,
+        *,
+        threads: int = 1,
+        cache_bytes: int = CACHE_BYTES,
+    ) -> None:
         if guarantee not in GUARANTEES:
             raise ValueError(f"guarantee {guarantee!r}: one of {GUARANTEES}")
         self.env = env
         self.input = input_topic
         self.guarantee = guarantee
+        self.threads = threads  # num.stream.threads: the input's partitions shared among them
+        self.cache_bytes = cache_bytes  # the whole client's record cache, over its threads
         self.output = unique("ks-out")
         self.group = unique("ks-app")  # the application.id is the group id
         self.state_dir = tempfile.mkdtemp(prefix="bench-kstreams-")
@@ -121,7 +136,8 @@ class Peer:
             f"--bootstrap={self.env.bootstrap}", f"--input={self.input}",
             f"--output={self.output}", f"--application-id={self.group}",
             f"--state-dir={self.state_dir}", f"--schema={SCHEMA}",
-            f"--guarantee={self.guarantee}", f"--gap-ms={GAP_MS}", f"--cache-bytes={CACHE_BYTES}",
+            f"--guarantee={self.guarantee}", f"--gap-ms={GAP_MS}",
+            f"--cache-bytes={self.cache_bytes}", f"--threads={self.threads}",
         ]  # fmt: skip
         started = time.perf_counter()
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)

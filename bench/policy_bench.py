@@ -31,9 +31,10 @@ import redis
 from bench.common import T0, delete_namespace, stack, summary, write_result
 from digest_stream.roles.ingest.check import Rules, check
 from digest_stream.roles.publish.compose import compose
-from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store import NewRecord, TimelinePolicy
 from digest_stream.store.base import OpenDigest, StoredRecord
 from digest_stream.store.due import next_due
+from digest_stream.store.redis import RedisStore
 from digest_stream.wire import codec, control
 from digest_stream.wire.models import Event, Record, ScheduleReason
 

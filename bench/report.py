@@ -2,7 +2,8 @@
 
     python -m bench.report
 
-Only the text between the `bench-table` markers is replaced; the prose around it is kept.
+Only the text between the `bench-table` markers is replaced; the prose around it is kept. Run
+as a module it also redraws the doc's headline chart (bench/chart.py).
 
 The header names the main run: the top-level stamp of the first results file found (ingest,
 latency, tick, memory), which an `--only` rerun leaves alone. Each scenario block carries its
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench import chart
 from bench.catchup_bench import shape_label, thread_text
 from bench.common import RESULTS_DIR
 from bench.peer_kstreams import CPU_TARGETS as KSTREAMS_CPU_TARGETS
@@ -316,32 +318,53 @@ def _cpu_row(block: dict[str, Any], shape: str, row: dict[str, Any], rerun: str)
 
 def _long_rows(block: dict[str, Any], rerun: str) -> list[str]:
     """Scenario 7's long runs: backlogs that amortise the JVM's warm-up (and at 20 per timeline
-    span several of at-least-once's 30 s commits)."""
-    rows = []
-    for shape, run in block.get("shapes", {}).items():
-        own = run["cpu_per_100k"]
-        figure = (
-            f"| 7L | long catch-up, {run['events']:,} events at {shape}/timeline, one run each: "
-            f"digest-stream steady {run['steady']:,}/s (CPU-s per 100k events: service "
-            f"{own['process']} + Redis {own['redis']} = {own['total']})"
-        )
-        if "kstreams" not in run:
-            missing = _cell(run.get("kstreams_missing", ""))
-            rows.append(f"{figure}; Kafka Streams not run: {missing}{rerun} | | | |")
-            continue
-        peer = run["kstreams"]
-        text, least = kstreams_target(KSTREAMS_TARGETS["at-least-once"][shape])
-        most = KSTREAMS_CPU_TARGETS[shape]
-        rate_ok = "yes" if run["vs_kstreams"] >= least else "**no**"
-        cpu_ok = "yes" if run["cpu_vs_kstreams"] <= most else "**no**"
-        rows.append(
-            f"{figure}; Kafka Streams at-least-once {peer['steady']:,}/s over "
-            f"{peer['steady_seconds']} s (CPU-s per 100k {peer['cpu_per_100k']}){rerun} | "
-            f"digest-stream / Kafka Streams **{run['vs_kstreams']}**, CPU "
-            f"**{run['cpu_vs_kstreams']}** | rate {text}, CPU <= {most} | "
-            f"rate {rate_ok}, CPU {cpu_ok} |"
-        )
+    span several of at-least-once's 30 s commits); one process against one stream thread (7L),
+    then two processes against two stream threads on the same backlogs (7N)."""
+    rows = [
+        _long_row("7L", shape, run, rerun, "one run each")
+        for shape, run in block.get("shapes", {}).items()
+    ]
+    for shape, run in block.get("two_processes", {}).items():
+        gained = run.get("vs_one", {})
+        note = f"{run['processes']} digest-stream processes (all roles, one group)"
+        if "kstreams" in run:
+            note += f" against {run['kstreams']['threads']} Kafka Streams stream threads"
+        if gained:
+            note += (
+                " (two / one on the same backlog: "
+                + ", ".join(f"{side} {value}" for side, value in gained.items())
+                + ")"
+            )
+        rows.append(_long_row("7N", shape, run, rerun, note))
     return rows
+
+
+def _long_row(label: str, shape: str, run: dict[str, Any], rerun: str, how: str) -> str:
+    """One long run's row: both rates and CPU per event, ours / theirs against the targets."""
+    own = run["cpu_per_100k"]
+    figure = (
+        f"| {label} | long catch-up, {run['events']:,} events at {shape_label(shape)}, {how}: "
+        f"digest-stream steady {run['steady']:,}/s (CPU-s per 100k events: service "
+        f"{own['process']} + Redis {own['redis']} = {own['total']}"
+    )
+    threads = run.get("cpu_threads_per_100k")
+    figure += f"; service by thread: {thread_text(threads)})" if threads else ")"
+    if "kstreams" not in run:
+        missing = _cell(run.get("kstreams_missing", ""))
+        return f"{figure}; Kafka Streams not run: {missing}{rerun} | | | |"
+    peer = run["kstreams"]
+    cache = f", record cache {peer['cache_bytes'] >> 20} MB" if "cache_bytes" in peer else ""
+    text, least = kstreams_target(KSTREAMS_TARGETS["at-least-once"][shape])
+    most = KSTREAMS_CPU_TARGETS[shape]
+    rate_ok = "yes" if run["vs_kstreams"] >= least else "**no**"
+    cpu_ok = "yes" if run["cpu_vs_kstreams"] <= most else "**no**"
+    return (
+        f"{figure}; Kafka Streams at-least-once {peer['steady']:,}/s over "
+        f"{peer['steady_seconds']} s (CPU-s per 100k {peer['cpu_per_100k']}{cache}){rerun} | "
+        f"digest-stream / Kafka Streams **{run['vs_kstreams']}**, CPU "
+        f"**{run['cpu_vs_kstreams']}** | rate {text}, CPU <= {most} | "
+        f"rate {rate_ok}, CPU {cpu_ok} |"
+    )
 
 
 def _head(runs: Runs) -> str:
@@ -380,4 +403,5 @@ def write() -> Path:
 
 if __name__ == "__main__":
     print(write())
+    print(chart.write() or "no catch-up or ingest results: chart left as it was")
     sys.exit(0)

@@ -2,10 +2,12 @@
 
     python -m bench.run [--quick]
 
-Full: writes bench/results/{ingest,latency,memory,tick,catchup}.json and regenerates the table
-between the markers in docs/benchmarks.md. Quick: fewer events, repetitions and seconds (under three
-minutes, plus the Kafka Streams peer's runs), writes bench/results/*_quick.json, leaves the docs
-alone, and prints the headline ratios on its last lines, digest-stream / Kafka Streams last.
+Full: writes bench/results/{ingest,latency,memory,tick,catchup}.json, regenerates the table
+between the markers in docs/benchmarks.md and redraws its headline chart
+(docs/images/benchmarks-headline.svg, bench/chart.py). Quick: fewer events, repetitions and
+seconds (under three minutes, plus the Kafka Streams peer's runs), writes
+bench/results/*_quick.json, leaves the docs alone, and prints the headline ratios on its last
+lines, digest-stream / Kafka Streams last.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import redis
 
-from bench import catchup_bench, ingest_bench, latency_bench, report, tick_bench
+from bench import catchup_bench, chart, ingest_bench, latency_bench, report, tick_bench
 from bench.common import RESULTS_DIR, machine, stack, write_result
 from bench.store_bench import memory
 
@@ -107,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quick:
         path = report.write()
         print(f"regenerated {path}")
+        drawn = chart.write()  # the headline chart the doc shows, from the same results
+        print(f"drew {drawn}" if drawn else "no catch-up or ingest results: chart left as it was")
     print(f"\nbench{'-quick' if args.quick else ''} took {time.perf_counter() - started:.0f} s")
     print("ratios: median [min..max] over repetitions, each rep measured back to back")
     for line in headline(args.quick):

@@ -26,7 +26,8 @@ from typing import Any
 import redis
 
 from bench.common import T0, delete_namespace, stack, summary, write_result
-from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store import NewRecord, TimelinePolicy
+from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.keys import partition_tag
 
 REPS = 3

@@ -23,7 +23,8 @@ from typing import Any
 import redis
 
 from bench.common import T0, delete_namespace, machine, stack, summary, unique, write_result
-from digest_stream.store import RedisStore, TimelinePolicy
+from digest_stream.store import TimelinePolicy
+from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.keys import partition_tag, ready_key, waiting_key
 
 CHUNK = 10_000

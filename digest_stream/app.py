@@ -83,7 +83,7 @@ def check_clock(store: DigestStore, clock: Clock, metrics: Metrics) -> float:
         server = store.server_time()
     except BackendError as exc:
         # An ACL without +time, say: the skew goes unmeasured, the service runs.
-        log.warning("cannot read Redis's clock (%s); clock skew not measured", exc)
+        log.warning("cannot read %s's clock (%s); clock skew not measured", exc.backend, exc)
         return 0.0
     if server is None:
         return 0.0

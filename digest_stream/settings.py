@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 from digest_stream.store import calendar
+from digest_stream.store.backends import StoreSections
 from digest_stream.store.base import NAMESPACE_PATTERN
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.policy import (
@@ -41,7 +42,7 @@ ENV_PREFIX = "DIGEST_STREAM_"
 #: Room a digest message needs beside one record: its own fields, the key, carried headers.
 MESSAGE_OVERHEAD_BYTES = 16_384
 #: The largest ``batch_size``: one store call per partition per batch, so it bounds how long
-#: one call holds Redis (a batch this size on one new timeline, led whole, tested on Redis
+#: one call holds the store (a batch this size on one new timeline, led whole, tested on Redis
 #: and the cluster: tests/integration/store/test_leading.py) and a batch's memory.
 MAX_BATCH_SIZE = 10_000
 #: A TimelinePolicy field name in one of its error messages (each is also a setting).
@@ -58,8 +59,9 @@ class ConfigFileError(ValueError):
     """The TOML settings file is unreadable or names something that is not a setting."""
 
 
-class Settings(BaseSettings):
-    """Every knob of the service; each field is also an env var and a CLI flag."""
+class Settings(StoreSections, BaseSettings):
+    """Every knob of the service; each field is also an env var and a CLI flag. The store's
+    come first: the ``store`` setting and each backend's section (``store.backends``)."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, extra="ignore", validate_default=True, frozen=True
@@ -74,25 +76,6 @@ class Settings(BaseSettings):
         description="Extra librdkafka properties for every client, as JSON (e.g. SASL/SSL); "
         "values are strings, numbers or booleans, as confluent-kafka takes them.",
     )
-    redis_url: str = Field(
-        "redis://127.0.0.1:6379/0", description="Redis URL (redis:// or rediss://)."
-    )
-    redis_cluster: bool = Field(
-        False, description="Treat redis_url as a seed node of a Redis Cluster."
-    )
-    redis_ssl_ca_certs: str | None = Field(
-        None,
-        description="CA bundle (PEM file) that verifies the Redis server's certificate "
-        "(rediss:// only); unset = the system's CAs.",
-    )
-    redis_ssl_certfile: str | None = Field(
-        None,
-        description="Client certificate (PEM file) for a Redis that requires mutual TLS "
-        "(rediss:// only); its key in the same file or in redis_ssl_keyfile.",
-    )
-    redis_ssl_keyfile: str | None = Field(
-        None, description="Private key (PEM file) of redis_ssl_certfile."
-    )
     schema_registry_url: str | None = Field(
         None,
         pattern=r"^https?://",
@@ -105,7 +88,10 @@ class Settings(BaseSettings):
         '`{"basic.auth.user.info": "user:secret"}`, `ssl.ca.location`).',
     )
     namespace: str = Field(
-        "d", min_length=1, pattern=NAMESPACE_PATTERN.pattern, description="Redis key namespace."
+        "d",
+        min_length=1,
+        pattern=NAMESPACE_PATTERN.pattern,
+        description="The store's key namespace.",
     )
 
     # -- topics and groups
@@ -171,7 +157,7 @@ class Settings(BaseSettings):
     )
     on_state_loss: Literal["replay", "continue"] = Field(
         "replay",
-        description="When Redis lost a partition's fence: replay from earliest, or continue.",
+        description="When the store lost a partition's fence: replay from earliest, or continue.",
     )
 
     # -- delivery
@@ -194,9 +180,6 @@ class Settings(BaseSettings):
     )
 
     # -- operations
-    redis_load_library: bool = Field(
-        True, description="Load the Functions library at start; false = only check its version."
-    )
     metrics_port: int | None = Field(
         None,
         ge=0,
@@ -226,11 +209,6 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _check_sizes(self) -> Settings:
         check_sizes(self)
-        return self
-
-    @model_validator(mode="after")
-    def _redis_tls(self) -> Settings:
-        check_redis_tls(self)
         return self
 
     @field_validator("kafka_config")
@@ -300,25 +278,6 @@ def check_sizes(settings: Settings) -> None:
             f"{MESSAGE_OVERHEAD_BYTES} bytes of room under {env_name('max_message_bytes')} "
             f"({settings.max_message_bytes}) in the {settings.output_format} output format: "
             f"at most {room}"
-        )
-
-
-def check_redis_tls(settings: Settings) -> None:
-    """Refuse TLS files for a plaintext URL (they would be ignored) and a key without its cert."""
-    given = [
-        env_name(name)
-        for name in ("redis_ssl_ca_certs", "redis_ssl_certfile", "redis_ssl_keyfile")
-        if getattr(settings, name)
-    ]
-    if given and not settings.redis_url.startswith("rediss://"):
-        raise ValueError(
-            f"{', '.join(given)} set, but {env_name('redis_url')} is not rediss://: "
-            "use rediss:// to connect with TLS"
-        )
-    if settings.redis_ssl_keyfile and not settings.redis_ssl_certfile:
-        raise ValueError(
-            f"{env_name('redis_ssl_keyfile')} needs {env_name('redis_ssl_certfile')} "
-            "(the client certificate it belongs to)"
         )
 
 

@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from pydantic import ValidationError
 
 from digest_stream.settings import KafkaValue, Settings, env_name
+from digest_stream.store import secret_urls
 
 MASK = "***"
 
@@ -28,7 +29,8 @@ SECRET_KAFKA_KEY = re.compile(
 SECRET_REGISTRY_KEY = re.compile(r"password|secret|token|credential|user\.info", re.I)
 
 
-#: A password given as a query argument (redis-py's from_url passes `?password=` on).
+#: A password given as a query argument (a store's client may take `?password=`, as redis-py's
+#: from_url does).
 _QUERY_PASSWORD = re.compile(r"(?P<head>(?:^|&)password=)(?P<value>[^&]*)", re.I)
 
 
@@ -67,7 +69,8 @@ def mask_kafka_config(config: Mapping[str, KafkaValue]) -> dict[str, KafkaValue]
 def masked_settings(settings: Settings) -> dict[str, Any]:
     """Every setting as JSON-able values, secrets masked."""
     data = settings.model_dump(mode="json")
-    data["redis_url"] = mask_url(settings.redis_url)
+    for name, url in secret_urls(settings).items():
+        data[name] = mask_url(url)
     data["kafka_config"] = mask_kafka_config(settings.kafka_config)
     if settings.schema_registry_url:
         data["schema_registry_url"] = mask_url(settings.schema_registry_url)
@@ -85,7 +88,7 @@ def secret_values(settings: Settings) -> list[str]:
         if SECRET_REGISTRY_KEY.search(key) and isinstance(value, str) and value:
             # "user:password": the password alone is what must never show.
             found.append(value.partition(":")[2] or value if key.endswith("user.info") else value)
-    for url in (settings.redis_url, settings.schema_registry_url or ""):
+    for url in (*secret_urls(settings).values(), settings.schema_registry_url or ""):
         found.extend(url_passwords(url))
     # Very short values would mask unrelated text; they are still masked in `config show`.
     return [v for v in found if len(v) >= 4]

@@ -1,12 +1,14 @@
 """Liveness, readiness and the per-partition gauges, computed on demand (never on the hot path).
 
 - live: no role failed (the body names the failure's category and class, never its text)
-  and every role loop came round within ``stall_timeout``, or it is inside a Redis-outage
-  retry (the Redis error counter moved within that window): waiting for Redis is not stuck.
+  and every role loop came round within ``stall_timeout``, or it is inside a store-outage
+  retry (the store error counter moved within that window): waiting for the store is not
+  stuck (``waiting_for_store``; ``waiting_for_redis`` is its deprecated old name).
 - ready: the roles started and are not stopping; ingest runs with its scheduler (alone, it
   owns partitions nobody ticks); the ingest role owns at least one input
   partition (a delivery-only process: at least one schedule partition); the store answers and
-  runs the Functions library version this code expects (on every primary of a cluster).
+  runs the server-side code this code expects (Redis: the Functions library version, on
+  every primary of a cluster).
 """
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ from digest_stream.ops.failures import KafkaScope, explain_kafka
 from digest_stream.ops.metrics import Metrics
 from digest_stream.ops.topics import missing_problem
 from digest_stream.settings import Settings
-from digest_stream.store import backend_error
+from digest_stream.store import backend_error, backend_of
 from digest_stream.store.base import DigestStore
 from digest_stream.store.errors import CONNECTION_KINDS, BackendError, StoreError
 
 log = logging.getLogger(__name__)
 
-# A readiness probe may come every second from several probers; one Redis round trip per
+# A readiness probe may come every second from several probers; one store round trip per
 # second at most is plenty to notice an outage.
 READY_CACHE_SECONDS = 1.0
 # librdkafka reports a refused login or an unreachable broker at each reconnect (backoff up
@@ -92,7 +94,7 @@ class HealthView(Protocol):
 
     @property
     def metrics(self) -> Metrics:
-        """The process's counters (the Redis error counter)."""
+        """The process's counters (the store error counter)."""
 
     @property
     def heartbeats(self) -> Heartbeats:
@@ -164,8 +166,8 @@ class Health:
         self._lock = threading.Lock()
         self._ready_at = -1.0
         self._ready: tuple[bool, dict[str, Any]] = (False, {})
-        self._redis_errors = -1.0
-        self._redis_errors_changed = time.monotonic()
+        self._store_errors = -1.0
+        self._store_errors_changed = time.monotonic()
         self._last_logged = ""
 
     def live(self) -> tuple[bool, dict[str, Any]]:
@@ -178,20 +180,22 @@ class Health:
         )
         now = time.monotonic()
         with self._lock:
-            if errors != self._redis_errors:
-                self._redis_errors, self._redis_errors_changed = errors, now
-            retrying_redis = now - self._redis_errors_changed < limit and errors > 0
+            if errors != self._store_errors:
+                self._store_errors, self._store_errors_changed = errors, now
+            retrying = now - self._store_errors_changed < limit and errors > 0
         ages = app.heartbeats.ages()
         roles: dict[str, Any] = {}
         ok = app.failed is None
         for role in app.loop_roles():
             age = ages.get(role)
-            stuck = age is not None and age > limit and not retrying_redis
+            stuck = age is not None and age > limit and not retrying
             roles[role] = {"loop_age_seconds": None if age is None else round(age, 3),
                            "stuck": stuck}  # fmt: skip
             ok = ok and not stuck
+        # waiting_for_redis: the field's name before the store's own words (issue 38), kept for
+        # the probes and scripts that read it (deprecated: docs/operations.md, Liveness).
         details = {"status": "ok" if ok else "stuck", "roles": roles,
-                   "waiting_for_redis": retrying_redis}  # fmt: skip
+                   "waiting_for_store": retrying, "waiting_for_redis": retrying}  # fmt: skip
         if app.failed is not None:
             # A category and a class, never the text: the probe answers anyone who can reach
             # the port, and the text may carry hosts, keys or payload. The role's failure was
@@ -249,8 +253,8 @@ class Health:
     def _store_cause(
         self, store: DigestStore, problems: list[str], details: dict[str, Any]
     ) -> None:
-        """The store answers and runs the server-side code this code expects (the Functions
-        library version, on every primary)."""
+        """The store answers and runs the server-side code this code expects (for Redis: the
+        Functions library version, on every primary; the backend words the problem)."""
         try:
             readiness = store.readiness()
         except BackendError as exc:
@@ -271,9 +275,7 @@ class Health:
         details["library_versions"] = readiness.versions
         details["library_ok"] = not readiness.wrong
         if readiness.wrong:
-            problems.append(
-                f"Functions library version mismatch (need {readiness.expected}): {readiness.wrong}"
-            )
+            problems.append(backend_of(self._app.settings).unready(readiness))
 
     def _kafka_cause(self, problems: list[str], details: dict[str, Any]) -> None:
         """A recent Kafka error that explains (or by itself is) not being ready."""
@@ -361,6 +363,6 @@ class PartitionGauges(Collector):
         if self._ready is not None:
             is_ready, details = self._ready()
             ready_g.add_metric([], 1 if is_ready else 0)
-            if "library_ok" in details:  # absent when Redis could not be asked
+            if "library_ok" in details:  # absent when the store could not be asked
                 library_ok.add_metric([], 1 if details["library_ok"] else 0)
         yield from (waiting, ready, overdue, lag, owned_g, loop_age, ready_g, library_ok)

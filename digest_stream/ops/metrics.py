@@ -87,8 +87,9 @@ class Metrics:
             "grew, while their old partition still held state (their digests split).",
             registry=r,
         )
-        self.redis_errors = Counter(
-            "digest_redis_errors", "Store calls that failed on Redis connectivity.", registry=r
+        # The metric keeps its name (alerts and dashboards read it) whatever the backend.
+        self.store_errors = Counter(
+            "digest_redis_errors", "Store calls that failed on connectivity.", registry=r
         )
         self.schema_registry_errors = Counter(
             "digest_schema_registry_errors",

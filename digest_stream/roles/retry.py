@@ -23,7 +23,7 @@ def backoff_delay(attempt: int, initial: float, cap: float) -> float:
     return float(min(cap, initial * 2.0 ** (attempt - 1)))
 
 
-def until_redis_answers(
+def until_store_answers(
     *,
     initial: float,
     cap: float,
@@ -31,7 +31,7 @@ def until_redis_answers(
     give_up: Callable[[], bool],
     on_retry: Callable[[RetryCallState], None],
 ) -> Retrying:
-    """Retry a store call while Redis is unavailable; stop only when give_up() says so."""
+    """Retry a store call while the store is unavailable; stop only when give_up() says so."""
     return Retrying(
         retry=retry_if_exception(unavailable),
         wait=backoff(initial, cap),

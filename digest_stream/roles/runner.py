@@ -3,9 +3,9 @@
 A role is a policy object (``Role``): it takes its batches from the runner, decides what to
 commit and when, and says where assigned partitions start and what losing them means; the
 runner does everything that touches the consumer's life cycle, the same way for both roles
-(arroyo's StreamProcessor is the model). A Redis outage looks the same in both too: the runner
+(arroyo's StreamProcessor is the model). A store outage looks the same in both too: the runner
 pauses the role's partitions and keeps polling (so the group keeps it as a member and
-rebalances still run), backs off, and resumes when Redis answers. Neither role can be evicted
+rebalances still run), backs off, and resumes when the store answers. Neither role can be evicted
 from its group by an outage longer than ``max.poll.interval.ms``, because neither sleeps
 without polling.
 """
@@ -35,8 +35,9 @@ from digest_stream.kafka import (
     usable,
 )
 from digest_stream.ops.failures import outage_line
-from digest_stream.roles.retry import until_redis_answers
+from digest_stream.roles.retry import until_store_answers
 from digest_stream.settings import Settings, env_name
+from digest_stream.store import backend_of
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,9 @@ class Runner:
         # Injectable: broker-free unit tests hand in a fake that records seeks and commits.
         self._consumer: Consumer = consumer or Consumer(config)
         self._paused = False
-        self._paused_for = "Redis reachable again"  # what the resume says ended the pause
+        # What the resume says ended an outage pause: the store (its backend's name) answers.
+        self._store_back = f"{backend_of(settings).label} reachable again"
+        self._paused_for = self._store_back  # what the resume says ended the pause
         self._stopping: Callable[[], bool] = lambda: False
         self._closing = False
 
@@ -222,13 +225,13 @@ class Runner:
 
     # ------------------------------------------------------------------ outages
 
-    def wait_serving_group(self, seconds: float, over: str = "Redis reachable again") -> None:
+    def wait_serving_group(self, seconds: float, over: str | None = None) -> None:
         """Sleep while keeping group membership: pause fetching and poll the consumer.
-        ``over``: what the resume will say ended the pause (its cause: Redis by default)."""
+        ``over``: what the resume will say ended the pause (by default: the store answers)."""
         if not self._paused:
             self._consumer.pause(self._consumer.assignment())
             self._paused = True
-            self._paused_for = over
+            self._paused_for = over or self._store_back
         message = self._consumer.poll(seconds)
         if message is not None and message.error() is None:
             # Fetched before the pause took hold: rewind so it is read again afterwards.
@@ -242,7 +245,7 @@ class Runner:
             self._paused = False
             log.info("%s: %s; partitions resumed", self.role, why or self._paused_for)
 
-    def while_redis_down(
+    def while_store_down(
         self,
         call: Callable[[], T],
         *,
@@ -250,7 +253,7 @@ class Runner:
         errors: Counter,
         recovered: Callable[[], None] | None = None,
     ) -> T:
-        """Run ``call``, retrying with backoff while Redis is unreachable, serving the group.
+        """Run ``call``, retrying with backoff while the store is unavailable, serving the group.
 
         Each failed attempt is counted in ``errors`` and logged (the first loudly); after an
         outage ``recovered()`` runs. Raises the last error when ``give_up()`` says so (a stop,
@@ -273,7 +276,7 @@ class Runner:
                 wait,
             )
 
-        retrying = until_redis_answers(
+        retrying = until_store_answers(
             initial=self.settings.retry_backoff_initial,
             cap=self.settings.retry_backoff_max,
             sleep=self.wait_serving_group,
@@ -283,7 +286,7 @@ class Runner:
         try:
             result = retrying(call)
             if failed and recovered is not None:
-                recovered()  # the outage is over: Redis may have come back with older state
+                recovered()  # the outage is over: the store may have come back with older state
             return result
         finally:
             self.resume()

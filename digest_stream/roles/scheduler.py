@@ -21,6 +21,7 @@ from digest_stream.kafka import produce_waiting_for_room
 from digest_stream.ops.hooks import NO_HOOKS, Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.settings import Settings
+from digest_stream.store import backend_of
 from digest_stream.store.base import DigestStore
 from digest_stream.store.errors import BackendError, unavailable
 from digest_stream.wire.models import ScheduleReason
@@ -157,16 +158,21 @@ class Scheduler:
             if not unavailable(exc):
                 raise
             # The ingest side pauses and retries; a scheduler tick simply waits for the next one.
-            self._metrics.redis_errors.inc()
+            self._metrics.store_errors.inc()
             if not self._store_down:
-                log.error("scheduler: Redis unavailable (%s); ticks resume when it answers", exc)
+                log.error(
+                    "scheduler: %s unavailable (%s); ticks resume when it answers", exc.backend, exc
+                )
             self._store_down = True
             return emitted
         if self._store_down:
             # An outage may have been a restart from an older snapshot or a failover to a
             # lagging replica: READY timelines whose announcements were consumed since would
             # be stranded. Announce every READY timeline again (repeats are harmless).
-            log.warning("scheduler: Redis reachable again; announcing READY timelines again")
+            log.warning(
+                "scheduler: %s reachable again; announcing READY timelines again",
+                backend_of(self._settings).label,
+            )
             self._store_down = False
             self.take_over(owned)
         return emitted

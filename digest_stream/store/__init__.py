@@ -1,14 +1,22 @@
 """The digest store: timelines and their schedule, scoped by input partition.
 
-``connect(settings)`` gives the store the settings name: ``RedisStore``, the production
-store (Redis Functions, single node or cluster, under ``store/redis/``, the one part of the
-package that imports redis-py); ``MemoryStore`` is the reference model with the same
-interface and semantics. Every store raises only the errors of ``store.errors``.
+``connect(settings)`` gives the store the ``store`` setting chooses among the backends
+``store.backends`` lists (each under ``store/<backend>/``, with its settings section and its
+words: the production one is ``store/redis/``, the one part of the package that imports
+redis-py); ``MemoryStore`` is the reference model with the same interface and semantics.
+Every store raises only the errors of ``store.errors``.
 """
 
 from __future__ import annotations
 
-from digest_stream.store.backends import SERVER_CODE, StoreSettings, backend_error, connect
+from digest_stream.store.backend import StoreBackend, StoreSettings
+from digest_stream.store.backends import (
+    backend_error,
+    backend_of,
+    backend_raising,
+    connect,
+    secret_urls,
+)
 from digest_stream.store.base import (
     DEFAULT_SLICE,
     DIGEST_ID_PATTERN,
@@ -35,12 +43,10 @@ from digest_stream.store.errors import (
 )
 from digest_stream.store.memory import MemoryStore
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
-from digest_stream.store.redis import RedisStore
 
 __all__ = [
     "DEFAULT_SLICE",
     "DIGEST_ID_PATTERN",
-    "SERVER_CODE",
     "AddResult",
     "BackendError",
     "DigestStore",
@@ -57,7 +63,7 @@ __all__ = [
     "PartitionStats",
     "PolicyResolver",
     "Readiness",
-    "RedisStore",
+    "StoreBackend",
     "StoreError",
     "StoreSettings",
     "StoreUnavailable",
@@ -65,5 +71,8 @@ __all__ = [
     "TimelineInfo",
     "TimelinePolicy",
     "backend_error",
+    "backend_of",
+    "backend_raising",
     "connect",
+    "secret_urls",
 ]

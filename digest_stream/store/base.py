@@ -15,6 +15,7 @@ from typing import NamedTuple, Protocol
 from digest_stream.store.due import NextDue
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import CAUSES, DIGEST_ID_LENGTH, OPEN_NONCE_LENGTH
+from digest_stream.store.policy import TimelinePolicy
 from digest_stream.vocabulary import Control
 
 #: Why a timeline is (or was) due: the ``reason`` of its next digest, as the store knows it.
@@ -160,6 +161,20 @@ class OpenDigest:
     #: When the timeline is due again once this digest closes: the store's rule, attached by
     #: every open (store.due); the digest's next_delivery_at is read from it.
     next_due: NextDue | None = None
+
+    @property
+    def due_rule(self) -> NextDue:
+        """``next_due``, which every store's open attaches (a ValueError if it is missing)."""
+        rule = self.next_due
+        if rule is None:
+            raise ValueError(f"digest {self.id} of {self.timeline} came without its due rule")
+        return rule
+
+    @property
+    def policy(self) -> TimelinePolicy:
+        """Its timeline's policy, as the store resolved it for the open (the one its due rule
+        applies): what the digest is published by, handed to publish with it."""
+        return self.due_rule.policy
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,9 @@ evaluate it at the same instant (``closing_at``), and a retried digest at its ne
 
 The Lua close evaluates the last step itself (``soon``: a flush, or flush_at records, that
 came while the digest was open), atomically with what it reads; a calendar's next fire
-cannot be computed in Lua, so it travels as an argument.
+cannot be computed in Lua, so it travels as an argument. That the two stay one rule is held
+by tests/integration/store/test_due_rule.py: one table of cases through every store's close,
+each left as this rule says.
 """
 
 from __future__ import annotations

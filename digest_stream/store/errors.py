@@ -9,6 +9,7 @@ backend's own exceptions.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Literal
 
 
@@ -28,34 +29,39 @@ class LibraryVersionMismatch(StoreError):
     """The server-side code the backend runs is not the one this code expects."""
 
 
-#: How a backend failed a call:
+#: How a backend failed a call, in what it means to the caller (each backend maps its own
+#: replies onto these: for Redis, ``store/redis/errors.py``):
 #: - authentication: it refused the credentials;
-#: - authorization: an ACL refused a command (``command``), one the store's server-side code
-#:   calls (``in_library``), or the keys (neither);
+#: - authorization: it refused a command (``command``, in the backend's own words), one its
+#:   server-side code calls (``in_library``), or the keys (neither);
+#: - library_missing: its server-side code is missing or differs, and the credentials may not
+#:   load it (``command``: the refused loading command);
 #: - tls, unreachable, timeout: no connection, or no answer in time (``connecting``: while
 #:   connecting); TLS is often told only by the causes (ssl errors) the error chains to;
-#: - busy, loading, oom, readonly, failover, cluster: reachable but refusing for a while (a
-#:   long script, loading its data, out of memory, a replica, no primary or replicas, slots
-#:   moving or down);
+#: - busy, starting, full, read_only, failing_over, moving: reachable but refusing for a
+#:   while (running a long operation, loading its data at start, out of memory for writes, a
+#:   copy that takes no writes (a replica, or mid failover), no primary or no copies, its
+#:   data moving between nodes or part of it served by none);
 #: - error: any other failure, a bug: not retried.
 Kind = Literal[
     "authentication",
     "authorization",
+    "library_missing",
     "tls",
     "unreachable",
     "timeout",
     "busy",
-    "loading",
-    "oom",
-    "readonly",
-    "failover",
-    "cluster",
+    "starting",
+    "full",
+    "read_only",
+    "failing_over",
+    "moving",
     "error",
 ]
 
 #: Kinds that mean no working connection (as opposed to a server that answers "not now").
 CONNECTION_KINDS: frozenset[Kind] = frozenset(
-    {"authentication", "tls", "unreachable", "timeout", "cluster", "loading"}
+    {"authentication", "tls", "unreachable", "timeout", "moving", "starting"}
 )
 
 
@@ -102,3 +108,14 @@ def unavailable(exc: BaseException) -> bool:
     Anything else (a wrong argument, a store invariant, a backend bug) stops the role.
     """
     return isinstance(exc, StoreUnavailable)
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception, then what caused it (the store's error chains its client's, and a
+    cluster client's error the node's)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__

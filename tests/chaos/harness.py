@@ -917,7 +917,7 @@ class Services:
 # --------------------------------------------------------------------------- own servers
 
 
-#: What the service's log says of each refusal while it waits (ops/failures/store.py).
+#: What the service's log says of each refusal while it waits (store/redis/explain.py).
 REFUSING_CAUSE = {
     "OOM": "is out of memory and refuses writes",
     "READONLY": "is a read-only replica",

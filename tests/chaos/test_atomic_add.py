@@ -15,8 +15,9 @@ import redis
 
 from digest_stream.roles.ingest import fence
 from digest_stream.roles.ingest.ledger import Ledger
-from digest_stream.store import RedisStore, TimelinePolicy
+from digest_stream.store import TimelinePolicy
 from digest_stream.store.base import FLUSH, NewRecord
+from digest_stream.store.redis import RedisStore
 from tests.chaos.harness import OwnRedis, Services, SettingsFactory, recovery_deadline
 from tests.support import wait_until
 from tests.support.kafka import Collector, send_events

@@ -21,7 +21,8 @@ import redis
 from click.testing import CliRunner
 
 from digest_stream.cli import main
-from digest_stream.store import RedisStore, StoreUnavailable
+from digest_stream.store import StoreUnavailable
+from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.library import VERSION
 from tests.support.kafka import TopicFactory
 from tests.support.tls import Certificates, make_certificates, tls_redis

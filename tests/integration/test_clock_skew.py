@@ -11,7 +11,7 @@ import redis
 from digest_stream.app import check_clock
 from digest_stream.clock import ManualClock
 from digest_stream.ops.metrics import Metrics
-from digest_stream.store import RedisStore
+from digest_stream.store.redis import RedisStore
 
 
 def test_a_skewed_host_clock_is_measured_and_warned_about(

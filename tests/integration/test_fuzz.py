@@ -19,9 +19,9 @@ import redis
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from digest_stream.store import InvalidArgument, MemoryStore, NewRecord, RedisStore
+from digest_stream.store import InvalidArgument, MemoryStore, NewRecord
 from digest_stream.store import validate as v
-from digest_stream.store.redis import protocol
+from digest_stream.store.redis import RedisStore, protocol
 from digest_stream.store.redis.keys import command_keys, partition_tag
 from digest_stream.wire import codec
 from digest_stream.wire.models import Event

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import redis
 from redis.cluster import RedisCluster
 
-from digest_stream.store import DigestStore, MemoryStore
+from digest_stream.store import DigestStore, MemoryStore, NewRecord
 from digest_stream.store.limits import OPEN_NONCE_LENGTH
 from digest_stream.store.redis import library
 from digest_stream.store.redis.keys import digest_key, partition_tag, timeline_key
@@ -19,6 +19,23 @@ StoreFactory = Callable[..., DigestStore]
 RedisClient = redis.Redis | RedisCluster
 #: Words in the library's command strings that are options, not commands.
 COMMAND_OPTIONS = {"COUNT", "KEEPTTL", "LIMIT", "NX", "OR", "PX", "WITHSCORES"}
+
+
+class Feed:
+    """Records (and controls) of one input partition, at increasing offsets, all with the
+    event time ``timestamp``."""
+
+    def __init__(self, timestamp: float) -> None:
+        self.timestamp = timestamp
+        self.offset = -1
+
+    def __call__(self, timeline: str, record_id: str = "", control: str | None = None) -> NewRecord:
+        """The next one: a record (its id "" for "r<offset>") or, with ``control``, that."""
+        self.offset += 1
+        record_id = record_id or f"r{self.offset}"
+        return NewRecord(
+            timeline, record_id, self.timestamp, record_id.encode(), self.offset, control
+        )
 
 
 def library_commands() -> set[str]:

@@ -1,11 +1,13 @@
 """The documents hold together: every document README.md and docs/ link to exists and has
-content, and docs/reliability.md has a row for every chaos scenario. A merge once emptied
+content, every image they show is an SVG that draws on its own background, and
+docs/reliability.md has a row for every chaos scenario. A merge once emptied
 docs/reliability.md while every other document still sent readers to it."""
 
 from __future__ import annotations
 
 import ast
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +54,24 @@ def test_the_documents_are_linked_and_have_content() -> None:
     for doc in sorted((ROOT / "docs").glob("*.md")):
         assert doc.resolve() in reached, f"{doc.name} is linked from no document"
         assert len(doc.read_text().split()) >= MIN_WORDS, f"{doc.name} is empty or a stub"
+
+
+def test_every_image_is_shown_and_is_an_svg_on_a_white_background() -> None:
+    # docs/images/ holds charts drawn by bench/chart.py; a page in dark mode shows them as
+    # drawn, so each paints its own white background first.
+    reached = set().union(*(_linked(source) for source in SOURCES))
+    images = sorted((ROOT / "docs" / "images").glob("*"))
+    assert images, "docs/images/ is empty: the headline chart of docs/benchmarks.md is missing"
+    for image in images:
+        assert image.resolve() in reached, f"{image.name} is shown by no document"
+        assert image.suffix == ".svg", f"{image.name}: only SVG charts are kept in docs/images/"
+        root = ET.parse(image).getroot()
+        assert root.tag == "{http://www.w3.org/2000/svg}svg", f"{image.name} is not an SVG"
+        background = root.find("{http://www.w3.org/2000/svg}rect")
+        assert background is not None, f"{image.name} draws no background"
+        assert (background.get("width"), background.get("fill")) == ("100%", "#ffffff")
+    shown = {path for path in reached if path.suffix == ".svg"}
+    assert (ROOT / "docs" / "images" / "benchmarks-headline.svg").resolve() in shown
 
 
 def _parametrize_ids(decorator: ast.expr) -> list[str] | None:

@@ -7,6 +7,7 @@ inside a function body shows up as well as one at module level.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -203,3 +204,89 @@ def test_the_vocabulary_sits_below_store_and_wire() -> None:
     assert GRAPH["digest_stream.vocabulary"] == set()
     assert "digest_stream.vocabulary" in GRAPH["digest_stream.store.limits"]
     assert "digest_stream.vocabulary" in GRAPH["digest_stream.wire.models"]
+
+
+#: Where a backend's own words belong (issue 38, item 1): the Redis store's package; the list
+#: of backends, which names each one's settings section (store/backends.py); and the dev
+#: stack that starts the servers (dev/, and the CLI's `dev` commands that drive it).
+REDIS_WORDS_AT_HOME = (
+    REDIS_STORE,
+    f"{ROOT}.store.backends",
+    f"{ROOT}.dev",
+    f"{ROOT}.cli.devstack",
+)
+
+#: The names outside those homes that keep the word because users rely on them: the metric
+#: alerts and dashboards read (docs/operations.md, Metrics) and /healthz's deprecated field.
+#: Each is a string the service writes, not a name of its code.
+REDIS_NAMES_KEPT_FOR_USERS = frozenset(
+    {
+        "digest_redis_errors",  # the counter (Prometheus adds _total): deploy/ alerts on it
+        "digest_redis_errors_total",
+        "waiting_for_redis",  # /healthz, deprecated alias of waiting_for_store
+    }
+)
+
+#: A string that is a name (a metric, a JSON field, a setting), not a sentence.
+_NAME_LIKE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _names(module: str, path: Path) -> Iterator[tuple[int, str]]:
+    """Every name a module spells (line, name): its own module path, what it defines and
+    binds, the attributes and keywords it uses, what it imports, and its name-like strings."""
+    yield 0, module
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield line, node.name
+        elif isinstance(node, ast.arg):
+            yield line, node.arg
+        elif isinstance(node, ast.Name):
+            yield line, node.id
+        elif isinstance(node, ast.Attribute):
+            yield line, node.attr
+        elif isinstance(node, ast.keyword) and node.arg:
+            yield line, node.arg
+        elif isinstance(node, ast.alias):
+            yield line, node.name
+            if node.asname:
+                yield line, node.asname
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield line, node.module
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            yield from ((line, name) for name in node.names)
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and _NAME_LIKE.match(node.value)
+        ):
+            yield line, node.value
+
+
+def redis_names() -> list[str]:
+    """Each name with "redis" in it outside the Redis words' homes, as module:line name."""
+    return sorted(
+        {
+            f"{module}:{line} {name}"
+            for module, path in MODULES.items()
+            if not any(_inside(module, home) for home in REDIS_WORDS_AT_HOME)
+            for line, name in _names(module, path)
+            if "redis" in name.lower() and name not in REDIS_NAMES_KEPT_FOR_USERS
+        }
+    )
+
+
+def test_only_the_redis_store_speaks_of_redis() -> None:
+    # Roles, ops, the CLI, the settings and the store's neutral modules speak of "the store":
+    # a second backend then needs store/<new>/ and its section in the backends' list
+    # (store/backends.py), nothing else. tests/ and bench/ are outside the package.
+    assert redis_names() == []
+
+
+def test_the_redis_names_rule_is_live() -> None:
+    # the rule sees names of every sort, and the homes are exempt, not unread
+    path = MODULES[f"{REDIS_STORE}.errors"]
+    seen = {name for _line, name in _names(f"{REDIS_STORE}.errors", path)}
+    assert {"redis", "translate", "REDIS_DOWN", "BACKEND"} <= seen
+    dev = f"{ROOT}.dev.redis"
+    assert any("redis" in name for _line, name in _names(dev, MODULES[dev]))

@@ -176,3 +176,42 @@ def test_redis_tls_files_reach_both_clients_and_need_rediss() -> None:
     ]
     with pytest.raises(ValidationError, match="DIGEST_STREAM_REDIS_SSL_KEYFILE needs"):
         Settings(redis_url="rediss://h:6380/0", redis_ssl_keyfile="/c.key")
+
+
+def test_one_store_setting_chooses_the_backend() -> None:
+    # Issue 38: the backend is a setting (only redis today), refused by name when unknown.
+    from digest_stream.store import backend_of
+
+    assert Settings().store == "redis"
+    assert backend_of(Settings()).label == "Redis"
+    with pytest.raises(ValidationError) as refused:
+        Settings(store="cassandra")
+    assert describe_error(refused.value) == [
+        "invalid setting DIGEST_STREAM_STORE: unknown store 'cassandra': one of redis"
+    ]
+
+
+def test_the_redis_section_keeps_the_variables_users_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 38: the section moved into store/redis/, its env vars (and TOML keys) did not.
+    values = {
+        "DIGEST_STREAM_REDIS_URL": "rediss://u:pw@h:6380/0",
+        "DIGEST_STREAM_REDIS_CLUSTER": "true",
+        "DIGEST_STREAM_REDIS_SSL_CA_CERTS": "/ca.pem",
+        "DIGEST_STREAM_REDIS_SSL_CERTFILE": "/c.pem",
+        "DIGEST_STREAM_REDIS_SSL_KEYFILE": "/c.key",
+        "DIGEST_STREAM_REDIS_LOAD_LIBRARY": "false",
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    s = Settings()
+    assert (s.redis_url, s.redis_cluster, s.redis_load_library) == (
+        "rediss://u:pw@h:6380/0",
+        True,
+        False,
+    )
+    assert (s.redis_ssl_ca_certs, s.redis_ssl_certfile, s.redis_ssl_keyfile) == (
+        "/ca.pem",
+        "/c.pem",
+        "/c.key",
+    )
+    assert {env_name(name) for name in Settings.model_fields} >= set(values)

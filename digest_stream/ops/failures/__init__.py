@@ -1,11 +1,12 @@
-"""Kafka and Redis failures as ONE line that names the cause and the setting to check.
+"""Kafka and store failures as ONE line that names the cause and the setting to check.
 
 Every command and ``run`` print these lines instead of a traceback (``--debug`` or
-``DIGEST_STREAM_DEBUG=1`` shows it). One table for both backends: authentication,
+``DIGEST_STREAM_DEBUG=1`` shows it). One set of kinds for Kafka and the store: authentication,
 authorization (with the resource), TLS (an untrusted certificate, plaintext against TLS and
-TLS against plaintext), unreachable, timed out, the Functions library a user may not load, and
-a Redis that refuses calls for a while (OOM, READONLY, BUSY, LOADING, a failover, a cluster
-moving slots), from the store's errors and their kind.
+TLS against plaintext), unreachable, timed out, server-side code a user may not load, and a
+store that refuses calls for a while (``refusing``: the service waits). Kafka's lines are
+written here (``kafka.py``); the store's by its backend (``StoreBackend.explain``: for Redis,
+``store/redis/explain.py``), from the store's errors and their kind.
 A failure of kind ``authentication``, ``authorization``, ``tls`` or ``library`` is a setting
 to fix, not an outage to wait out: commands and the service's start stop on it.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException
 
 from digest_stream.ops.failures.kafka import explain_kafka, kafka_detail
-from digest_stream.ops.failures.store import explain_store, library_mismatch
 from digest_stream.ops.failures.types import (
     ACL_DOCS,
     FATAL_KINDS,
@@ -25,8 +25,9 @@ from digest_stream.ops.failures.types import (
     Kind,
     causes,
 )
-from digest_stream.settings import Settings
-from digest_stream.store import backend_error
+from digest_stream.settings import Settings, env_name
+from digest_stream.store import backend_error, backend_of, backend_raising
+from digest_stream.store.backend import Explained
 from digest_stream.store.errors import LibraryVersionMismatch
 
 __all__ = [
@@ -58,14 +59,22 @@ def explain(
         elif isinstance(error, KafkaError):
             found = explain_kafka(error, settings, scope)
         elif isinstance(error, LibraryVersionMismatch):
-            found = library_mismatch(error, settings)
+            found = _failure(backend_of(settings).library_mismatch(error, settings, env_name))
         else:
             backend = backend_error(error)  # the store's, or its client's raw error
             if backend is not None:
-                found = explain_store(backend, exc, settings)
+                # The backend that raised it writes the line.
+                explained = backend_raising(backend, settings).explain(
+                    backend, exc, settings, env_name
+                )
+                found = None if explained is None else _failure(explained)
         if found is not None:
             return found
     return None
+
+
+def _failure(explained: Explained) -> Failure:
+    return Failure(explained.kind, explained.line)
 
 
 def one_line(
@@ -80,11 +89,11 @@ def one_line(
 
 
 def outage_line(exc: BaseException | None, settings: Settings | None = None) -> str:
-    """What a running role logs while it waits for Redis: a Redis that refuses calls for a
-    while (OOM, READONLY, BUSY, ...) named with what ends it; anything else as Redis's own
-    text. A lost connection keeps its own text: mid-run it is an outage, and the start's
-    hints (a TLS port? the URL?) would mislead."""
+    """What a running role logs while it waits for the store: a store that refuses calls for a
+    while (for Redis: OOM, READONLY, BUSY, ...) named with what ends it; anything else as the
+    backend's own text. A lost connection keeps its own text: mid-run it is an outage, and
+    the start's hints (a TLS port? the URL?) would mislead."""
     found = explain(exc, settings) if exc is not None else None
     if found is not None and found.kind == "refusing":
         return found.line
-    return f"Redis unreachable or refusing ({exc if exc is not None else '?'})"
+    return backend_of(settings).outage(exc)

@@ -3,13 +3,15 @@ was about."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
 
-Kind = Literal[
-    "authentication", "authorization", "tls", "unreachable", "timeout", "library", "refusing"
-]
+from digest_stream.store.backend import FailureKind
+from digest_stream.store.errors import causes
+
+__all__ = ["ACL_DOCS", "FATAL_KINDS", "Failure", "FailureError", "KafkaScope", "Kind", "causes"]
+
+#: What a failure means (the same kinds for Kafka and for the store's backends).
+Kind = FailureKind
 
 #: Kinds that waiting does not cure: a command exits on them, the service refuses to start.
 FATAL_KINDS: frozenset[Kind] = frozenset({"authentication", "authorization", "tls", "library"})
@@ -47,14 +49,3 @@ class KafkaScope:
     group: str | None = None
     #: The setting or flag that names the group (the service's, or `tail --group`).
     group_setting: str | None = None
-
-
-def causes(exc: BaseException) -> Iterator[BaseException]:
-    """The exception, then what caused it (the store's error chains its client's, and a
-    cluster client's error the node's)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__

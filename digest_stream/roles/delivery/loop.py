@@ -124,9 +124,11 @@ class Delivery:
         except BackendError as exc:
             if not unavailable(exc) or not self._runner.stopping():
                 raise
-            # Asked to stop while Redis is unreachable: a graceful stop, not a failure. The
+            # Asked to stop while the store is unreachable: a graceful stop, not a failure. The
             # batch is not committed; its entries come back and reopen the same digest ids.
-            log.warning("stopping while Redis is unreachable; this batch will be redelivered")
+            log.warning(
+                "stopping while %s is unreachable; this batch will be redelivered", exc.backend
+            )
             return 0
         return len(published)
 

@@ -143,7 +143,7 @@ class Overlap:
             self.settle()  # the last batch's closes first: some of these may be its timelines
             targets = [batch.targets[i] for i in rest]
             # Retried whole while Redis is down: opens are idempotent (a reopen keeps its id).
-            opened = self._with_redis(lambda: self._store.open_many(targets, batch.now), "open")
+            opened = self._with_store(lambda: self._store.open_many(targets, batch.now), "open")
             found.update(zip(rest, opened, strict=True))
         return [found[i] for i in range(len(batch.targets))]
 
@@ -181,7 +181,7 @@ class Overlap:
                 if not retry:
                     self._closing = closing
                     return
-                closed = self._with_redis(
+                closed = self._with_store(
                     lambda: _close_at(self._store, closing.targets, closing.times), "close"
                 )
         if self._hooks:
@@ -204,14 +204,14 @@ class Overlap:
         with self._metrics.store_latency.labels(operation="close").time():
             return _close_at(self._store, targets, times)
 
-    def _with_redis(self, call: Callable[[], T], operation: str) -> T:
+    def _with_store(self, call: Callable[[], T], operation: str) -> T:
         """A store call, retried while Redis is unreachable (paused, serving the group)."""
 
         def timed() -> T:
             with self._metrics.store_latency.labels(operation=operation).time():
                 return call()
 
-        return self._runner.while_redis_down(timed, errors=self._metrics.redis_errors)
+        return self._runner.while_store_down(timed, errors=self._metrics.store_errors)
 
 
 def _close_at(store: DigestStore, targets: list[DigestTarget], times: list[float]) -> list[bool]:

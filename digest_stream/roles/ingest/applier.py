@@ -87,7 +87,7 @@ class Applier:
             if batch.error is not None and not unavailable(batch.error):
                 raise batch.error
             if batch.error is not None:
-                self._metrics.redis_errors.inc()
+                self._metrics.store_errors.inc()
                 log.warning("Redis call failed (%s); retrying", batch.error)
             # Stored here, with the retries that keep serving the group while Redis is down.
             result = self._add_retrying(batch)
@@ -184,10 +184,10 @@ class Applier:
     def _add_retrying(self, batch: Batch) -> AddResult | None:
         """The store call, retried while Redis is unreachable; None if we had to give up."""
         try:
-            return self._runner.while_redis_down(
+            return self._runner.while_store_down(
                 lambda: self.timed_add(batch),
                 give_up=lambda: self._runner.stopping() or not self._ledger.owns(batch.partition),
-                errors=self._metrics.redis_errors,
+                errors=self._metrics.store_errors,
                 recovered=self._after_outage,
             )
         except BackendError as exc:
@@ -238,10 +238,10 @@ class Applier:
             if not retry:
                 reset()
                 return
-            self._runner.while_redis_down(
+            self._runner.while_store_down(
                 reset,
                 give_up=lambda: self._runner.stopping() or not self._ledger.owns(partition),
-                errors=self._metrics.redis_errors,
+                errors=self._metrics.store_errors,
             )
         except BackendError as exc:
             if not unavailable(exc):

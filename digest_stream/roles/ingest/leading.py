@@ -222,7 +222,7 @@ class LeadingEdge:
             except BackendError as exc:
                 if not unavailable(exc):
                     raise
-                self._metrics.redis_errors.inc()
+                self._metrics.store_errors.inc()
                 if wait:
                     log.warning("leading edge: close failed (%s); left open", exc)
                 else:

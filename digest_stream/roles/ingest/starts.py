@@ -67,7 +67,9 @@ class Starts:
         except BackendError as exc:  # the first add checks the fence instead
             if not unavailable(exc):
                 raise
-            log.error("partition %d: Redis unreachable at assignment (%s)", partition, exc)
+            log.error(
+                "partition %d: %s unreachable at assignment (%s)", partition, exc.backend, exc
+            )
             return fence.start_without_store(committed)
         return fence.start(
             partition,

@@ -1,5 +1,6 @@
-"""One digest, built: from its schedule entry and the opened digest (which carries its
-timeline's policy, in the due rule the store attached) to the message values that publish it.
+"""One digest, built: from its schedule entry, the opened digest and its timeline's policy
+(the caller hands it: the one the store resolved for the open, ``OpenDigest.policy``) to the
+message values that publish it.
 
 Pure: no Kafka, no Redis, no clock (``now`` is given). Two ways give the same message: the
 output format's own fast path for the common digest (Avro: the stored event bytes become its
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from digest_stream.roles.publish.compose import compose, due_rule, head
+from digest_stream.roles.publish.compose import compose, head
 from digest_stream.roles.publish.parts import encoded_parts, part_budget
 from digest_stream.store.base import OpenDigest
 from digest_stream.store.policy import TimelinePolicy
@@ -37,6 +38,7 @@ class Built:
 def build(
     scheduled: ScheduleReason,
     digest: OpenDigest,
+    policy: TimelinePolicy,
     *,
     now: float,
     max_bytes: int,
@@ -45,23 +47,22 @@ def build(
     checked: bool = False,
 ) -> Built:
     """The messages that publish ``digest`` (opened for a schedule entry of reason
-    ``scheduled``) under its timeline's policy (the one its due rule carries: resolved once,
-    by the store's open) in the ``output`` format, each within ``max_bytes`` next to its key
-    and headers; ``whole``: always build the Digest model too (hooks see it). ``now`` is when
-    the timeline is closed (next_delivery_at). ``checked``: the records' bytes are the
-    ingest's, checked moments ago (the leading edge), not read back from Redis: their
-    timestamps are taken as stored."""
+    ``scheduled``) under ``policy``, its timeline's, in the ``output`` format, each within
+    ``max_bytes`` next to its key and headers; ``whole``: always build the Digest model too
+    (hooks see it). ``now`` is when the timeline is closed (next_delivery_at). ``checked``:
+    the records' bytes are the ingest's, checked moments ago (the leading edge), not read
+    back from Redis: their timestamps are taken as stored."""
     if not whole:
-        stored = one_part(scheduled, digest, now, max_bytes, output, checked)
+        stored = one_part(scheduled, digest, policy, now, max_bytes, output, checked)
         if stored is not None:
             return Built([stored[0]], stored[1])
-    policy = due_rule(digest).policy
     return _through_models(scheduled, digest, policy, now, max_bytes, output)
 
 
 def one_part(
     scheduled: ScheduleReason,
     digest: OpenDigest,
+    policy: TimelinePolicy,
     now: float,
     max_bytes: int,
     output: DigestFormat,
@@ -71,7 +72,7 @@ def one_part(
     headers of a digest the format lays out from its stored bytes (Avro: as they are) and
     that fits one part; None for any other (collapsed, unreadable, too large for one part, a
     format without a fast path), which ``build`` takes through the models."""
-    if due_rule(digest).policy.collapse_by is not None:
+    if policy.collapse_by is not None:
         return None
     stored = output.from_stored(head(scheduled, digest, now), digest.records, checked)
     if stored is not None and len(stored[0]) <= part_budget(digest.timeline, stored[1], max_bytes):

@@ -4,7 +4,6 @@ why it went out now, how many records it stood for, when the next one can come."
 from __future__ import annotations
 
 from digest_stream.store.base import OpenDigest
-from digest_stream.store.due import NextDue
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire.formats import DigestHead
 from digest_stream.wire.models import Digest, DigestReason, Record, ScheduleReason
@@ -49,20 +48,11 @@ def reason(scheduled: ScheduleReason, digest: OpenDigest) -> DigestReason:
     return _REASONS.get(digest.reason) or DigestReason(digest.reason)
 
 
-def due_rule(digest: OpenDigest) -> NextDue:
-    """The due rule the store attached to ``digest`` when it opened it (store.due): its
-    timeline's policy, resolved once by the store, with the next delivery time's rule."""
-    rule = digest.next_due
-    if rule is None:
-        raise ValueError(f"digest {digest.id} of {digest.timeline} came without its due rule")
-    return rule
-
-
 def head(scheduled: ScheduleReason, digest: OpenDigest, now: float) -> DigestHead:
     """The whole digest's own fields (a format's fast path lays its records out itself);
     ``scheduled``: its schedule entry's reason; ``next_delivery_at`` is the store's due rule
     that came with it (store.due), evaluated at ``now``, its close."""
-    rule = due_rule(digest)
+    rule = digest.due_rule
     return (
         digest.id,
         digest.timeline,

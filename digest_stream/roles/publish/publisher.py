@@ -89,8 +89,10 @@ class DigestPublisher:
         format's one-part layout first: a Pending is then the only object it makes.
         ``checked``: its records are the ingest's own bytes, not read back from the store."""
         max_bytes, output = self._settings.max_message_bytes, self._format
+        # The policy the store resolved for the open: collapse_by and the due rule are its.
+        policy = digest.policy
         if not self._hooks:
-            stored = one_part(reason, digest, closing_at, max_bytes, output, checked)
+            stored = one_part(reason, digest, policy, closing_at, max_bytes, output, checked)
             if stored is not None:
                 value, headers = stored
                 return Pending(
@@ -100,6 +102,7 @@ class DigestPublisher:
         built = build(
             reason,
             digest,
+            policy,
             now=closing_at,
             max_bytes=max_bytes,
             output=output,

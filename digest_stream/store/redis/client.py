@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import redis
 from redis.cluster import RedisCluster
 
-from digest_stream.store.policy import PolicyResolver, TimelinePolicy
+from digest_stream.store.backend import StoreSettings
 from digest_stream.store.redis.adapter import RedisStore
 from digest_stream.store.redis.errors import translated
 from digest_stream.store.redis.routing import RedisClient
@@ -17,8 +17,10 @@ REDIS_SOCKET_TIMEOUT = 10.0
 REDIS_CONNECT_TIMEOUT = 2.0
 
 
-class RedisSettings(Protocol):
-    """What connecting the Redis store reads of the service's settings (``store.connect``)."""
+@runtime_checkable
+class RedisSettings(StoreSettings, Protocol):
+    """What connecting the Redis store reads of the service's settings (``store.connect``):
+    its section (``store/redis/section.py``) besides what every backend reads."""
 
     @property
     def redis_url(self) -> str:
@@ -43,18 +45,6 @@ class RedisSettings(Protocol):
     @property
     def redis_load_library(self) -> bool:
         """Load the Functions library where it is missing or differs."""
-
-    @property
-    def namespace(self) -> str:
-        """Every key of the store is in this namespace."""
-
-    def policy(self) -> TimelinePolicy:
-        """The default timeline policy."""
-        ...
-
-    def resolver(self) -> PolicyResolver:
-        """timeline -> its policy."""
-        ...
 
 
 def redis_client(settings: RedisSettings) -> RedisClient:

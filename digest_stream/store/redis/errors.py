@@ -16,7 +16,7 @@ from typing import ParamSpec, TypeVar
 import redis
 from redis import exceptions as rx
 
-from digest_stream.store.errors import BackendError, Kind, StoreUnavailable
+from digest_stream.store.errors import BackendError, Kind, StoreUnavailable, causes
 
 BACKEND = "Redis"
 
@@ -52,26 +52,29 @@ SCRIPT_ACL_REFUSAL = "can't run this command or subcommand"
 _KIND_OF_CLASS: tuple[tuple[type[BaseException], Kind], ...] = (
     (redis.AuthenticationError, "authentication"),
     (rx.NoPermissionError, "authorization"),
-    (rx.BusyLoadingError, "loading"),
+    (rx.BusyLoadingError, "starting"),
     (redis.TimeoutError, "timeout"),
     (redis.ConnectionError, "unreachable"),
-    (rx.MasterDownError, "failover"),
-    (rx.ClusterDownError, "cluster"),
-    (rx.TryAgainError, "cluster"),
-    (rx.OutOfMemoryError, "oom"),
-    (rx.ReadOnlyError, "readonly"),
+    (rx.MasterDownError, "failing_over"),
+    (rx.ClusterDownError, "moving"),
+    (rx.TryAgainError, "moving"),
+    (rx.OutOfMemoryError, "full"),
+    (rx.ReadOnlyError, "read_only"),
 )
 #: The kind of each reply's code word (a ResponseError redis-py has no class for).
 _KIND_OF_CODE: dict[str, Kind] = {
     "WRONGPASS": "authentication",
     "NOPERM": "authorization",
-    "OOM": "oom",
+    "OOM": "full",
     "BUSY": "busy",
-    "READONLY": "readonly",
-    "LOADING": "loading",
-    "MASTERDOWN": "failover",
-    "NOREPLICAS": "failover",
+    "READONLY": "read_only",
+    "LOADING": "starting",
+    "MASTERDOWN": "failing_over",
+    "NOREPLICAS": "failing_over",
 }
+#: The command that loads the Functions library: an ACL refusing it means the library is
+#: missing (or differs) and this user may not load it.
+LOAD_COMMAND = "function|load"
 #: "this user has no permissions to run the 'function|load' command"
 _NOPERM_COMMAND = re.compile(r"run the '([^']+)' command")
 #: redis-py's "Error 111 connecting to host:port." head of a connection error.
@@ -97,26 +100,32 @@ def kind_of(error: redis.RedisError) -> Kind:
     text = str(error)
     if SCRIPT_ACL_REFUSAL in text:
         return "authorization"
+    kind = _kind_of_reply(error, text)
+    if kind in ("unreachable", "timeout") and _over_tls(error):
+        return "tls"
+    if kind == "authorization" and _refused_command(text) == LOAD_COMMAND:
+        return "library_missing"
+    return kind
+
+
+def _kind_of_reply(error: redis.RedisError, text: str) -> Kind:
     for cls, kind in _KIND_OF_CLASS:
         if isinstance(error, cls):
-            if kind in ("unreachable", "timeout") and _over_tls(error):
-                return "tls"
             return kind
     if isinstance(error, redis.ResponseError):
         return _KIND_OF_CODE.get(text.partition(" ")[0], "error")
     return "error"
 
 
+def _refused_command(text: str) -> str | None:
+    """The command a NOPERM reply names, if it names one."""
+    found = _NOPERM_COMMAND.search(text)
+    return found.group(1) if found else None
+
+
 def _over_tls(error: BaseException) -> bool:
     """A connection error caused by TLS (an ssl error in its chain)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, ssl.SSLError):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return any(isinstance(cause, ssl.SSLError) for cause in causes(error))
 
 
 def short(text: str) -> str:
@@ -127,7 +136,6 @@ def short(text: str) -> str:
 def translate(error: redis.RedisError) -> BackendError:
     """The store's exception for a redis-py error (raise it ``from`` the error)."""
     text = str(error)
-    command = _NOPERM_COMMAND.search(text)
     named = _ADDRESS.search(text)
     cls = StoreUnavailable if retried(error) else BackendError
     return cls(
@@ -137,7 +145,7 @@ def translate(error: redis.RedisError) -> BackendError:
         name=type(error).__name__,
         address=named.group(1).rstrip(".") if named else None,
         detail=short(text),
-        command=command.group(1) if command else None,
+        command=_refused_command(text),
         in_library=SCRIPT_ACL_REFUSAL in text,
         connecting=isinstance(error, redis.TimeoutError) and "connecting" in text,
     )

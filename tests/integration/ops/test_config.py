@@ -16,7 +16,8 @@ from digest_stream.cli import main
 from digest_stream.kafka import consumer_config, producer_config
 from digest_stream.ops.config import mask_url, masked_settings, secret_values
 from digest_stream.settings import CONFIG_ENV, Settings
-from digest_stream.store import DigestStore, MemoryStore, NewRecord, RedisStore, connect
+from digest_stream.store import DigestStore, MemoryStore, NewRecord, connect
+from digest_stream.store.redis import RedisStore
 
 
 def _show(args: list[str], env: dict[str, str] | None = None) -> dict[str, object]:

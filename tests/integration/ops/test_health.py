@@ -112,6 +112,26 @@ def test_live_follows_heartbeats_and_failure() -> None:
     assert details["status"] == "failed"
 
 
+def test_a_loop_waiting_for_the_store_is_not_stuck_and_says_so() -> None:
+    # Issue 38: the field speaks of the store; its old name stays as a deprecated alias.
+    now = [0.0]
+    view = FakeView(heartbeats=Heartbeats(clock=lambda: now[0]))
+    view.heartbeats.beat("ingest")
+    view.heartbeats.beat("delivery")
+    probe = health(view)
+    ok, details = probe.live()
+    assert ok
+    assert details["waiting_for_store"] is False
+    assert details["waiting_for_redis"] is False
+    view.metrics.store_errors.inc()  # a store call failed: the loops wait it out
+    now[0] = 60.0  # past stall_timeout (5 s)
+    ok, details = probe.live()
+    assert ok, details
+    assert details["waiting_for_store"] is True
+    assert details["waiting_for_redis"] is True
+    assert details["roles"]["ingest"]["stuck"] is False
+
+
 def test_ingest_without_its_scheduler_is_never_ready() -> None:
     # Its partitions would be owned but never ticked: the second event of a timeline would
     # wait forever, so a probe must not route traffic to it.

@@ -17,7 +17,8 @@ from digest_stream.clock import ManualClock
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
-from digest_stream.store import NewRecord, RedisStore
+from digest_stream.store import NewRecord
+from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.client import redis_client
 from digest_stream.wire import codec
 from digest_stream.wire.models import ScheduleReason

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from digest_stream.store import DigestStore, MemoryStore, RedisStore, TimelinePolicy
+from digest_stream.store import DigestStore, MemoryStore, TimelinePolicy
 from digest_stream.store.policy import PolicyResolver
+from digest_stream.store.redis import RedisStore
 from tests.support.store import RedisClient, StoreFactory, tag_keys
 
 

@@ -13,8 +13,8 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import NoPermissionError
 
-from digest_stream.store import NewRecord, RedisStore, StoreUnavailable, TimelinePolicy
-from digest_stream.store.redis import library
+from digest_stream.store import NewRecord, StoreUnavailable, TimelinePolicy
+from digest_stream.store.redis import RedisStore, library
 from tests.support import REPO_ROOT
 from tests.support.store import RedisClient, library_commands
 
@@ -169,7 +169,7 @@ def test_load_library_only_checks_a_library_that_is_already_this_one(
 
 def _refused_function_load(error: StoreUnavailable) -> None:
     """The store's error for Redis refusing FUNCTION LOAD, chained to redis-py's."""
-    assert (error.kind, error.command) == ("authorization", "function|load")
+    assert (error.kind, error.command) == ("library_missing", "function|load")
     assert isinstance(error.__cause__, NoPermissionError)
 
 

@@ -10,7 +10,8 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from digest_stream.store import NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store import NewRecord, TimelinePolicy
+from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.keys import partition_tag, scratch_key
 from tests.support.store import RedisClient
 

@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from digest_stream.store import DigestStore, NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store import DigestStore, NewRecord, TimelinePolicy
+from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.keys import digest_key, partition_tag
 from tests.support import new_id
 from tests.support.store import RedisClient, expire

@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from digest_stream.store import DigestStore, MemoryStore, NewRecord, RedisStore, TimelinePolicy
+from digest_stream.store import DigestStore, MemoryStore, NewRecord, TimelinePolicy
+from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.keys import partition_tag, timeline_key
 from tests.support import new_id
 from tests.support.store import RedisClient

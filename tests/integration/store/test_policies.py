@@ -8,12 +8,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from digest_stream.store import DigestStore, NewRecord, TimelineInfo, TimelinePolicy
+from digest_stream.store import DigestStore, TimelineInfo, TimelinePolicy
 from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import FLUSH_AT_FLOOR
 from tests.support import new_id
-from tests.support.store import StoreFactory
+from tests.support.store import Feed, StoreFactory
 
 P = 0
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -23,21 +23,9 @@ COOL = TimelinePolicy(minimum_delay=60, increment_delay=10, maximum_delay=120, f
 DAILY = TimelinePolicy(schedule="0 9 * * *", timezone="Europe/Berlin")
 
 
-class Feed:
-    """Records (and controls) with increasing offsets, like one input partition."""
-
-    def __init__(self) -> None:
-        self.offset = -1
-
-    def __call__(self, timeline: str, record_id: str = "", control: str | None = None) -> NewRecord:
-        self.offset += 1
-        record_id = record_id or f"r{self.offset}"
-        return NewRecord(timeline, record_id, T0, record_id.encode(), self.offset, control)
-
-
 @pytest.fixture
 def feed() -> Feed:
-    return Feed()
+    return Feed(T0)
 
 
 def deliver(store: DigestStore, timeline: str, now: float) -> tuple[list[str], str]:

@@ -12,12 +12,11 @@ from digest_stream.store import (
     InvalidArgument,
     LibraryVersionMismatch,
     NewRecord,
-    RedisStore,
     TimelinePolicy,
 )
 from digest_stream.store.base import CANCEL_ALL
 from digest_stream.store.limits import COOLING_MARGIN, SCHEDULE_REPLY_TTL
-from digest_stream.store.redis import library, routing
+from digest_stream.store.redis import RedisStore, library, routing
 from digest_stream.store.redis.keys import (
     digest_key,
     fence_key,

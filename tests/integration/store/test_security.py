@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from digest_stream.store import InvalidState, NewRecord, RedisStore
+from digest_stream.store import InvalidState, NewRecord
+from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.keys import (
     digest_key,
     fence_key,

@@ -23,12 +23,12 @@ from digest_stream.store import (
     NewRecord,
     OpenDigest,
     PartitionStats,
-    RedisStore,
     StoreError,
     TimelineInfo,
     TimelinePolicy,
 )
 from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, AddResult
+from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.keys import partition_tag
 from tests.support import new_id, unique
 

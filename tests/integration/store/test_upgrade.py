@@ -23,9 +23,10 @@ from digest_stream.clock import ManualClock
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
 from digest_stream.settings import Settings
-from digest_stream.store import Fence, InvalidState, RedisStore, TimelinePolicy
+from digest_stream.store import Fence, InvalidState, TimelinePolicy
 from digest_stream.store.limits import SCHEDULE_REPLY_TTL
 from digest_stream.store.policy import PolicyResolver
+from digest_stream.store.redis import RedisStore
 from digest_stream.wire.models import ScheduleReason
 from tests.integration.store.upgrade import capture
 from tests.support.store import RedisClient, tag_keys

@@ -13,11 +13,10 @@ from digest_stream.store import (
     DigestStore,
     InvalidArgument,
     NewRecord,
-    RedisStore,
     TimelinePolicy,
 )
 from digest_stream.store.policy import PACKED
-from digest_stream.store.redis import protocol
+from digest_stream.store.redis import RedisStore, protocol
 from digest_stream.store.redis.keys import (
     digest_key,
     fence_key,

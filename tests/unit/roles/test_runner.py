@@ -92,7 +92,7 @@ def test_a_redis_outage_is_given_up_when_a_stop_is_asked_for() -> None:
         raise store_errors.unreachable()
 
     with pytest.raises(StoreUnavailable):
-        runner.while_redis_down(unreachable, errors=metrics.redis_errors)
+        runner.while_store_down(unreachable, errors=metrics.store_errors)
     assert calls == 3
     assert consumer.paused == set()  # resumed on the way out
     assert consumer.polls >= 2  # served the group between attempts

@@ -19,7 +19,7 @@ from digest_stream.store.redis.errors import translate
         (redis.ConnectionError("connection refused"), "unreachable"),
         (
             redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'"),
-            "oom",
+            "full",
         ),
         (
             redis.exceptions.NoPermissionError(
@@ -28,13 +28,13 @@ from digest_stream.store.redis.errors import translate
             "authorization",
         ),
         (redis.ResponseError("BUSY Redis is busy running a script"), "busy"),
-        (redis.ResponseError("READONLY You can't write against a read only replica."), "readonly"),
+        (redis.ResponseError("READONLY You can't write against a read only replica."), "read_only"),
         (
             redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
-            "readonly",
+            "read_only",
         ),
-        (redis.exceptions.MasterDownError("Link with MASTER is down"), "failover"),
-        (redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"), "loading"),
+        (redis.exceptions.MasterDownError("Link with MASTER is down"), "failing_over"),
+        (redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"), "starting"),
         (redis.TimeoutError("Timeout reading from socket"), "timeout"),
         (redis.AuthenticationError("invalid username-password pair"), "authentication"),
         # Redis 7's reply to FCALL when the function calls a command the ACL user lacks
@@ -88,6 +88,8 @@ def test_what_the_operators_line_needs_survives_the_translation() -> None:
         )
     )
     assert refused.command == "function|load"
+    # refused the library's loading: to the caller, the server-side code is missing
+    assert refused.kind == "library_missing"
     connecting = translate(redis.TimeoutError("Timeout connecting to server"))
     assert connecting.kind == "timeout"
     assert connecting.connecting
@@ -98,3 +100,14 @@ def test_what_the_operators_line_needs_survives_the_translation() -> None:
     over_tls = redis.ConnectionError("Error 1 connecting to cache:6380. wrong version number.")
     over_tls.__context__ = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
     assert translate(over_tls).kind == "tls"
+
+
+def test_the_backend_that_raised_an_error_words_its_line() -> None:
+    # Issue 38: the lines are each backend's own; ops finds the one by the error's label.
+    from digest_stream.settings import Settings
+    from digest_stream.store import backend_raising
+
+    raised = translate(redis.ConnectionError("down"))
+    assert backend_raising(raised, None).name == "redis"
+    other = BackendError("x", backend="Elsewhere")
+    assert backend_raising(other, Settings()).name == "redis"  # the settings' choice

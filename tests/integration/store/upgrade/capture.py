@@ -232,7 +232,8 @@ def capture(library: str, redis_url: str, out: Path) -> None:
     """Runs SCENARIO with the store importable now (the old one) and writes its fixture."""
     import redis
 
-    from digest_stream.store import RedisStore, TimelinePolicy
+    from digest_stream.store import TimelinePolicy
+    from digest_stream.store.redis import RedisStore
 
     client = redis.Redis.from_url(redis_url)
     client.flushall()

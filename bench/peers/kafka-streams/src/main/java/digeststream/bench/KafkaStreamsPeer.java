@@ -50,12 +50,14 @@ import org.apache.kafka.streams.state.SessionStore;
  * commit interval is Kafka's default for the guarantee (30 s at-least-once, 100 ms
  * exactly-once): a record keyed {@link #CLOSER} (the bench's last event per partition) asks for
  * a commit from the application ({@code context.commit()}), so the end of a backlog is committed
- * when it is reached, not at the next interval.
+ * when it is reached, not at the next interval. {@code --threads} sets {@code
+ * num.stream.threads} (1 by default): the input's partitions (tasks) are shared among them.
  *
  * <pre>
  * java -Xms2g -Xmx2g -XX:+UseG1GC -jar target/kstreams-peer.jar --bootstrap=H:P --input=T
  *     --output=T --application-id=ID --state-dir=DIR --schema=event.avsc
  *     --guarantee=at-least-once|exactly-once [--gap-ms=10000] [--cache-bytes=134217728]
+ *     [--threads=1]
  * </pre>
  *
  * <p>Prints {@code running after N records} on stdout when the client first reaches RUNNING
@@ -152,8 +154,14 @@ public final class KafkaStreamsPeer {
     props.put(
         StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG,
         Long.parseLong(args.getOrDefault("cache-bytes", String.valueOf(128L << 20))));
-    // One stream thread, like digest-stream's one ingest loop; the box has two cores.
-    props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+    // One stream thread by default, like one digest-stream process's one ingest loop;
+    // --threads=2 runs against two digest-stream processes (one per core of the bench's box).
+    // The record cache above is the whole client's, shared out among its threads.
+    int threads = Integer.parseInt(args.getOrDefault("threads", "1"));
+    if (threads < 1) {
+      throw new IllegalArgumentException("--threads: at least 1, got " + threads);
+    }
+    props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, threads);
     return props;
   }
 
@@ -176,13 +184,20 @@ public final class KafkaStreamsPeer {
     return args;
   }
 
-  /** Event time: the Avro event's own {@code timestamp} (its second field, after the id). */
+  /**
+   * Event time: the Avro event's own {@code timestamp} (its second field, after the id). One
+   * instance serves every stream thread, so each thread reuses a decoder of its own: a shared one
+   * read another thread's record under {@code --threads=2} (wrong timestamps, records dropped as
+   * late).
+   */
   static final class EventTime implements TimestampExtractor {
-    private BinaryDecoder decoder;
+    private final ThreadLocal<BinaryDecoder> decoders = new ThreadLocal<>();
 
     @Override
     public long extract(ConsumerRecord<Object, Object> record, long partitionTime) {
-      decoder = DecoderFactory.get().binaryDecoder((byte[]) record.value(), decoder);
+      BinaryDecoder decoder =
+          DecoderFactory.get().binaryDecoder((byte[]) record.value(), decoders.get());
+      decoders.set(decoder);
       try {
         decoder.skipString();
         return decoder.readLong();
