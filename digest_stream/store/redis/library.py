@@ -76,6 +76,7 @@ LUA_CONSTANTS: dict[str, object] = {
     # each packed policy option's name and guard, in the packed order (policy_wire.py)
     "POLICY_FIELDS": POLICY_FIELDS,
     # the wire protocol: formats, widths, key suffixes and layouts, reply positions
+    "ADD_NUMBERING": protocol.ADD_NUMBERING,
     **protocol.lua_constants(),
 }
 

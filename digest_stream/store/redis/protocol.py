@@ -237,10 +237,14 @@ DS_ADD = Command(
     "add",
     (
         "now", "partition_ttl", "inline_records", "expected_fence", "through_offset", "topic_id",
-        "open_nonce", "policies", "timelines", "records", "controls?",
+        "open_nonce", "numbering", "policies", "timelines", "records", "controls?",
     ),
     ADD_REPLY,
 )  # fmt: skip
+#: ds_add's ``numbering``: how a led digest's id is numbered (the timeline's place in the call,
+#: library 30). Sent on every add, so the add of a caller older than the library (whose ARGV has
+#: no such field) is refused before anything is written instead of misreading its reply.
+ADD_NUMBERING = "timelines"
 #: ds_add's ARGV before its policy blocks (the policies and the packed arguments follow).
 ADD_HEAD = DS_ADD.args[: DS_ADD.args.index("policies")]
 DS_SCHEDULE = Command(

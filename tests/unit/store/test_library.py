@@ -62,6 +62,7 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
         "local POLICY_FIELDS = {"
         + ", ".join(f"{{'{spec.name}', '{spec.kind.packed}'}}" for spec in PACKED)
         + "}",
+        f"local ADD_NUMBERING = '{protocol.ADD_NUMBERING}'",
         *(
             f"local {name} = {library.lua_literal(value)}"
             for name, value in protocol.lua_constants().items()

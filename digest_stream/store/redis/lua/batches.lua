@@ -284,17 +284,20 @@ do
     end
 
     -- ds_delete: `timeline`'s index entry goes (a digest in batch form with it: its open batch
-    -- counts one fewer). Returns 1 when it named a digest of an open batch, else 0.
+    -- counts one fewer). Returns 1 when its batch is still there (the digest open, or the
+    -- timeline cooling since the close), else 0.
     local function forget(tag, timeline)
         local entries = index_entries(tag, {timeline})
         if entries[1] == false then
             return 0
         end
         local head, found = read_batch_head(tag, string.sub(entries[1], 1, OPEN_NONCE_LENGTH)), 0
-        if head ~= nil and head.state == 'o' then
-            head.formed = head.formed - 1
-            write_batch_count(tag, head)
-            found = 1
+        if head ~= nil then
+            found = 1 -- its digest open, or the timeline cooling since the batch's close
+            if head.state == 'o' then
+                head.formed = head.formed - 1
+                write_batch_count(tag, head)
+            end
         end
         redis.call('HDEL', index_key(tag), timeline)
         redis.call('HDEL', previous_index_key(tag), timeline)

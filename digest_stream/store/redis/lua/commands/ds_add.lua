@@ -2,15 +2,15 @@
 -- by offset.
 -- KEYS: fence, waiting, ready
 -- ARGV: now, partition_ttl, inline_records, expected_fence, through_offset, topic_id,
---   open_nonce, policies, timelines, records, controls?
+--   open_nonce, numbering, policies, timelines, records, controls?
 -- Reply: ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled, led
 -- Holds: parse_add, add_refused, add.
--- Needs: ADD_ARGS, ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET (Python); POLICY_WIDTH,
---   invalid_argument, parse_integer, parse_nonce, parse_policies, parse_time, parse_topic_id,
---   parse_ttl (guards); add_run, add_with_controls, advance_fence (add); batches (batches);
---   begin_leading, end_leading (leading); call_tag (keys); format_integer, ttl_ms (encoding);
---   parse_controls, parse_records, parse_timelines (add_args); read_fence,
---   refresh_partition_ttl (helpers).
+-- Needs: ADD_ARGS, ADD_NUMBERING, ADD_REPLY, INLINE_MAX_RECORDS, LIBRARY_VERSION, MAX_OFFSET
+--   (Python); POLICY_WIDTH, invalid_argument, parse_integer, parse_nonce, parse_policies,
+--   parse_time, parse_topic_id, parse_ttl (guards); add_run, add_with_controls, advance_fence
+--   (add); batches (batches); begin_leading, end_leading (leading); call_tag (keys);
+--   format_integer, ttl_ms (encoding); parse_controls, parse_records, parse_timelines
+--   (add_args); read_fence, refresh_partition_ttl (helpers).
 --
 -- expected_fence, through_offset, topic_id, open_nonce: "" = none. policies: their count,
 -- then POLICY_WIDTH arguments each (parse_policies); a timeline points at its own by index. timelines, records, controls: packed
@@ -26,6 +26,7 @@
 -- topic_id: the id of the topic the records were read from; a fence of another topic
 -- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
 -- is applied and the caller decides (on_state_loss). "" = not known: no check.
+-- numbering: ADD_NUMBERING, always (a caller older than library 30 sends none: refused).
 -- open_nonce: the leading edge (leading.lua): every timeline this call finds with no
 -- container and makes READY gets its digest in this call (id: the nonce and the timeline's
 -- number among the call's timelines, in hex) opened, as ds_open would leave it, or in the
@@ -56,6 +57,10 @@ local function parse_add(keys, args)
     if args[at.through_offset] ~= '' then
         call.through_offset = parse_integer(args[at.through_offset], 'through offset', 0,
             MAX_OFFSET)
+    end
+    if args[at.numbering] ~= ADD_NUMBERING then
+        invalid_argument('add expects its numbering argument "' .. ADD_NUMBERING .. '" (library '
+            .. LIBRARY_VERSION .. '): the caller is older than the library')
     end
     call.topic = parse_topic_id(args[at.topic_id])
     -- the leading edge's ("" = not asked): each opened digest's id is it and a number
