@@ -112,6 +112,11 @@ local function add(keys, args)
             and (fence_before == nil or fence_before < call.expected_fence) then
         return add_refused(fence_before, topic_before)
     end
+    if call.open_nonce ~= nil and call.controls == nil
+            and batches.nonce_in_use(tag, call.open_nonce, call.records, fence_before) then
+        invalid_argument('open nonce ' .. call.open_nonce .. ' is taken by an earlier add (its digests'
+            .. ' are still stored): each add that leads takes a fresh one')
+    end
     local totals = {ready = {}, added = 0, skipped = 0, dropped = 0, cancelled = 0,
         partition_ttl = call.partition_ttl}
     call.leading = begin_leading(call, call.timeline_count)
