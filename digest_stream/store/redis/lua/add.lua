@@ -29,13 +29,6 @@ local function begin_timelines(tag, touched, names, keys, now)
     if #touched == 0 then
         return
     end
-    -- the leading edge's batch form first (batches.lua): a digest in an open batch becomes
-    -- the ordinary open digest (its timeline READY), one in cool-down is told by its close
-    local policies = {}
-    for i, timeline in ipairs(touched) do
-        policies[i] = timeline.policy
-    end
-    local cooling = batches.settle(tag, names, policies, now, 'add')
     local ready = call_listed('ZMSCORE', ready_key(tag), names)
     local waiting, waiting_names, count = {}, {}, 0
     for i, timeline in ipairs(touched) do
@@ -49,8 +42,25 @@ local function begin_timelines(tag, touched, names, keys, now)
         end
     end
     local due, numbers = call_listed('ZMSCORE', waiting_key(tag), waiting_names), {}
+    -- the timelines in neither set, for the leading edge's batch form (batches.lua): only
+    -- such a timeline can have an index entry that matters (a digest in an open batch makes
+    -- it READY once settled, a closed batch's cool-down schedules it), so a timeline that
+    -- waits or is READY (the interleaved append) costs the index no lookup
+    local absent, absent_names, absent_policies = {}, {}, {}
     for i, timeline in ipairs(waiting) do
         timeline.due = due[i] ~= false and number_of(numbers, due[i]) or nil
+        if timeline.due == nil then
+            local n = #absent + 1
+            absent[n], absent_names[n], absent_policies[n] = timeline, waiting_names[i],
+                timeline.policy
+        end
+    end
+    local cooling, settled = batches.settle(tag, absent_names, absent_policies, now, 'add')
+    for i, timeline in ipairs(absent) do
+        if settled[i] then
+            timeline.ready = true -- its digest made ordinary (or lost): READY as any
+        end
+        timeline.cooled_at = cooling[i]
     end
     -- the one read of each container's head this batch (write_back writes from it): an
     -- inline container's first bytes only, never its records (appending needs only its
@@ -59,7 +69,7 @@ local function begin_timelines(tag, touched, names, keys, now)
     for i, timeline in ipairs(touched) do
         local head = any and read_head(timeline.key, true) or {kind = 'none'}
         timeline.head, timeline.batch = head, {}
-        local closed_at = cooling[i]
+        local closed_at = timeline.cooled_at
         if closed_at ~= nil and head.kind == 'none' and not timeline.ready
                 and timeline.due == nil then
             -- cooling since its batch closed (batches.lua): WAITING until the cool-down ends,

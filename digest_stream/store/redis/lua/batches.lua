@@ -147,7 +147,8 @@ do
     -- Settles what the index says of `names` (policies[i]: each one's policy), before anything
     -- else reads them. An entry whose batch vanished while open (still listed open) leaves
     -- the timeline READY with no digest, in every mode (its open reports the loss).
-    -- `before_writing` (optional): called once before the first write. mode 'open' (open, close): a digest in an open batch is materialized, and
+    -- `before_writing` (optional): called once before the first write. Returns the cooling
+    -- times, and which names became READY (settled[i]: a digest made ordinary, or lost). mode 'open' (open, close): a digest in an open batch is materialized, and
     -- nothing else changes. 'add': as 'open', and every entry found goes; the reply holds, per
     -- name in cool-down (a closed batch, within its policy's minimum_delay), the close's time:
     -- the add writes its container with that last delivery (begin_timelines). 'full' (a
@@ -155,10 +156,11 @@ do
     -- (cooling_meta). A leftover entry (its batch gone, or cooled down) goes in 'add' and 'full'.
     local function settle(tag, names, policies, now, mode, before_writing)
         if #names == 0 then
-            return {}
+            return {}, {}
         end
         local entries, previous = index_entries(tag, names)
         local heads, cooling, current_gone, previous_gone, changed = {}, {}, {}, {}, {}
+        local settled = {}
         local seen = {}
         for i, entry in ipairs(entries) do
             if entry ~= false and not seen[names[i]] then
@@ -180,11 +182,11 @@ do
                     -- digest, as an ordinary open digest's loss leaves a timeline, so its
                     -- open reports it
                     redis.call('ZADD', ready_key(tag), lost, names[i])
-                    drop = true
+                    drop, settled[i] = true, true
                 elseif head and head.state == 'o' then
                     materialize(tag, names[i], entry, head, ttl_ms(policy.ttl))
                     changed[#changed + 1] = head
-                    drop = true
+                    drop, settled[i] = true, true
                 elseif head and head.state == 'c' and policy.schedule == nil
                         and now < head.at + policy.minimum_delay then
                     cooling[i] = head.at
@@ -206,7 +208,7 @@ do
                 write_batch_count(tag, head)
             end
         end
-        return cooling
+        return cooling, settled
     end
 
     -- The batch-form digests of the batch `head`: {name, digest id} of each timeline whose
