@@ -10,7 +10,7 @@ the figure is the same on a quiet or a loaded machine. Per operation, for `--rec
 timelines (one record each) of one partition:
 
 - leading add: `ds_add` with an open nonce (the leading edge opens each timeline's digest);
-- leading close: `ds_close_many` of those digests (their broker acknowledgement);
+- leading close: `ds_close_leading` of those digests (their broker acknowledgement);
 - then the delivery path's `ds_add` (plain), `ds_open_many` and `ds_close_many` of as many;
 - append: `ds_add` of one more record to each of those timelines, at 20 records each.
 
@@ -121,7 +121,7 @@ def measure(server: CountedRedis, records: int) -> dict[str, float]:
         / per
     )
     led = [(0, digest.timeline, digest.id) for digest in result["r"].opened]
-    out["leading close"] = server.count(lambda: store.close_many(led, T0 + 1)) / per
+    out["leading close"] = server.count(lambda: store.close_leading("1" * 24, led, T0 + 1)) / per
     plain = batch("b", records)
     out["plain add"] = server.count(lambda: store.add(0, plain, T0)) / per
     targets = [(0, record.timeline, uuid.uuid4().hex) for record in plain]

@@ -48,7 +48,8 @@ def new_nonce() -> str:
 
 
 def leading_id(nonce: str, number: int) -> str:
-    """The id of the ``number``-th (from 1) digest an add with ``nonce`` opened."""
+    """The id of the digest an add with ``nonce`` opened for its ``number``-th timeline (from 1,
+    in the order its records name them)."""
     return f"{nonce}{number:0{_LEADING_DIGITS}x}"
 
 
@@ -309,6 +310,12 @@ class DigestStore(Protocol):
 
     def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
         """close() for each target, in order (each atomic on its own)."""
+        ...
+
+    def close_leading(self, nonce: str, targets: Sequence[DigestTarget], now: float) -> list[bool]:
+        """close_many() for digests one add led (``nonce``: its ``open_nonce``), all of one
+        partition, once the broker acknowledged them; the add's other digests (whose publish
+        failed) stay open. One call: a backend may close them all in one write."""
         ...
 
     def delete(self, partition: int, timeline: str) -> bool:

@@ -30,6 +30,9 @@ FLUSH_AT_FLOOR = 1.0
 #: through a caller's clock behind Redis's (the service warns past 1 s) and is what a quiet
 #: timeline's leftover costs in memory; past it the timeline is absent, as it would be anyway.
 COOLING_MARGIN = 60.0
+#: Seconds the leading edge's index keeps one generation before maintenance starts the next
+#: (store/redis/lua/batches.lua): the previous one goes once every batch it names is gone.
+INDEX_ROTATE_AFTER = 60.0
 #: Upper bound of RedisStore's ``inline_records``: keeps the Lua's unpack() well inside its
 #: stack and an inline container's rewrites small.
 INLINE_MAX_RECORDS = 128

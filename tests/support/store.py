@@ -9,14 +9,16 @@ import redis
 from redis.cluster import RedisCluster
 
 from digest_stream.store import DigestStore, MemoryStore, NewRecord
+from digest_stream.store.limits import OPEN_NONCE_LENGTH
 from digest_stream.store.redis import library
 from digest_stream.store.redis.keys import digest_key, partition_tag, timeline_key
+from digest_stream.store.redis.protocol import KEY_SUFFIXES
 
 StoreFactory = Callable[..., DigestStore]
 """The `make_store` fixture: `make(policy=None, resolver=None) -> DigestStore`."""
 RedisClient = redis.Redis | RedisCluster
 #: Words in the library's command strings that are options, not commands.
-COMMAND_OPTIONS = {"KEEPTTL", "LIMIT", "NX", "OR", "PX", "WITHSCORES"}
+COMMAND_OPTIONS = {"COUNT", "KEEPTTL", "LIMIT", "NX", "OR", "PX", "WITHSCORES"}
 
 
 class Feed:
@@ -83,3 +85,10 @@ def expire(
     if not digest_only:
         client.delete(timeline_key(tag, timeline))
     client.delete(digest_key(tag, timeline))
+    # a digest in the leading edge's batch form vanishes with its batch (and every other
+    # digest of that add: tests that expire one lead one timeline per add)
+    for index in ("index", "previous_index"):
+        entry = client.hget(f"{tag}:{KEY_SUFFIXES[index]}", timeline)
+        if entry is not None:
+            nonce = (entry.decode() if isinstance(entry, bytes) else str(entry))[:OPEN_NONCE_LENGTH]
+            client.delete(f"{tag}:{KEY_SUFFIXES['batch']}:{nonce}")

@@ -107,7 +107,10 @@ def test_lua_library_evaluates_nothing_and_declares_only_locals() -> None:
         if not stripped:
             continue
         if depth == 0:
-            assert stripped.startswith(("local ", "redis.register_function", "#!lua")), stripped
+            # (a `do` block scopes locals the top level has no room for: Lua's 200)
+            assert stripped.startswith(("local ", "redis.register_function", "#!lua")) or (
+                stripped == "do"
+            ), stripped
         depth += len(re.findall(r"\b(function|do|then|repeat)\b", stripped))
         depth -= len(re.findall(r"\b(end|until)\b", stripped))
         depth -= len(re.findall(r"\belseif\b", stripped))  # 'elseif ... then' opens nothing new

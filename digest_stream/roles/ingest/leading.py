@@ -7,7 +7,9 @@ leaves them. So the one rule of the digest path holds here as there: a timeline 
 one digest in flight, and whatever comes next (records, a flush, ``flush_at``) waits behind
 it until it is closed. This piece publishes it (``DigestPublisher``), and once the broker
 acknowledged every part closes it at the time its ``next_delivery_at`` was computed from,
-which starts the cool-down. Nothing else differs from delivery's path:
+which starts the cool-down. The close is one per add (``close_leading``), once the broker
+answered for every digest of it: a store may keep an add's digests together (Redis's batch
+form) and close them in one write. Nothing else differs from delivery's path:
 
 - a publish the broker refuses or times out, or a part refused at once, leaves the digest
   open and is announced (``IMMEDIATE``): delivery reopens that very digest (same id) and
@@ -24,7 +26,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import groupby
 
 from confluent_kafka import Producer
 
@@ -36,6 +37,7 @@ from digest_stream.roles.publish import DigestPublisher, Pending, close_targets
 from digest_stream.roles.scheduler import ScheduleEmitter
 from digest_stream.store.base import DigestStore, OpenDigest, new_nonce
 from digest_stream.store.errors import BackendError, unavailable
+from digest_stream.store.limits import OPEN_NONCE_LENGTH
 from digest_stream.wire.models import ScheduleReason
 
 log = logging.getLogger(__name__)
@@ -71,8 +73,12 @@ class LeadingEdge:
             max_workers=1, thread_name_prefix="leading-close", initializer=name_os_thread
         )
         self._closing: list[tuple[Future[list[bool]], list[Pending]]] = []
-        self._unclosed: list[Pending] = []  # acknowledged; their close found Redis down
+        # acknowledged, of one add each; their close found Redis down
+        self._unclosed: list[list[Pending]] = []
         self._queued: list[tuple[int, list[OpenDigest]]] = []
+        # each add's digests on their way out, by (partition, nonce): those the broker has
+        # not answered for yet, and those it acknowledged (closed together once none is left)
+        self._adds: dict[tuple[int, str], _Add] = {}
 
     @staticmethod
     def nonce() -> str:
@@ -84,7 +90,9 @@ class LeadingEdge:
         """Digests queued, produced or closing, and not closed yet."""
         queued = sum(len(opened) for _, opened in self._queued)
         closing = sum(len(group) for _, group in self._closing)
-        return len(self._flying) + queued + closing + len(self._unclosed)
+        held = sum(len(add.acked) for add in self._adds.values())
+        unclosed = sum(len(group) for group in self._unclosed)
+        return len(self._flying) + queued + closing + held + unclosed
 
     def queue(self, partition: int, opened: list[OpenDigest]) -> None:
         """Keep the digests one add opened for ``publish``: the ingest hands its next batch
@@ -101,6 +109,8 @@ class LeadingEdge:
         # starts when it is built, however long the add waited out an outage before.
         closing_at = self._clock.now()
         publisher = self._publisher
+        for partition, opened in queued:
+            self._adds[(partition, _nonce_of(opened[0]))] = _Add(len(opened))
         items = [
             publisher.prepare_leading(partition, digest, closing_at)
             for partition, opened in queued
@@ -134,9 +144,16 @@ class LeadingEdge:
         if failed:
             self._hand_over(failed)
         self._publisher.published(acked)
+        answered = self._answered(failed, acked)
+        if not retry:
+            # a handler closes what was acknowledged now, answered for in full or not: the
+            # rest of such an add stays open (the store keeps it open), for the take-over
+            answered += [add.acked for add in self._adds.values() if add.acked]
+            for add in self._adds.values():
+                add.acked = []
         again, self._unclosed = self._unclosed, []
-        if acked or again:
-            self._close(again + acked, wait=blocking)
+        if answered or again:
+            self._close(again + answered, wait=blocking)
 
     def close(self) -> None:
         """Wait for the closes in flight and stop the close thread."""
@@ -161,19 +178,35 @@ class LeadingEdge:
                     partition, [(name, now) for name in names], ScheduleReason.IMMEDIATE
                 )
 
-    def _close(self, items: list[Pending], *, wait: bool) -> None:
-        """Close acknowledged (and empty) digests, one call per close time, on the close
-        thread; ``wait``: until they are done (a handler, the close)."""
-        items.sort(key=lambda item: item.closing_at)
-        for closing_at, same in groupby(items, key=lambda item: item.closing_at):
-            group = list(same)
-            future = self._closer.submit(self._timed_close, group, closing_at)
+    def _answered(self, failed: list[Pending], acked: list[Pending]) -> list[list[Pending]]:
+        """Count the broker's answers per add; the acknowledged digests of each add it has
+        answered for in full, one group per add (one whose every publish failed: none)."""
+        done: list[list[Pending]] = []
+        for item, ok in [*((item, False) for item in failed), *((item, True) for item in acked)]:
+            key = (item.partition, _nonce_of(item.digest))
+            add = self._adds[key]
+            add.left -= 1
+            if ok:
+                add.acked.append(item)
+            if add.left == 0:
+                del self._adds[key]
+                if add.acked:
+                    done.append(add.acked)
+        return done
+
+    def _close(self, groups: list[list[Pending]], *, wait: bool) -> None:
+        """Close acknowledged digests, one call per add (its digests share one close time),
+        on the close thread; ``wait``: until they are done (a handler, the close)."""
+        for group in groups:
+            future = self._closer.submit(self._timed_close, group)
             self._closing.append((future, group))
         self._harvest(wait=wait)
 
-    def _timed_close(self, items: list[Pending], closing_at: float) -> list[bool]:
+    def _timed_close(self, items: list[Pending]) -> list[bool]:
         with self._metrics.store_latency.labels(operation="close").time():
-            return self._store.close_many(close_targets(items), closing_at)
+            return self._store.close_leading(
+                _nonce_of(items[0].digest), close_targets(items), items[0].closing_at
+            )
 
     def _harvest(self, *, wait: bool) -> None:
         """Take the closes done (``wait``: all of them). One Redis could not answer is tried
@@ -193,13 +226,29 @@ class LeadingEdge:
                 if wait:
                     log.warning("leading edge: close failed (%s); left open", exc)
                 else:
-                    self._unclosed += group
+                    self._unclosed.append(group)
                 continue
             if self._hooks:
                 for item, done in zip(group, closed, strict=True):
                     digest = item.digest
                     self._hooks.on_close(item.partition, digest.timeline, digest.id, done)
         self._closing = running
+
+
+class _Add:
+    """One add's digests on their way out: how many the broker has not answered for, and
+    those it acknowledged."""
+
+    __slots__ = ("acked", "left")
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+        self.acked: list[Pending] = []
+
+
+def _nonce_of(digest: OpenDigest) -> str:
+    """The nonce of the add that led ``digest``: its id starts with it."""
+    return digest.id[:OPEN_NONCE_LENGTH]
 
 
 def _by_partition(items: list[Pending]) -> dict[int, list[Pending]]:

@@ -18,6 +18,7 @@ from digest_stream.store.base import (
     age_key,
     leading_id,
 )
+from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.limits import FLUSH_AT_FLOOR
 from digest_stream.store.memory.controls import apply_control
 from digest_stream.store.memory.state import MemoryState, PartitionState, TimelineState
@@ -50,16 +51,30 @@ def add(
     fence_before, topic_before = state.fence, state.fence_topic
     if _refused(state, expected, topic):
         return AddResult([], 0, 0, 0, fence_before, fence_before, topic_before)
+    applied = -1 if fence_before is None else fence_before
+    if (
+        nonce in state.led_nonces
+        and all(record.control is None for record in records)
+        and any(record.offset > applied for record in records)
+    ):
+        raise InvalidArgument(
+            f"open nonce {nonce} is taken by an earlier add: each add that leads takes a fresh one"
+        )
     batch = _Batch(model, state, policies, now)
     fence = batch.apply(records, -1 if fence_before is None else fence_before)
     _move_fence(state, fence_before, max(fence, -1 if through is None else through), topic)
     opened: list[OpenDigest] = []
     if nonce is not None:
+        # timeline k's digest id: the nonce and k, k its place among the call's timelines in
+        # the order its records name them (as RedisStore packs them)
+        numbers = {name: k for k, name in enumerate(dict.fromkeys(r.timeline for r in records), 1)}
         for name in batch.led():
-            digest_id = leading_id(nonce, len(opened) + 1)
+            digest_id = leading_id(nonce, numbers[name])
             # opened as ds_open would: the timeline stays READY until the close
             opened.append(open_digest(partition, name, digest_id, now))
             batch.ready.remove(name)
+        if opened:
+            state.led_nonces.add(nonce)
     return AddResult(
         batch.ready,
         batch.added,

@@ -51,6 +51,8 @@ class PartitionState:
     digests: dict[str, DigestState] = field(default_factory=dict)
     #: The last schedule call with a nonce that moved something: its nonce and reply.
     last_schedule: tuple[str, DueBatch] | None = None
+    #: The open nonces of the adds that led a digest (another add may not take one again).
+    led_nonces: set[str] = field(default_factory=set)
 
 
 class MemoryState:

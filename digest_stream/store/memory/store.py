@@ -141,6 +141,10 @@ class MemoryStore:
         """close() for each target, in order."""
         return self._digests.close_many(targets, now)
 
+    def close_leading(self, nonce: str, targets: Sequence[DigestTarget], now: float) -> list[bool]:
+        """close_many() for digests one add led (the model has no batch form)."""
+        return self._digests.close_leading(nonce, targets, now)
+
     # ---------------------------------------------------------------- inspect, admin, fence
 
     def expire(self, partition: int, timeline: str, *, digest_only: bool = False) -> None:

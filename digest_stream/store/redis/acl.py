@@ -6,8 +6,9 @@ from __future__ import annotations
 #: Commands the Functions library runs (checked against the caller's ACL inside FCALL).
 LIBRARY_COMMANDS = (
     "append", "bitop", "del", "exists", "get", "getrange", "hdel", "hexists", "hget", "hgetall",
-    "hlen", "hset", "pexpire", "pttl", "rename", "set", "setrange", "type", "zadd", "zcard",
-    "zcount", "zmscore", "zrange", "zrangebyscore", "zrem", "zrevrange", "zscore",
+    "hlen", "hmget", "hscan", "hset", "hsetnx", "lrange", "pexpire", "pttl", "rename", "rpush",
+    "set", "setrange", "type", "unlink", "zadd", "zcard", "zcount", "zmscore", "zrange",
+    "zrangebyscore", "zrem", "zrevrange", "zscore",
 )  # fmt: skip
 #: What the service itself sends: function calls, the library check (FUNCTION LIST), the
 #: library load (optional), PING and TIME (the clock-skew check at start).

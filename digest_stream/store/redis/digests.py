@@ -9,7 +9,7 @@ from redis.exceptions import ResponseError
 from digest_stream.store import validate
 from digest_stream.store.base import DigestTarget, OpenDigest
 from digest_stream.store.due import next_due
-from digest_stream.store.errors import InvalidState
+from digest_stream.store.errors import InvalidArgument, InvalidState
 from digest_stream.store.limits import DIGEST_ID_LENGTH
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.store.redis import keys, protocol, replies, routing
@@ -27,6 +27,9 @@ _ID = _ID_LENGTH(DIGEST_ID_LENGTH)
 #: Targets per ds_open_many / ds_close_many call: one partition's share of a delivery batch
 #: in one call, yet a bound on how long one call (with large digests) holds Redis.
 MANY_CHUNK = 256
+
+#: ds_close_leading's reply positions (from 0).
+_CLOSE_LEADING = {name: i for i, name in enumerate(protocol.CLOSE_LEADING_REPLY.fields)}
 
 
 class RedisDigests:
@@ -81,6 +84,30 @@ class RedisDigests:
         head = [arg(now), self.calls.partition_ttl, *policies.args()]
         found = self._many(protocol.DS_CLOSE_MANY, targets, head, packed)
         return [integer(reply) == 1 for reply in found]
+
+    def close_leading(self, nonce: str, targets: Sequence[DigestTarget], now: float) -> list[bool]:
+        """close_many() for digests one add led (its ``open_nonce``), all of one partition: ONE
+        FCALL (ds_close_leading), which closes those in the batch form in one write."""
+        now = validate.time_value(now, "now")
+        checked = validate.open_nonce(nonce, "nonce")
+        if checked is None:
+            raise InvalidArgument("close_leading needs the nonce of the add that led them")
+        if not targets:
+            return []
+        partition = targets[0][0]
+        if any(target[0] != partition for target in targets):
+            raise InvalidArgument("close_leading closes the digests of one add: one partition")
+        policies, packed, _ = self._targets(targets, now)
+        head = [arg(now), self.calls.partition_ttl, checked, str(len(targets))]
+        args = [*head, *policies.args(), b"".join(packed)]
+        tag = self.calls.tag(partition)
+        reply = array(self.calls.call(protocol.DS_CLOSE_LEADING, tag, args))
+        batch_closed = integer(reply[_CLOSE_LEADING["closed"]]) == 1
+        flat = array(reply[_CLOSE_LEADING["ordinary"]])
+        ordinary = {
+            replies.text(flat[i]): integer(flat[i + 1]) == 1 for i in range(0, len(flat), 2)
+        }
+        return [ordinary.get(timeline, batch_closed) for _, timeline, _ in targets]
 
     def _targets(
         self, targets: Sequence[DigestTarget], now: float

@@ -27,7 +27,7 @@ from digest_stream.store.redis.policy_wire import POLICY_FIELDS
 NAME = "digest_stream"
 #: Version of the library this code expects on the server (``ds_version`` answers it): bump it
 #: with any change of the Lua, so a node running other code is told apart by version first.
-VERSION = "29"
+VERSION = "30"
 
 #: The parts of ``store/redis/lua/``, in the order they are joined: each uses only names that the
 #: constants or the parts before it define (a local not yet declared would be read as a global).
@@ -41,6 +41,8 @@ PARTS = (
     "controls",
     "digests",
     "leading",
+    "batches",
+    "batch_writes",
     "upgrades",
     "add_args",
     "add",
@@ -60,6 +62,7 @@ LUA_CONSTANTS: dict[str, object] = {
     "MAX_SLICE": limits.MAX_SLICE,
     "FLUSH_AT_FLOOR": limits.FLUSH_AT_FLOOR,
     "COOLING_MARGIN": limits.COOLING_MARGIN,
+    "INDEX_ROTATE_AFTER": limits.INDEX_ROTATE_AFTER,
     "INLINE_MAX_RECORDS": limits.INLINE_MAX_RECORDS,
     "DIGEST_ID_LENGTH": limits.DIGEST_ID_LENGTH,
     "OPEN_NONCE_LENGTH": limits.OPEN_NONCE_LENGTH,
@@ -73,6 +76,7 @@ LUA_CONSTANTS: dict[str, object] = {
     # each packed policy option's name and guard, in the packed order (policy_wire.py)
     "POLICY_FIELDS": POLICY_FIELDS,
     # the wire protocol: formats, widths, key suffixes and layouts, reply positions
+    "ADD_NUMBERING": protocol.ADD_NUMBERING,
     **protocol.lua_constants(),
 }
 

@@ -32,6 +32,13 @@ KEY_SUFFIXES = {
     # (lua/upgrades.lua; docs/store.md, Upgrades)
     "leading": "l",
     "moved": "m",  # string: the last ds_schedule's nonce and reply, kept for a re-send of it
+    # the leading edge's batch form (lua/batches.lua; docs/store.md, The leading edge)
+    "index": "i",  # hash: timeline -> its digest id in a batch (current generation)
+    "previous_index": "j",  # hash: the same, the previous generation
+    "generations": "g",  # hash: when the index generation started, when each one is dead
+    "batches": "b",  # zset: the open batches: nonce -> time their add opened them
+    "batch": "n",  # string T:n:<nonce>: one add's batch-form digests
+    "batch_digests": "x",  # list T:x:<nonce>: that add's digests in the ordinary form
 }
 #: Keys that name a timeline (``T:<suffix>:<timeline>``); the others are the partition's.
 TIMELINE_KEYS = ("timeline", "digest")
@@ -230,10 +237,14 @@ DS_ADD = Command(
     "add",
     (
         "now", "partition_ttl", "inline_records", "expected_fence", "through_offset", "topic_id",
-        "open_nonce", "policies", "timelines", "records", "controls?",
+        "open_nonce", "numbering", "policies", "timelines", "records", "controls?",
     ),
     ADD_REPLY,
 )  # fmt: skip
+#: ds_add's ``numbering``: how a led digest's id is numbered (the timeline's place in the call,
+#: library 30). Sent on every add, so the add of a caller older than the library (whose ARGV has
+#: no such field) is refused before anything is written instead of misreading its reply.
+ADD_NUMBERING = "timelines"
 #: ds_add's ARGV before its policy blocks (the policies and the packed arguments follow).
 ADD_HEAD = DS_ADD.args[: DS_ADD.args.index("policies")]
 DS_SCHEDULE = Command(
@@ -261,6 +272,15 @@ DS_CLOSE_MANY = Command(
     ("now", "partition_ttl", "policies", "targets"),
     Reply(value="closed", each=True),
 )
+#: ``closed`` 1 when the batch was open and is closed now, ``ordinary`` {timeline, closed, ...}
+#: of the targets closed as ordinary digests.
+CLOSE_LEADING_REPLY = Reply("CLOSE_LEADING_REPLY", ("closed", "ordinary"))
+DS_CLOSE_LEADING = Command(
+    "ds_close_leading",
+    "many",
+    ("now", "partition_ttl", "nonce", "count", "policies", "targets"),
+    CLOSE_LEADING_REPLY,
+)
 DS_DELETE = Command("ds_delete", "timeline", ("timeline",), Reply(value="removed"))
 DS_INSPECT = Command("ds_inspect", "timeline", ("timeline",), INSPECT_REPLY, read_only=True)
 DS_STATS = Command("ds_stats", "partition", (), STATS_REPLY, read_only=True)
@@ -270,7 +290,7 @@ DS_FENCE_SET = Command("ds_fence_set", "fence", ("offset", "topic_id"), Reply(va
 #: Every function the library registers, in the order it registers them.
 COMMANDS = (
     DS_VERSION, DS_ADD, DS_SCHEDULE, DS_MAINTENANCE, DS_OPEN, DS_CLOSE, DS_OPEN_MANY,
-    DS_CLOSE_MANY, DS_DELETE, DS_INSPECT, DS_STATS, DS_FENCE_GET, DS_FENCE_SET,
+    DS_CLOSE_MANY, DS_CLOSE_LEADING, DS_DELETE, DS_INSPECT, DS_STATS, DS_FENCE_GET, DS_FENCE_SET,
 )  # fmt: skip
 
 

@@ -164,10 +164,13 @@ def led_digests(
     rule: Callable[[str], NextDue],
     nonce: str,
 ) -> list[OpenDigest]:
-    """The digests an add led ({timeline, ...}: the k-th one's id is the nonce and k), from
-    the call's own records: those the add applied, one per id (its first place, its last
-    value), newest first."""
-    ids = {text(name): leading_id(nonce, number) for number, name in enumerate(led, 1)}
+    """The digests an add led ({number, ...}: timeline k's id is the nonce and k, timeline k
+    the call's k-th, in the order its records name them), from the call's own records: those
+    the add applied, one per id (its first place, its last value), newest first."""
+    # the call's timelines in the order writes.py packed them (a batch with controls leads
+    # none: every record here is one)
+    names = [*dict.fromkeys(record[0] for record in records)]
+    ids = {names[integer(number) - 1]: leading_id(nonce, integer(number)) for number in led}
     fence = -1 if fence_before is None else fence_before
     held: dict[str, dict[str, StoredRecord]] = {name: {} for name in ids}
     for timeline, record_id, timestamp, payload, offset, _ in records:

@@ -133,6 +133,7 @@ class RedisWrites:
             "through_offset": "" if through is None else str(through),
             "topic_id": topic or "",
             "open_nonce": nonce or "",
+            "numbering": protocol.ADD_NUMBERING,
         }
         reply = self.calls.call(
             protocol.DS_ADD,

@@ -36,8 +36,6 @@ T0 = datetime(2026, 3, 2, 10, 0, tzinfo=BERLIN).timestamp()
 #: before a minutely schedule's next fire (T0 + 60), so that fire comes sooner than the flush
 #: floor; not a round number, so every due time has to keep its double's precision.
 CLOSE = T0 + 59.123456789
-#: The leading edge's nonce.
-NONCE = "0123456789abcdef01234567"
 
 COOL = TimelinePolicy(minimum_delay=60, increment_delay=10, maximum_delay=120)
 #: A cool-down shorter than FLUSH_AT_FLOOR: a flush cannot make it due sooner.
@@ -67,7 +65,7 @@ REC: Arrival = ("", None)
 
 def _led(store: DigestStore, feed: Feed, timeline: str) -> OpenDigest:
     """A first record whose digest the add opens itself (the ingest's leading edge)."""
-    (digest,) = store.add(P, [feed(timeline)], T0, open_nonce=NONCE).opened
+    (digest,) = store.add(P, [feed(timeline)], T0, open_nonce=new_id()[:24]).opened
     return digest
 
 

@@ -286,3 +286,17 @@ def test_the_published_leading_digest_is_the_stored_one(
     for led in result.opened:
         stored = store.open(0, led.timeline, OTHER, T0 + 1)
         assert (stored.id, stored.records) == (led.id, led.records)
+
+
+def test_an_open_nonce_is_one_adds(store: DigestStore) -> None:
+    """The digests of one add share its nonce (Redis keeps one add's together, and closes
+    them as one): another add that would lead under it is refused before anything is
+    written; a replay of that very add (every record at or below the fence) is not."""
+    first = store.add(0, [rec("a", "a1", 0)], T0, open_nonce=NONCE)
+    assert [digest.timeline for digest in first.opened] == ["a"]
+    with pytest.raises(InvalidArgument, match="open nonce"):
+        store.add(0, [rec("b", "b1", 1)], T0, open_nonce=NONCE)
+    assert store.inspect(0, "b").state == "absent"
+    replay = store.add(0, [rec("a", "a1", 0)], T0, open_nonce=NONCE)
+    assert (replay.skipped, replay.opened) == (1, [])
+    assert store.add(0, [rec("b", "b1", 1)], T0, open_nonce=OTHER[:24]).opened != []

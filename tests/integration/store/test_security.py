@@ -97,7 +97,7 @@ def test_lua_refuses_keys_of_two_namespaces_in_one_call(
     with pytest.raises(redis.ResponseError, match="invalid_argument"):
         redis_client.execute_command(
             "FCALL", "ds_add", 3, fence_key(ta), waiting_key(tb), ready_key(ta),
-            now, 3600, 16, "", "", "", "", 0,
+            now, 3600, 16, "", "", "", "", "timelines", 0,
         )  # fmt: skip
     assert a.inspect(0, "t").pending == 1
     assert b.inspect(0, "t").pending == 0

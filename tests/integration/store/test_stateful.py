@@ -138,6 +138,8 @@ class StoreComparison(RuleBasedStateMachine):
         )
         self.next_offset = dict.fromkeys(PARTITIONS, 0)
         self.opened: list[tuple[int, str, str]] = []
+        # each leading add's nonce and the digests it opened (close_leading closes them)
+        self.leading: list[tuple[str, list[tuple[int, str, str]]]] = []
 
     def both(self, operation: Callable[[DigestStore], T]) -> T | type[StoreError]:
         """Run on both stores; results (or error types) must match."""
@@ -198,6 +200,9 @@ class StoreComparison(RuleBasedStateMachine):
         if isinstance(result, AddResult):
             # open digests like any other: closed (acknowledged) or reopened by the rules below
             self.opened += [(partition, digest.timeline, digest.id) for digest in result.opened]
+            if nonce is not None and result.opened:
+                led = [(partition, digest.timeline, digest.id) for digest in result.opened]
+                self.leading.append((nonce, led))
 
     def _feed(self, partition: int, items: list[tuple[str, str, str | None]]) -> None:
         """Add (timeline, id, control) items at the partition's next offsets, on both stores."""
@@ -328,6 +333,19 @@ class StoreComparison(RuleBasedStateMachine):
         ]
         now = self.clock.now()
         self.both(lambda store: store.close_many(targets, now))
+
+    @rule(pick=st.integers(0, 3), keep=st.lists(st.booleans(), min_size=8, max_size=8))
+    def close_leading(self, pick: int, keep: list[bool]) -> None:
+        """The leading edge's close: one add's acknowledged digests (all, or some: the rest
+        failed), whatever the other rules did to them since (Redis's batch form settled)."""
+        if not self.leading:
+            return
+        nonce, led = self.leading[-1 - pick % len(self.leading)]
+        targets = [target for i, target in enumerate(led) if keep[i % len(keep)]]
+        if not targets:
+            return
+        now = self.clock.now()
+        self.both(lambda store: store.close_leading(nonce, targets, now))
 
     @rule(partition=partitions, timeline=timelines)
     def delete(self, partition: int, timeline: str) -> None:

@@ -26,7 +26,7 @@ from digest_stream.store.redis.keys import (
     waiting_key,
 )
 from digest_stream.store.redis.policy_wire import pack
-from tests.support.store import RedisClient, StoreFactory, raw
+from tests.support.store import RedisClient, StoreFactory, raw, tag_keys
 
 T0 = 1_000_000.0
 GOOD_ID = "0123456789abcdef0123456789abcdef"
@@ -187,7 +187,8 @@ def test_lua_refuses_bad_policies(
     client: RedisClient, tag: str, policy: list[object], expected: str
 ) -> None:
     message = guard(
-        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", "", 1, *policy, ONE_TIMELINE,
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", "", "timelines", 1, *policy,
+        ONE_TIMELINE,
         packed_records((1, "a", T0, 0, b"p")),
     )  # fmt: skip
     assert message.startswith("invalid_argument: ")
@@ -214,8 +215,8 @@ def test_lua_refuses_bad_records_and_writes_nothing(
 ) -> None:
     good = packed_records((1, "ok", T0, 0, b"p"))
     message = guard(
-        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", "", 1, *policy_args(),
-        ONE_TIMELINE, good + record,
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", "", "", "", "timelines", 1,
+        *policy_args(), ONE_TIMELINE, good + record,
     )  # fmt: skip
     assert expected in message
     assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
@@ -248,27 +249,36 @@ def test_lua_refuses_bad_controls_and_writes_nothing(
     client: RedisClient, tag: str, controls: bytes, expected: str
 ) -> None:
     message = guard(
-        client, "ds_add", add_keys(tag), T0, 3600, 16, "", 4, "", "", 1, *policy_args(),
-        ONE_TIMELINE, packed_records((1, "a", T0, 0, b"p")), controls,
+        client, "ds_add", add_keys(tag), T0, 3600, 16, "", 4, "", "", "timelines", 1,
+        *policy_args(), ONE_TIMELINE, packed_records((1, "a", T0, 0, b"p")), controls,
     )  # fmt: skip
     assert expected in message
     assert client.exists(timeline_key(tag, "t"), fence_key(tag)) == 0
 
 
+def test_lua_refuses_an_add_without_its_numbering(client: RedisClient, tag: str) -> None:
+    # the ARGV of a caller older than library 30: no numbering field before the policies
+    head = [T0, 3600, 16, "", "", "", "a" * 24, 1, *policy_args()]
+    records = packed_records((1, "a", T0, 0, b"p"))
+    message = guard(client, "ds_add", add_keys(tag), *head, ONE_TIMELINE, records)
+    assert "the caller is older than the library" in message
+    assert client.exists(timeline_key(tag, "a"), fence_key(tag)) == 0
+
+
 @pytest.mark.parametrize(
     ("head", "expected"),
     [
-        ([-1, 3600, 16, "", "", "", "", 0], "now must be >= 0"),
-        ([T0, 0, 16, "", "", "", "", 0], "ttl must be > 0"),
-        ([T0, 3600, 129, "", "", "", "", 0], "inline record limit must be an integer"),
-        ([T0, 3600, 16, -1, "", "", "", 0], "expected fence must be an integer"),
-        ([T0, 3600, 16, "", 1.5, "", "", 0], "through offset must be an integer"),
-        ([T0, 3600, 16, "", "", "a|b", "", 0], "topic id must be"),
-        ([T0, 3600, 16, "", "", "x" * 65, "", 0], "topic id must be"),
-        ([T0, 3600, 16, "", "", "", "abc", 0], "open nonce must be"),
-        ([T0, 3600, 16, "", "", "", "A" * 24, 0], "open nonce must be"),
-        ([T0, 3600, 16, "", "", "", "", 2], "fields per policy"),
-        ([T0, 3600, 16, "", "", "", "", 0, b"", b"", b""], "fields per policy"),
+        ([-1, 3600, 16, "", "", "", "", "timelines", 0], "now must be >= 0"),
+        ([T0, 0, 16, "", "", "", "", "timelines", 0], "ttl must be > 0"),
+        ([T0, 3600, 129, "", "", "", "", "timelines", 0], "inline record limit must be an integer"),
+        ([T0, 3600, 16, -1, "", "", "", "timelines", 0], "expected fence must be an integer"),
+        ([T0, 3600, 16, "", 1.5, "", "", "timelines", 0], "through offset must be an integer"),
+        ([T0, 3600, 16, "", "", "a|b", "", "timelines", 0], "topic id must be"),
+        ([T0, 3600, 16, "", "", "x" * 65, "", "timelines", 0], "topic id must be"),
+        ([T0, 3600, 16, "", "", "", "abc", "timelines", 0], "open nonce must be"),
+        ([T0, 3600, 16, "", "", "", "A" * 24, "timelines", 0], "open nonce must be"),
+        ([T0, 3600, 16, "", "", "", "", "timelines", 2], "fields per policy"),
+        ([T0, 3600, 16, "", "", "", "", "timelines", 0, b"", b"", b""], "fields per policy"),
     ],
 )
 def test_lua_refuses_bad_add_headers(
@@ -278,7 +288,7 @@ def test_lua_refuses_bad_add_headers(
 
 
 def test_lua_refuses_records_past_through_offset(client: RedisClient, tag: str) -> None:
-    head = [T0, 3600, 16, "", 4, "", "", 1]
+    head = [T0, 3600, 16, "", 4, "", "", "timelines", 1]
     records = packed_records((1, "a", T0, 5, b""))
     message = guard(client, "ds_add", add_keys(tag), *head, *policy_args(), ONE_TIMELINE, records)
     assert "invalid_argument: record offset 5 is past through_offset 4" in message
@@ -297,7 +307,7 @@ def test_lua_refuses_records_past_through_offset(client: RedisClient, tag: str) 
 def test_lua_refuses_bad_timelines_and_writes_nothing(
     client: RedisClient, tag: str, timelines: bytes, expected: str
 ) -> None:
-    head = [T0, 3600, 16, "", "", "", "", 1, *policy_args()]
+    head = [T0, 3600, 16, "", "", "", "", "timelines", 1, *policy_args()]
     records = packed_records((1, "a", T0, 0, b"p"))
     message = guard(client, "ds_add", add_keys(tag), *head, timelines, records)
     assert message.startswith("invalid_argument: ")
@@ -331,11 +341,12 @@ def test_a_close_many_with_a_bad_id_writes_nothing(
     led = redis_store.add(0, [NewRecord("t", "r", T0, b"p", 0)], T0, open_nonce="a" * 24)
     good = led.opened[0].id
     head = [T0 + 1, 3600, 1, *policy_args()]
+    before = _snapshot(client, tag)
     for bad in ("x" * 32, GOOD_ID.upper(), GOOD_ID[:-1], "", good + "|"):
         targets = packed_targets((1, "t", good), (1, "u", bad))
         message = guard(client, "ds_close_many", [waiting_key(tag), ready_key(tag)], *head, targets)
         assert "invalid_argument: digest id must be 32 lowercase hex" in message
-        assert client.exists(digest_key(tag, "t")) == 1
+        assert _snapshot(client, tag) == before  # nothing written
     assert redis_store.inspect(0, "t").open_digest == good
 
 
@@ -369,6 +380,7 @@ def test_lua_refuses_bad_targets_and_writes_nothing(
     written: the good target before it (a READY timeline's open digest) stays as it was."""
     led = redis_store.add(0, [NewRecord("t", "r", T0, b"p", 0)], T0, open_nonce="a" * 24)
     good = led.opened[0].id
+    before = _snapshot(client, tag)
     head = [T0 + 1, 3600] if function == "ds_close_many" else [T0 + 1]
     first = packed_targets((1, "t", good))
     message = guard(
@@ -378,7 +390,16 @@ def test_lua_refuses_bad_targets_and_writes_nothing(
     assert message.startswith("invalid_argument: "), message
     assert expected in message, message
     assert redis_store.inspect(0, "t").open_digest == good
-    assert client.exists(digest_key(tag, "t")) == 1
+    assert _snapshot(client, tag) == before  # nothing written
+
+
+def _snapshot(client: RedisClient, tag: str) -> dict[bytes, tuple[object, object]]:
+    """Every key of the partition with its value as DUMP serialises it, and its TTL's kind."""
+    namespace, partition = tag.strip("{}").rsplit(":", 1)
+    found: dict[bytes, tuple[object, object]] = {}
+    for key in tag_keys(client, namespace, int(partition)):
+        found[key] = (client.dump(key), client.pttl(key) > 0)
+    return found
 
 
 def test_lua_refuses_foreign_keys(client: RedisClient, tag: str) -> None:

@@ -51,6 +51,7 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
         f"local MAX_SLICE = {limits.MAX_SLICE}",
         f"local FLUSH_AT_FLOOR = {limits.FLUSH_AT_FLOOR!r}",
         f"local COOLING_MARGIN = {limits.COOLING_MARGIN!r}",
+        f"local INDEX_ROTATE_AFTER = {limits.INDEX_ROTATE_AFTER!r}",
         f"local INLINE_MAX_RECORDS = {limits.INLINE_MAX_RECORDS}",
         f"local DIGEST_ID_LENGTH = {limits.DIGEST_ID_LENGTH}",
         f"local OPEN_NONCE_LENGTH = {limits.OPEN_NONCE_LENGTH}",
@@ -61,6 +62,7 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
         "local POLICY_FIELDS = {"
         + ", ".join(f"{{'{spec.name}', '{spec.kind.packed}'}}" for spec in PACKED)
         + "}",
+        f"local ADD_NUMBERING = '{protocol.ADD_NUMBERING}'",
         *(
             f"local {name} = {library.lua_literal(value)}"
             for name, value in protocol.lua_constants().items()

@@ -2,12 +2,12 @@
 -- records (and applies a batch's controls), once add_args.lua has read its arguments.
 -- Holds: begin_timelines, schedule_record, apply_flush_at, apply_record, write_back,
 --   advance_fence, add_run, fresh_timelines, unlist, add_with_controls.
--- Needs: CAUSES, FLUSH_AT_FLOOR (Python); digest_key, ready_key, waiting_key (keys);
---   float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
---   parse_timeline_meta (encoding); call_chunked, call_listed, write_fence (helpers);
---   held_count, read_head (containers); last_delivery_of, mark_cause, store_batch
---   (container_writes); apply_control (controls); zadd_batch (digests); lead (leading);
---   new_timeline (add_args).
+-- Needs: CAUSES, FLUSH_AT_FLOOR (Python); apply_control (controls); batches (batches);
+--   call_chunked, call_listed, write_fence (helpers); digest_key, ready_key, waiting_key
+--   (keys); float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
+--   parse_timeline_meta (encoding); held_count, read_head (containers); last_delivery_of,
+--   mark_cause, store_batch (container_writes); lead (leading); new_timeline (add_args);
+--   zadd_batch (digests).
 
 -- ds_add, in four steps: parse_add checks the whole call, begin_timelines reads the
 -- state of every timeline the batch touches and apply_record runs the state machine
@@ -42,17 +42,43 @@ local function begin_timelines(tag, touched, names, keys, now)
         end
     end
     local due, numbers = call_listed('ZMSCORE', waiting_key(tag), waiting_names), {}
+    -- the timelines in neither set, for the leading edge's batch form (batches.lua): only
+    -- such a timeline can have an index entry that matters (a digest in an open batch makes
+    -- it READY once settled, a closed batch's cool-down schedules it), so a timeline that
+    -- waits or is READY (the interleaved append) costs the index no lookup
+    local absent, absent_names, absent_policies = {}, {}, {}
     for i, timeline in ipairs(waiting) do
         timeline.due = due[i] ~= false and number_of(numbers, due[i]) or nil
+        if timeline.due == nil then
+            local n = #absent + 1
+            absent[n], absent_names[n], absent_policies[n] = timeline, waiting_names[i],
+                timeline.policy
+        end
+    end
+    local cooling, settled = batches.settle(tag, absent_names, absent_policies, now, 'add')
+    for i, timeline in ipairs(absent) do
+        if settled[i] then
+            timeline.ready = true -- its digest made ordinary (or lost): READY as any
+        end
+        timeline.cooled_at = cooling[i]
     end
     -- the one read of each container's head this batch (write_back writes from it): an
     -- inline container's first bytes only, never its records (appending needs only its
     -- meta: append_inline), and nothing at all when EXISTS finds none of them (new timelines)
     local any = call_chunked('EXISTS', nil, keys) > 0
-    for _, timeline in ipairs(touched) do
+    for i, timeline in ipairs(touched) do
         local head = any and read_head(timeline.key, true) or {kind = 'none'}
         timeline.head, timeline.batch = head, {}
-        if head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
+        local closed_at = timeline.cooled_at
+        if closed_at ~= nil and head.kind == 'none' and not timeline.ready
+                and timeline.due == nil then
+            -- cooling since its batch closed (batches.lua): WAITING until the cool-down ends,
+            -- its container made with that last delivery, as the close's meta would hold it
+            timeline.due, timeline.due_changed = closed_at + timeline.policy.minimum_delay, true
+            head.meta = format_timeline_meta({written = 0, dropped = 0,
+                last_delivery = closed_at, expired = false, behind_open = false,
+                cause = CAUSES.cooldown})
+        elseif head.kind == 'none' and (timeline.ready or timeline.due ~= nil) then
             -- Scheduled, yet no records: either they are in its open digest (these records
             -- wait behind it), or they expired (or were evicted) with any digest. Marked
             -- either way, so the next digest reports a loss instead of hiding it.
@@ -177,7 +203,7 @@ local function write_back(tag, touched, call)
         -- the leading edge (leading.lua): a timeline with no container before this call
         -- gets its digest opened now (READY, nothing pending)
         local led = leading ~= nil and timeline.became_ready and timeline.head.kind == 'none'
-            and lead(call, timeline)
+            and lead(call, timeline) -- 'batch', 'ordinary' or false
         if not led then
             local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
                 timeline.policy.capacity, call.inline_records, timeline.policy.ttl_ms_text)
@@ -188,8 +214,10 @@ local function write_back(tag, touched, call)
             mark_cause(timeline.key, timeline.mark)
         end
         if timeline.became_ready then
-            became_ready[#became_ready + 1] = now
-            became_ready[#became_ready + 1] = timeline.timeline
+            if led ~= 'batch' then -- (one in batch form is READY by its index entry)
+                became_ready[#became_ready + 1] = now
+                became_ready[#became_ready + 1] = timeline.timeline
+            end
         elseif timeline.due_changed then
             due_changed[#due_changed + 1] = float_text(texts, timeline.due)
             due_changed[#due_changed + 1] = timeline.timeline
@@ -260,7 +288,7 @@ local function fresh_timelines(records, first, last)
         local timeline = fresh[record.timeline]
         if timeline == nil then
             local old = record.timeline
-            timeline = new_timeline(old.policy, old.timeline, old.key)
+            timeline = new_timeline(old.policy, old.timeline, old.key, old.number)
             fresh[old] = timeline
         end
         record.timeline = timeline
@@ -292,6 +320,8 @@ local function add_with_controls(call, fence, totals)
         end
         if control.offset > fence then
             fence = control.offset
+            -- the control's timeline as every path but the close sees it (batches.lua)
+            batches.settle(call.tag, {control.timeline}, {control.policy}, call.now, 'full')
             local ready_change, cancelled = apply_control(call.tag, control.operation,
                 control.timeline, control.id, control.policy, call.now)
             if ready_change == 1 then

@@ -14,10 +14,10 @@
 -- policy's values (at one record per timeline, every per-timeline field is per-record
 -- work). The state fields add and begin_timelines set are made here, so the table is
 -- allocated at its final size once.
-local function new_timeline(policy, timeline, key)
+local function new_timeline(policy, timeline, key, number)
     return {
-        timeline = timeline, key = key, policy = policy, ready = false, due_changed = false,
-        became_ready = false, head = false, batch = false, touched = false,
+        timeline = timeline, key = key, policy = policy, number = number, ready = false,
+        due_changed = false, became_ready = false, head = false, batch = false, touched = false,
     }
 end
 
@@ -45,7 +45,7 @@ local function parse_timelines(packed, tag, policies)
             end
             seen[name] = true
             count = count + 1
-            timelines[count] = new_timeline(policy, name, prefix .. name)
+            timelines[count] = new_timeline(policy, name, prefix .. name, count)
         end
     end, 'timelines')
     return timelines
@@ -61,7 +61,7 @@ local function parse_records(packed, timelines, through_offset)
     unpacked(function()
         local position, size = 1, #packed
         while position <= size do
-            local index, id, timestamp, offset, payload
+            local start, index, id, timestamp, offset, payload = position
             index, id, timestamp, offset, payload, position =
                 unpack(RECORD_FORMAT, packed, position)
             -- a table lookup: nil unless an integer in 1..#timelines
@@ -90,6 +90,7 @@ local function parse_records(packed, timelines, through_offset)
                 timestamp = timestamp,
                 offset = offset,
                 payload = payload,
+                start = start, -- its place in the argument (a leading batch keeps it: batches.lua)
             }
         end
     end, 'records')

@@ -19,10 +19,11 @@
 --                      once to be migrated, then deleted (upgrades.lua)
 --   T:m        string  the last ds_schedule call's nonce and reply, kept SCHEDULE_REPLY_TTL
 --                      for a re-send of that call (ds_schedule)
+--   T:i, T:j, T:g, T:b, T:n:<nonce>, T:x:<nonce>: the leading edge's batch form
+--                      (batches.lua)
 --
--- Holds: tag_of, WAITING_SUFFIX, READY_SUFFIX, FENCE_SUFFIX, SCRATCH_SUFFIX, MOVED_SUFFIX,
---   TIMELINE_INFIX, DIGEST_INFIX, waiting_key, scratch_key, ready_key, fence_key, moved_key,
---   timeline_key, digest_key, expect_key, key_of, call_tag.
+-- Holds: tag_of, waiting_key, scratch_key, ready_key, fence_key, moved_key, timeline_key,
+--   digest_key, expect_key, key_of, call_tag.
 -- Needs: KEY_LAYOUTS, KEY_SUFFIXES (Python); invalid_argument (guards).
 
 local function tag_of(key)
@@ -37,24 +38,29 @@ local function tag_of(key)
     return tag
 end
 
--- Each key is its tag and its suffix (a timeline's: and its name), the separators made once.
-local WAITING_SUFFIX = ':' .. KEY_SUFFIXES.waiting
-local READY_SUFFIX = ':' .. KEY_SUFFIXES.ready
-local FENCE_SUFFIX = ':' .. KEY_SUFFIXES.fence
-local SCRATCH_SUFFIX = ':' .. KEY_SUFFIXES.scratch
-local MOVED_SUFFIX = ':' .. KEY_SUFFIXES.moved
-local TIMELINE_INFIX = ':' .. KEY_SUFFIXES.timeline .. ':'
-local DIGEST_INFIX = ':' .. KEY_SUFFIXES.digest .. ':'
+-- Each key is its tag and its suffix (a timeline's: and its name), the separators made once
+-- (in a block: the library's top level is near Lua's 200 locals).
+local waiting_key, scratch_key, ready_key, fence_key, moved_key, timeline_key, digest_key
+do
+    local WAITING_SUFFIX = ':' .. KEY_SUFFIXES.waiting
+    local READY_SUFFIX = ':' .. KEY_SUFFIXES.ready
+    local FENCE_SUFFIX = ':' .. KEY_SUFFIXES.fence
+    local SCRATCH_SUFFIX = ':' .. KEY_SUFFIXES.scratch
+    local MOVED_SUFFIX = ':' .. KEY_SUFFIXES.moved
+    local TIMELINE_INFIX = ':' .. KEY_SUFFIXES.timeline .. ':'
+    local DIGEST_INFIX = ':' .. KEY_SUFFIXES.digest .. ':'
 
-local function waiting_key(tag) return tag .. WAITING_SUFFIX end
--- A sorted set that exists only inside one call (sort_records): never left behind.
-local function scratch_key(tag) return tag .. SCRATCH_SUFFIX end
-local function ready_key(tag) return tag .. READY_SUFFIX end
-local function fence_key(tag) return tag .. FENCE_SUFFIX end
--- Partition-level like the fence, but a call's own memory, not declared in KEYS (as scratch).
-local function moved_key(tag) return tag .. MOVED_SUFFIX end
-local function timeline_key(tag, timeline) return tag .. TIMELINE_INFIX .. timeline end
-local function digest_key(tag, timeline) return tag .. DIGEST_INFIX .. timeline end
+    function waiting_key(tag) return tag .. WAITING_SUFFIX end
+    -- A sorted set that exists only inside one call (sort_records): never left behind.
+    function scratch_key(tag) return tag .. SCRATCH_SUFFIX end
+    function ready_key(tag) return tag .. READY_SUFFIX end
+    function fence_key(tag) return tag .. FENCE_SUFFIX end
+    -- Partition-level like the fence, but a call's own memory, not declared in KEYS (as
+    -- scratch).
+    function moved_key(tag) return tag .. MOVED_SUFFIX end
+    function timeline_key(tag, timeline) return tag .. TIMELINE_INFIX .. timeline end
+    function digest_key(tag, timeline) return tag .. DIGEST_INFIX .. timeline end
+end
 
 local function expect_key(keys, index, expected)
     if keys[index] ~= expected then

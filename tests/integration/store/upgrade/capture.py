@@ -36,7 +36,8 @@ from typing import Any
 #: The last commit of each library still in use, by version (CHANGELOG.md): 9, the last whose
 #: metas carry no cause and whose fence no topic id; 16, the last milestone's ("Operators'
 #: kit"); 17 and 18, which kept the leading edge's digests their own ways; 25, the last
-#: before the cooling close; 27, the last before each timeline's own inline limit.
+#: before the cooling close; 27, the last before each timeline's own inline limit; 29, the
+#: last before the leading edge's batch form.
 LIBRARIES = {
     "9": "41e1ab5",
     "16": "68e3a4a",
@@ -44,6 +45,7 @@ LIBRARIES = {
     "18": "b9d17e6",
     "25": "e090ad4",
     "27": "3e0151e",
+    "29": "bdd3047",
 }
 NAMESPACE = "up"
 #: The fake clock of the scenario: every time in the captured state is relative to it, and

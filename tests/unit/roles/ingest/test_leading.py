@@ -20,17 +20,17 @@ from tests.support.store_errors import unreachable
 
 
 class CloseFails(MemoryStore):
-    """The reference store, unreachable for the first ``failures`` closes."""
+    """The reference store, unreachable for the first ``failures`` leading closes."""
 
     def __init__(self, failures: int) -> None:
         super().__init__()
         self.failures = failures
 
-    def close_many(self, targets: Sequence[DigestTarget], now: float) -> list[bool]:
+    def close_leading(self, nonce: str, targets: Sequence[DigestTarget], now: float) -> list[bool]:
         if self.failures:
             self.failures -= 1
             raise unreachable()
-        return super().close_many(targets, now)
+        return super().close_leading(nonce, targets, now)
 
 
 class SlowStore(FlakyStore):

@@ -2,15 +2,15 @@
 -- by offset.
 -- KEYS: fence, waiting, ready
 -- ARGV: now, partition_ttl, inline_records, expected_fence, through_offset, topic_id,
---   open_nonce, policies, timelines, records, controls?
+--   open_nonce, numbering, policies, timelines, records, controls?
 -- Reply: ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled, led
 -- Holds: parse_add, add_refused, add.
--- Needs: ADD_ARGS, ADD_REPLY, INLINE_MAX_RECORDS, MAX_OFFSET (Python); invalid_argument,
---   parse_integer, parse_nonce, parse_policies, parse_time, parse_topic_id, parse_ttl,
---   POLICY_WIDTH (guards); call_tag (keys); format_integer, ttl_ms (encoding); read_fence,
---   refresh_partition_ttl (helpers); begin_leading, end_leading (leading); parse_controls,
---   parse_records, parse_timelines (add_args); add_run, add_with_controls, advance_fence
---   (add).
+-- Needs: ADD_ARGS, ADD_NUMBERING, ADD_REPLY, INLINE_MAX_RECORDS, LIBRARY_VERSION, MAX_OFFSET
+--   (Python); POLICY_WIDTH, invalid_argument, parse_integer, parse_nonce, parse_policies,
+--   parse_time, parse_topic_id, parse_ttl (guards); add_run, add_with_controls, advance_fence
+--   (add); batches (batches); begin_leading, end_leading (leading); call_tag (keys);
+--   format_integer, ttl_ms (encoding); parse_controls, parse_records, parse_timelines
+--   (add_args); read_fence, refresh_partition_ttl (helpers).
 --
 -- expected_fence, through_offset, topic_id, open_nonce: "" = none. policies: their count,
 -- then POLICY_WIDTH arguments each (parse_policies); a timeline points at its own by index. timelines, records, controls: packed
@@ -26,15 +26,17 @@
 -- topic_id: the id of the topic the records were read from; a fence of another topic
 -- (deleted and recreated, renamed, another cluster) does not fence these offsets: nothing
 -- is applied and the caller decides (on_state_loss). "" = not known: no check.
+-- numbering: ADD_NUMBERING, always (a caller older than library 30 sends none: refused).
 -- open_nonce: the leading edge (leading.lua): every timeline this call finds with no
--- container and makes READY gets its digest in this call (id: the nonce and its number in
--- hex) opened, as ds_open would leave it, instead of being listed as ready; "" =
--- announce. A batch holding controls announces.
+-- container and makes READY gets its digest in this call (id: the nonce and the timeline's
+-- number among the call's timelines, in hex) opened, as ds_open would leave it, or in the
+-- batch form (batches.lua), instead of being listed as ready; "" = announce. A batch
+-- holding controls announces.
 -- Reply: the timelines made READY, the records added and skipped (at or below the fence),
 -- dropped (capacity), the fence before and after (nil: none), the topic id of the fence
--- found (nil: none), the records cancelled, and led: {timeline, ...}, the timelines led in
--- the order of their digests' numbers (the k-th one's digest id: the nonce and k), each
--- digest holding its timeline's records of this call (the caller has them).
+-- found (nil: none), the records cancelled, and led: {number, ...}, the numbers of the
+-- timelines led (timeline k's digest id: the nonce and k), each digest holding its
+-- timeline's records of this call (the caller has them).
 
 -- Step 1: the whole call, checked before the first write: a refused batch must leave
 -- no trace (Redis functions are not rolled back on error).
@@ -56,6 +58,10 @@ local function parse_add(keys, args)
         call.through_offset = parse_integer(args[at.through_offset], 'through offset', 0,
             MAX_OFFSET)
     end
+    if args[at.numbering] ~= ADD_NUMBERING then
+        invalid_argument('add expects its numbering argument "' .. ADD_NUMBERING .. '" (library '
+            .. LIBRARY_VERSION .. '): the caller is older than the library')
+    end
     call.topic = parse_topic_id(args[at.topic_id])
     -- the leading edge's ("" = not asked): each opened digest's id is it and a number
     call.open_nonce = parse_nonce(args[at.open_nonce], 'open nonce')
@@ -73,6 +79,9 @@ local function parse_add(keys, args)
     end
     local timelines = parse_timelines(args[packed], tag, policies)
     call.records = parse_records(args[packed + 1], timelines, call.through_offset)
+    -- a leading batch keeps both arguments as they came (batches.lua)
+    call.timeline_count, call.timelines_arg, call.records_arg = #timelines, args[packed],
+        args[packed + 1]
     if args[packed + 2] ~= nil then
         call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset,
             policies)
@@ -103,14 +112,22 @@ local function add(keys, args)
             and (fence_before == nil or fence_before < call.expected_fence) then
         return add_refused(fence_before, topic_before)
     end
+    if call.open_nonce ~= nil and call.controls == nil
+            and batches.nonce_in_use(tag, call.open_nonce, call.records, fence_before) then
+        invalid_argument('open nonce ' .. call.open_nonce .. ' is taken by an earlier add (its digests'
+            .. ' are still stored): each add that leads takes a fresh one')
+    end
     local totals = {ready = {}, added = 0, skipped = 0, dropped = 0, cancelled = 0,
         partition_ttl = call.partition_ttl}
-    call.leading = begin_leading(call)
+    call.leading = begin_leading(call, call.timeline_count)
     local fence
     if call.controls == nil then
         fence = add_run(call, 1, #call.records, fence_before or -1, totals)
     else
         fence = add_with_controls(call, fence_before or -1, totals)
+    end
+    if call.leading ~= nil then
+        batches.write_batch(call, call.leading, call.timelines_arg, call.records_arg)
     end
     local fence_after = advance_fence(tag, fence_before, topic_before,
         math.max(fence, call.through_offset or -1), call.topic)

@@ -2,8 +2,9 @@
 -- KEYS: timeline, digest, waiting, ready
 -- ARGV: timeline, digest_id, now, partition_ttl, policy
 -- Reply: closed
--- Needs: parse_digest_id, parse_policy, parse_time, parse_ttl (guards); refresh_partition_ttl
---   (helpers); apply_moves, close_target, new_moves, timeline_keys (digests).
+-- Needs: apply_moves, close_target, new_moves, timeline_keys (digests); batches (batches);
+--   parse_digest_id, parse_policy, parse_time, parse_ttl (guards); refresh_partition_ttl
+--   (helpers).
 --
 -- policy: POLICY_WIDTH arguments (parse_policy); with a calendar schedule (its next fire
 -- time) the timeline waits for it instead of a cool-down. Reply: 1 when that digest was
@@ -15,6 +16,7 @@ local function close(keys, args)
     local now = parse_time(args[3], 'now')
     local partition_ttl = parse_ttl(args[4])
     local policy = parse_policy(args, 5)
+    batches.settle(tag, {timeline}, {policy}, now, 'open') -- a batch-form digest, made ordinary
     local moves = new_moves()
     local closed, waits = close_target(tag, timeline, digest_id, now, policy, moves)
     apply_moves(tag, moves)

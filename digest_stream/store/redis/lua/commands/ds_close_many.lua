@@ -2,9 +2,9 @@
 -- KEYS: waiting, ready
 -- ARGV: now, partition_ttl, policies, targets
 -- Reply: per target: closed
--- Needs: parse_digest_id, parse_time, parse_ttl (guards); digest_key (keys);
---   refresh_partition_ttl (helpers); apply_moves, close_found, digest_is, many_targets,
---   new_moves (digests).
+-- Needs: apply_moves, close_found, digest_is, many_targets, new_moves (digests); batches
+--   (batches); digest_key (keys); parse_digest_id, parse_time, parse_ttl (guards);
+--   refresh_partition_ttl (helpers).
 --
 -- policies and a target's policy: as ds_open_many's. Each target in order; the partition
 -- keys' TTL is refreshed once, to the longest that any close asked for. Reply: 1/0 per
@@ -14,6 +14,12 @@ local function close_many(keys, args)
     local now = parse_time(args[1], 'now')
     local partition_ttl = parse_ttl(args[2])
     local tag, timelines, ids, policies = many_targets(keys, args, 3, true)
+    -- a batch-form digest made ordinary first; its writes only once every id is checked
+    batches.settle(tag, timelines, policies, now, 'open', function()
+        for i = 1, #ids do
+            parse_digest_id(ids[i])
+        end
+    end)
     -- Every target's digest read first: an id that is not its digest's is checked then,
     -- so a malformed one refuses the call before anything is written (an id that is its
     -- digest's was checked when that digest was made: the check of each id cost a close

@@ -2,13 +2,16 @@
 -- KEYS: timeline, digest, waiting, ready
 -- ARGV: timeline
 -- Reply: removed
--- Needs: digest_key, ready_key, timeline_key, waiting_key (keys); timeline_keys (digests).
+-- Needs: batches (batches); digest_key, ready_key, timeline_key, waiting_key (keys);
+--   timeline_keys (digests).
 --
 -- Reply: 1 when anything of the timeline existed, else 0.
 
 local function delete(keys, args)
     local tag, timeline = timeline_keys(keys, args)
-    local removed = redis.call('DEL', timeline_key(tag, timeline), digest_key(tag, timeline))
+    -- a digest in batch form goes with its index entry (batches.lua)
+    local indexed = batches.forget(tag, timeline)
+    local removed = indexed + redis.call('DEL', timeline_key(tag, timeline), digest_key(tag, timeline))
         + redis.call('ZREM', ready_key(tag), timeline)
         + redis.call('ZREM', waiting_key(tag), timeline)
     if removed > 0 then

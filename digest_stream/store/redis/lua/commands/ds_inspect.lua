@@ -2,9 +2,10 @@
 -- KEYS: timeline, digest, waiting, ready
 -- ARGV: timeline
 -- Reply: state, due, last_delivery, pending, digest_id, open_records, dropped, cause
--- Needs: INSPECT_REPLY (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
---   format_float, parse_digest_meta, parse_timeline_meta (encoding); read_meta, record_count
---   (containers); last_delivery_of (container_writes); timeline_keys (digests).
+-- Needs: CAUSES, INSPECT_REPLY (Python); batches (batches); digest_key, ready_key,
+--   timeline_key, waiting_key (keys); format_float, parse_digest_meta, parse_timeline_meta
+--   (encoding); last_delivery_of (container_writes); read_meta, record_count (containers);
+--   timeline_keys (digests).
 --
 -- Reply: due, last_delivery, digest_id and cause nil when none; cause is the letter recorded
 -- with its records, else with its open digest.
@@ -30,6 +31,16 @@ local function inspect(keys, args)
         state = 'cooling'
     end
     local last_delivery = last_delivery_of(tag, timeline, meta, digest or false)
+    local batch_id, batch_cause = nil, nil
+    if state == 'absent' and digest == nil and meta.last_delivery == nil then
+        -- the leading edge's batch form (batches.lua): READY with its digest open, or cooling
+        local view, id, at = batches.index_view(tag, timeline)
+        if view == 'ready' then
+            state, due, batch_id, batch_cause = 'ready', format_float(at), id, CAUSES.immediate
+        elseif view == 'cooling' then
+            state, last_delivery, batch_cause = 'cooling', at, CAUSES.cooldown
+        end
+    end
     if last_delivery ~= nil then
         last_delivery = format_float(last_delivery)
     end
@@ -38,9 +49,9 @@ local function inspect(keys, args)
         [INSPECT_REPLY.due] = due or false,
         [INSPECT_REPLY.last_delivery] = last_delivery or false,
         [INSPECT_REPLY.pending] = record_count(source),
-        [INSPECT_REPLY.digest_id] = digest and digest.id or false,
-        [INSPECT_REPLY.open_records] = digest and digest.records or 0,
+        [INSPECT_REPLY.digest_id] = digest and digest.id or batch_id or false,
+        [INSPECT_REPLY.open_records] = digest and digest.records or (batch_id and 1) or 0,
         [INSPECT_REPLY.dropped] = meta.dropped,
-        [INSPECT_REPLY.cause] = meta.cause or (digest and digest.cause) or false,
+        [INSPECT_REPLY.cause] = meta.cause or (digest and digest.cause) or batch_cause or false,
     }
 end

@@ -2,8 +2,8 @@
 -- KEYS: timeline, digest, waiting, ready
 -- ARGV: timeline, digest_id, now, policy
 -- Reply: id, opened_at, dropped, records, expired, cause
--- Needs: invalid_state, parse_digest_id, parse_policy, parse_time (guards); open_target,
---   timeline_keys (digests).
+-- Needs: batches (batches); invalid_state, parse_digest_id, parse_policy, parse_time (guards);
+--   open_target, timeline_keys (digests).
 --
 -- policy: POLICY_WIDTH arguments (parse_policy). Reply: open_target's; a timeline that is not
 -- READY is refused (invalid_state).
@@ -13,6 +13,7 @@ local function open(keys, args)
     local digest_id = parse_digest_id(args[2])
     local now = parse_time(args[3], 'now')
     local policy = parse_policy(args, 4)
+    batches.settle(tag, {timeline}, {policy}, now, 'open') -- a batch-form digest, made ordinary
     local reply = open_target(tag, timeline, digest_id, now, policy)
     if reply == nil then
         invalid_state('timeline is not ready: ' .. timeline)

@@ -2,7 +2,7 @@
 -- KEYS: waiting, ready
 -- ARGV: now, policies, targets
 -- Reply: per target: id, opened_at, dropped, records, expired, cause
--- Needs: parse_time (guards); many_targets, open_target (digests).
+-- Needs: batches (batches); many_targets, open_target (digests); parse_time (guards).
 --
 -- policies: their count, then POLICY_WIDTH arguments each (parse_policies); targets: ONE
 -- packed argument, TARGET_FORMAT each (policy index from 1, timeline, digest id;
@@ -13,6 +13,7 @@
 local function open_many(keys, args)
     local now = parse_time(args[1], 'now')
     local tag, timelines, ids, policies = many_targets(keys, args, 2)
+    batches.settle(tag, timelines, policies, now, 'open') -- a batch-form digest, made ordinary
     local replies = {}
     for i = 1, #timelines do
         replies[i] = open_target(tag, timelines[i], ids[i], now, policies[i]) or 0
