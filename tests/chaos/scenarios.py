@@ -904,8 +904,8 @@ def acl_capacity(settings: Settings, size: Size, admin_settings: Settings | None
     behind the fence): every undelivered event is a counted capacity drop."""
     where = "cluster" if settings.redis_cluster else "single Redis"
     if admin_settings is not None:
-        # The admin loads the library (any command does, run with an admin URL). Not on the
-        # shared cluster: the stack loaded it, and a load there would touch every tenant.
+        # The admin loads the library (any command does, run with an admin URL): on the single
+        # Redis and on every primary of the cluster (the same version: idempotent there).
         preload = subprocess.run(
             [sys.executable, "-m", "digest_stream.cli", "stats"],
             env={**os.environ, **settings_env(admin_settings)},
