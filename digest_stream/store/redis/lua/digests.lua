@@ -6,12 +6,12 @@
 --   many_targets, new_moves, moves_float, digest_is, zadd_batch (also used by add),
 --   apply_moves, closing_writes, close_found, close_target.
 -- Needs: CAUSES, COOLING_MARGIN, DIGEST_ID_LENGTH, FLUSH_AT_FLOOR, MAX_NAME_BYTES, OPEN_REPLY,
---   TARGET_FORMAT (Python); invalid_argument, parse_digest_id, parse_integer, parse_name,
---   parse_policies, unpacked (guards); call_tag, digest_key, ready_key, timeline_key,
---   waiting_key (keys); format_digest_meta, format_float, format_integer, format_timeline_meta,
---   parse_digest_meta, parse_timeline_meta, ttl_ms (encoding); call_chunked, sort_records
---   (helpers); encode_inline, held_count, holds_no_records, META, read_container, read_head,
---   read_meta (containers); write_meta (container_writes).
+--   TARGET_FORMAT (Python); META, encode_inline, held_count, holds_no_records, read_container,
+--   read_head, read_meta (containers); call_chunked, refresh_partition_ttl, sort_records
+--   (helpers); call_tag, digest_key, ready_key, timeline_key, waiting_key (keys);
+--   format_digest_meta, format_float, format_integer, format_timeline_meta, parse_digest_meta,
+--   parse_timeline_meta, ttl_ms (encoding); invalid_argument, parse_digest_id, parse_integer,
+--   parse_name, parse_policies, unpacked (guards); write_meta (container_writes).
 
 -- The tag and timeline of a timeline-level call (its first argument: the timeline).
 local function timeline_keys(keys, args)
@@ -139,9 +139,12 @@ end
 -- The schedule changes of a close call's targets, written once after all of them (one
 -- ZREM and one ZADD per set instead of one each per target: nothing a close reads is in
 -- these sets).
-local function new_moves()
+-- `partition_ttl`: the call's; the partition keys' TTL is refreshed once, by apply_moves, to
+-- the longest of it and the TTLs of the policies whose timeline waits again (`refresh`).
+local function new_moves(partition_ttl)
     bind_call_functions()
-    return {unready = {}, unwait = {}, wait = {}, cooled = {}, texts = {}, closed = {}}
+    return {unready = {}, unwait = {}, wait = {}, cooled = {}, texts = {}, closed = {},
+        partition_ttl = partition_ttl, refresh = nil}
 end
 
 -- `number` formatted once per call (close times and due times repeat across its targets).
@@ -253,6 +256,9 @@ local function apply_moves(tag, moves)
     end
     call_chunked('ZREM', waiting_key(tag), moves.unwait)
     zadd_batch(waiting_key(tag), moves.wait)
+    if moves.refresh ~= nil then
+        refresh_partition_ttl(tag, math.max(moves.refresh, moves.partition_ttl))
+    end
 end
 
 -- What a close of a timeline that holds nothing writes (the usual close of a leading
@@ -290,7 +296,8 @@ end
 -- schedule change listed in `moves` (apply_moves writes them). Returns 1 when that digest
 -- was closed, 0 when an earlier target of the call closed it already (the same digest
 -- twice: the key is gone, nothing else removes a key within a call), and whether the
--- partition keys' TTL needs a refresh (the timeline waits again).
+-- timeline waits again (then its policy's TTL is noted for apply_moves' refresh of the
+-- partition keys).
 local function close_found(tag, timeline, digest, holds_records, now, policy, moves)
     if redis_call('DEL', digest) == 0 then
         return 0, false
@@ -315,6 +322,7 @@ local function close_found(tag, timeline, digest, holds_records, now, policy, mo
             end
             local waiting = #wait
             wait[waiting + 1], wait[waiting + 2] = writes.due, timeline
+            moves.refresh = math.max(moves.refresh or 0, policy.ttl)
             return 1, true
         end
     end
@@ -352,6 +360,7 @@ local function close_found(tag, timeline, digest, holds_records, now, policy, mo
     moves.unready[#moves.unready + 1] = timeline
     moves.wait[#moves.wait + 1] = moves_float(moves, due)
     moves.wait[#moves.wait + 1] = timeline
+    moves.refresh = math.max(moves.refresh or 0, policy.ttl)
     return 1, true
 end
 

@@ -3,8 +3,7 @@
 -- ARGV: timeline, digest_id, now, partition_ttl, policy
 -- Reply: closed
 -- Needs: apply_moves, close_target, new_moves, timeline_keys (digests); batches (batches);
---   parse_digest_id, parse_policy, parse_time, parse_ttl (guards); refresh_partition_ttl
---   (helpers).
+--   parse_digest_id, parse_policy, parse_time, parse_ttl (guards).
 --
 -- policy: POLICY_WIDTH arguments (parse_policy); with a calendar schedule (its next fire
 -- time) the timeline waits for it instead of a cool-down. Reply: 1 when that digest was
@@ -17,11 +16,8 @@ local function close(keys, args)
     local partition_ttl = parse_ttl(args[4])
     local policy = parse_policy(args, 5)
     batches.settle(tag, {timeline}, {policy}, now, 'open') -- a batch-form digest, made ordinary
-    local moves = new_moves()
-    local closed, waits = close_target(tag, timeline, digest_id, now, policy, moves)
+    local moves = new_moves(partition_ttl)
+    local closed = close_target(tag, timeline, digest_id, now, policy, moves)
     apply_moves(tag, moves)
-    if waits then
-        refresh_partition_ttl(tag, math.max(policy.ttl, partition_ttl))
-    end
     return closed
 end

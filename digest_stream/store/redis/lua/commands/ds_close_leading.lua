@@ -6,9 +6,9 @@
 -- ARGV: now, partition_ttl, nonce, count, policies, targets
 -- Reply: closed, ordinary
 -- Needs: CLOSE_LEADING_REPLY, MAX_OFFSET (Python); apply_moves, close_target, many_targets,
---   new_moves (digests); batches (batches); call_chunked, refresh_partition_ttl (helpers);
---   call_tag (keys); invalid_argument, parse_integer, parse_nonce, parse_policies, parse_time,
---   parse_ttl (guards).
+--   new_moves (digests); batches (batches); call_chunked (helpers); call_tag (keys);
+--   invalid_argument, parse_integer, parse_nonce, parse_policies, parse_time, parse_ttl
+--   (guards).
 --
 -- policies and targets: as ds_close_many's, the add's digests being closed (the caller's
 -- own: ids it made, each checked only where it is read); count: how many targets. A count
@@ -53,25 +53,18 @@ local function close_leading(keys, args)
     local results = {}
     if #ordinary > 0 then
         local found = read_targets()
-        local moves, refresh, left = new_moves(), nil, {}
+        local moves, left = new_moves(partition_ttl), {}
         for _, name in ipairs(ordinary) do
             local i = found.place[name]
             if i == nil then
                 left[#left + 1] = name -- not this close's: a later one of this add closes it
             else
-                local policy = found.policies[i]
-                local closed, waits = close_target(tag, name, found.ids[i], now, policy, moves)
                 results[#results + 1] = name
-                results[#results + 1] = closed
-                if waits and (refresh == nil or policy.ttl > refresh) then
-                    refresh = policy.ttl > partition_ttl and policy.ttl or partition_ttl
-                end
+                results[#results + 1] = close_target(tag, name, found.ids[i], now,
+                    found.policies[i], moves)
             end
         end
         apply_moves(tag, moves)
-        if refresh ~= nil then
-            refresh_partition_ttl(tag, refresh)
-        end
         if #left == 0 then
             redis.call('DEL', digests)
         else

@@ -3,8 +3,7 @@
 -- ARGV: now, partition_ttl, policies, targets
 -- Reply: per target: closed
 -- Needs: apply_moves, close_found, digest_is, many_targets, new_moves (digests); batches
---   (batches); digest_key (keys); parse_digest_id, parse_time, parse_ttl (guards);
---   refresh_partition_ttl (helpers).
+--   (batches); digest_key (keys); parse_digest_id, parse_time, parse_ttl (guards).
 --
 -- policies and a target's policy: as ds_open_many's. Each target in order; the partition
 -- keys' TTL is refreshed once, to the longest that any close asked for. Reply: 1/0 per
@@ -33,21 +32,11 @@ local function close_many(keys, args)
             parse_digest_id(ids[i])
         end
     end
-    local replies, refresh, moves = {}, nil, new_moves()
+    local replies, moves = {}, new_moves(partition_ttl)
     for i = 1, #timelines do
-        local closed, waits, policy = 0, false, policies[i]
-        if found[i] then
-            closed, waits = close_found(tag, timelines[i], found[i], holds[i], now, policy,
-                moves)
-        end
-        replies[i] = closed
-        if waits and (refresh == nil or policy.ttl > refresh) then
-            refresh = policy.ttl > partition_ttl and policy.ttl or partition_ttl
-        end
+        replies[i] = found[i] and close_found(tag, timelines[i], found[i], holds[i], now,
+            policies[i], moves) or 0
     end
     apply_moves(tag, moves)
-    if refresh ~= nil then
-        refresh_partition_ttl(tag, refresh)
-    end
     return replies
 end
