@@ -46,6 +46,7 @@ PARTS = (
     "upgrades",
     "add_args",
     "add",
+    "leading_lane",
 )
 #: The command files (``lua/commands/<function>.lua``), joined after the parts, each declaring
 #: its command's callback; the registrations follow them.
