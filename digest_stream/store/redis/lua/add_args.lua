@@ -58,17 +58,24 @@ end
 -- {timeline, id, timestamp, offset, payload, start}; else as three lists by record
 -- (leading_lane.lua): its timeline's number, its offset and its place in the argument (its
 -- payload skipped, cut out only where a path reads it: record_tables, batches.lua). Returns
--- the tables, those lists, the highest offset (-1: none) and whether record k names timeline
--- k, every one of them, at rising offsets (the leading edge's common call: one_each). Per record, the checks run
+-- the tables, those lists, the highest offset (-1: none), the first record's offset, and
+-- whether record k names timeline k, every one of them, at rising offsets (the leading edge's
+-- common call, one_each: then `of` is left empty). Per record, the checks run
 -- inline and the parse_* helpers only raise the error: this loop is the one part of the
 -- library that runs once per record.
 local function parse_records(packed, timeline_count, through_offset, timelines)
-    local records, of, offsets, starts, count, top = {}, {}, {}, {}, 0, -1
-    local one_each = true
+    local records, of, offsets, starts, count, top, first = {}, {}, {}, {}, 0, -1, nil
     -- the loop's library functions and limits as locals: read once per call, not per record
     local unpack, huge, last = struct.unpack, math.huge, through_offset or MAX_OFFSET
     -- the lists' form reads up to the payload's length (RECORD_FORMAT without its last c0)
     local format = timelines and RECORD_FORMAT or string.sub(RECORD_FORMAT, 1, -3)
+    -- record k names timeline k, at rising offsets, so far: `of` unwritten
+    local one_each = timelines == nil
+    local function undo_one_each(done) -- writes it for the records so far
+        for k = 1, done do
+            of[k] = k
+        end
+    end
     unpacked(function()
         local position, size = 1, #packed
         while position <= size do
@@ -98,26 +105,34 @@ local function parse_records(packed, timeline_count, through_offset, timelines)
                     .. ' is past through_offset ' .. format_integer(through_offset))
             end
             count = count + 1
-            if offset > top then
-                top = offset
-            else
-                one_each = false
-            end
-            if index ~= count then
-                one_each = false
-            end
-            if timelines == nil then
-                of[count], offsets[count], starts[count] = index, offset, start
-            else
+            if timelines ~= nil then
                 records[count] = {
                     timeline = timelines[index], id = id, timestamp = timestamp,
                     offset = offset, payload = payload,
                     start = start, -- its place (a leading batch keeps it: batches.lua)
                 }
+            elseif one_each and index == count and offset > top then
+                offsets[count], starts[count] = offset, start -- and of[count] == count
+            else
+                if one_each then
+                    one_each = false
+                    undo_one_each(count - 1)
+                end
+                of[count], offsets[count], starts[count] = index, offset, start
+            end
+            if offset > top then
+                top = offset
+            end
+            if count == 1 then
+                first = offset
             end
         end
+        if one_each and count ~= timeline_count then
+            one_each = false
+            undo_one_each(count)
+        end
     end, 'records')
-    return records, of, offsets, starts, top, one_each and count == timeline_count
+    return records, of, offsets, starts, top, first, one_each
 end
 
 -- The records `selected` (numbers among the call's records, in order; nil: all) as the

@@ -110,9 +110,9 @@ local function parse_add(keys, args)
         end
     end
     call.records, call.record_timelines, call.record_offsets, call.record_starts,
-        call.top_offset, call.one_each = parse_records(args[packed + 1], #names, call.through_offset,
-            timelines)
-    call.record_count = call.lane and #call.record_offsets or #call.records
+        call.top_offset, call.first_offset, call.one_each = parse_records(args[packed + 1],
+            #names, call.through_offset, timelines)
+    call.record_count = call.lane and #call.record_starts or #call.records
     -- a leading batch keeps both arguments as they came (batches.lua)
     call.timelines_arg, call.records_arg = args[packed], args[packed + 1]
     if args[packed + 2] ~= nil then
