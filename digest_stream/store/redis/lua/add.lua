@@ -1,7 +1,7 @@
 -- add.lua: the steps of ds_add (lua/commands/ds_add.lua), the one command that stores
 -- records (and applies a batch's controls), once add_args.lua has read its arguments.
--- Holds: begin_timelines, schedule_record, apply_flush_at, apply_record, write_back,
---   advance_fence, add_run, fresh_timelines, unlist, add_with_controls.
+-- Holds: read_schedule, begin_timelines, schedule_record, apply_flush_at, apply_record,
+--   write_back, advance_fence, add_applied, add_run, fresh_timelines, add_with_controls.
 -- Needs: CAUSES, FLUSH_AT_FLOOR (Python); apply_control (controls); batches (batches);
 --   call_chunked, call_listed, write_fence (helpers); digest_key, ready_key, waiting_key
 --   (keys); float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
@@ -14,6 +14,26 @@
 -- record by record (in memory), write_back stores each touched timeline once, and
 -- advance_fence moves the fence.
 
+-- The schedule state of `names`, one ZMSCORE per set for all of them: per name, whether it is
+-- READY (ready[i] ~= false) and, when not, its due time (due[i], nil: not WAITING).
+local function read_schedule(tag, names)
+    local ready = call_listed('ZMSCORE', ready_key(tag), names)
+    local waiting_names, at, count = {}, {}, 0
+    for i = 1, #names do
+        if ready[i] == false then
+            count = count + 1
+            waiting_names[count], at[count] = names[i], i
+        end
+    end
+    local waiting, due, numbers = call_listed('ZMSCORE', waiting_key(tag), waiting_names), {}, {}
+    for j = 1, count do
+        if waiting[j] ~= false then
+            due[at[j]] = number_of(numbers, waiting[j])
+        end
+    end
+    return ready, due
+end
+
 -- Step 2a, for the timelines the batch touches: each one's state (READY, WAITING with a
 -- due time, cooling, or absent) and its container's head, read once for the whole batch.
 -- Nothing is written before write_back (but a cooled-down leftover's removal), so the reads
@@ -25,33 +45,26 @@
 -- timeline is WAITING, due when the cool-down ends, as if the close had scheduled it; after
 -- it, absent: the meta is a leftover whose TTL has not run out yet, removed here so the
 -- timeline starts anew (its next record immediate, led when asked).
-local function begin_timelines(tag, touched, names, keys, now)
+local function begin_timelines(tag, touched, names, keys, now, known)
     if #touched == 0 then
         return
     end
-    local ready = call_listed('ZMSCORE', ready_key(tag), names)
-    local waiting, waiting_names, count = {}, {}, 0
-    for i, timeline in ipairs(touched) do
-        if ready[i] ~= false then
-            timeline.ready = true
-        else
-            -- a READY timeline ignores its due time: only the others are looked up
-            count = count + 1
-            waiting[count] = timeline
-            waiting_names[count] = names[i]
+    if not known then
+        local ready, due = read_schedule(tag, names)
+        for i, timeline in ipairs(touched) do
+            timeline.ready, timeline.due = ready[i] ~= false, due[i]
         end
     end
-    local due, numbers = call_listed('ZMSCORE', waiting_key(tag), waiting_names), {}
+    local numbers = {}
     -- the timelines in neither set, for the leading edge's batch form (batches.lua): only
     -- such a timeline can have an index entry that matters (a digest in an open batch makes
     -- it READY once settled, a closed batch's cool-down schedules it), so a timeline that
     -- waits or is READY (the interleaved append) costs the index no lookup
     local absent, absent_names, absent_policies = {}, {}, {}
-    for i, timeline in ipairs(waiting) do
-        timeline.due = due[i] ~= false and number_of(numbers, due[i]) or nil
-        if timeline.due == nil then
+    for i, timeline in ipairs(touched) do
+        if not timeline.ready and timeline.due == nil then
             local n = #absent + 1
-            absent[n], absent_names[n], absent_policies[n] = timeline, waiting_names[i],
+            absent[n], absent_names[n], absent_policies[n] = timeline, names[i],
                 timeline.policy
         end
     end
@@ -242,32 +255,23 @@ local function advance_fence(tag, fence_before, topic_before, fence, topic)
     return moved and fence or fence_before
 end
 
--- Steps 2 and 3 over call.records[first..last] (no control among them): those at or below
--- `fence` are skipped. Counts into `totals` and lists what became READY in totals.ready;
--- returns the fence after them.
-local function add_run(call, first, last, fence, totals)
-    local records, applied, touched, names, keys = call.records, {}, {}, {}, {}
-    local count, touched_count = 0, 0
-    for i = first, last do
-        local record = records[i]
-        if record.offset <= fence then
-            totals.skipped = totals.skipped + 1 -- a replay: at or below the fence
-        else
-            fence = record.offset
-            count = count + 1
-            applied[count] = record
-            local timeline = record.timeline
-            if not timeline.touched then
-                timeline.touched = true
-                touched_count = touched_count + 1
-                touched[touched_count] = timeline
-                names[touched_count] = timeline.timeline
-                keys[touched_count] = timeline.key
-            end
+-- Steps 2 and 3 over the records `applied` (in offset order, each above the fence): reads
+-- the state of their timelines (`known`: the caller read their schedule state already,
+-- read_schedule, and set it on each), runs the state machine and writes each timeline back.
+-- Counts into `totals` (but added) and lists what became READY in totals.ready.
+local function add_applied(call, applied, totals, known)
+    local touched, names, keys, touched_count = {}, {}, {}, 0
+    for _, record in ipairs(applied) do
+        local timeline = record.timeline
+        if not timeline.touched then
+            timeline.touched = true
+            touched_count = touched_count + 1
+            touched[touched_count] = timeline
+            names[touched_count] = timeline.timeline
+            keys[touched_count] = timeline.key
         end
     end
-    totals.added = totals.added + #applied
-    begin_timelines(call.tag, touched, names, keys, call.now)
+    begin_timelines(call.tag, touched, names, keys, call.now, known)
     for _, record in ipairs(applied) do
         apply_record(record.timeline, record, totals.ready)
     end
@@ -276,6 +280,25 @@ local function add_run(call, first, last, fence, totals)
     if partition_ttl > totals.partition_ttl then
         totals.partition_ttl = partition_ttl
     end
+end
+
+-- Steps 2 and 3 over call.records[first..last] (no control among them): those at or below
+-- `fence` are skipped (their schedule state known when call.known: parse_add read it). Counts into `totals` and lists what became READY in totals.ready;
+-- returns the fence after them.
+local function add_run(call, first, last, fence, totals)
+    local records, applied, count = call.records, {}, 0
+    for i = first, last do
+        local record = records[i]
+        if record.offset <= fence then
+            totals.skipped = totals.skipped + 1 -- a replay: at or below the fence
+        else
+            fence = record.offset
+            count = count + 1
+            applied[count] = record
+        end
+    end
+    totals.added = totals.added + count
+    add_applied(call, applied, totals, call.known)
     return fence
 end
 
@@ -292,16 +315,6 @@ local function fresh_timelines(records, first, last)
             fresh[old] = timeline
         end
         record.timeline = timeline
-    end
-end
-
--- Removes `name` from the list `names`, if there.
-local function unlist(names, name)
-    for i, listed in ipairs(names) do
-        if listed == name then
-            table.remove(names, i)
-            return
-        end
     end
 end
 
@@ -328,7 +341,12 @@ local function add_with_controls(call, fence, totals)
                 totals.ready[#totals.ready + 1] = control.timeline
             elseif ready_change == -1 then
                 -- a cancel took back what a flush of this call made READY: not announced
-                unlist(totals.ready, control.timeline)
+                for i, listed in ipairs(totals.ready) do
+                    if listed == control.timeline then
+                        table.remove(totals.ready, i)
+                        break
+                    end
+                end
             end
             totals.cancelled = totals.cancelled + cancelled
         end

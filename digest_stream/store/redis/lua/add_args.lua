@@ -1,9 +1,9 @@
 -- add_args.lua: reading ds_add's packed arguments (its timelines, records and controls),
 -- every one checked before anything is written.
--- Holds: new_timeline, parse_timelines, parse_records, parse_controls.
+-- Holds: new_timeline, parse_timelines, parse_records, record_tables, parse_controls.
 -- Needs: CONTROL_CODES, CONTROL_FORMAT, MAX_NAME_BYTES, MAX_OFFSET, RECORD_FORMAT,
---   TIMELINE_FORMAT (Python); invalid_argument, parse_integer, parse_name, parse_time,
---   unpacked (guards); timeline_key (keys); format_integer (encoding).
+--   TIMELINE_FORMAT (Python); format_integer (encoding); invalid_argument, parse_integer,
+--   parse_name, parse_time, unpacked (guards).
 
 -- ds_add takes its timelines, its records and its controls each as ONE packed argument
 -- (TIMELINE_FORMAT, RECORD_FORMAT and CONTROL_FORMAT, declared in store/redis/protocol.py):
@@ -21,12 +21,14 @@ local function new_timeline(policy, timeline, key, number)
     }
 end
 
--- The timelines of an add call (one packed argument): each with its policy (parsed once
--- per distinct policy) and key. As in parse_records, the checks run inline (at one record
--- per timeline this loop runs once per record) and the parse_* helpers only raise the error.
-local function parse_timelines(packed, tag, policies)
-    local timelines, seen, count = {}, {}, 0
-    local unpack, prefix = struct.unpack, timeline_key(tag, '') -- each key: prefix .. name
+-- The timelines of an add call (one packed argument) as two lists by number: names and
+-- policies (each parsed once per distinct policy). No table per timeline: the leading edge's
+-- new timelines never need one (leading_lane.lua); the others get theirs from
+-- record_tables. As in parse_records, the checks run inline (at one record per timeline this
+-- loop runs once per record) and the parse_* helpers only raise the error.
+local function parse_timelines(packed, policies)
+    local names, policy_of, seen, count = {}, {}, {}, 0
+    local unpack = struct.unpack
     unpacked(function()
         local position, size = 1, #packed
         while position <= size do
@@ -45,55 +47,118 @@ local function parse_timelines(packed, tag, policies)
             end
             seen[name] = true
             count = count + 1
-            timelines[count] = new_timeline(policy, name, prefix .. name, count)
+            names[count], policy_of[count] = name, policy
         end
     end, 'timelines')
-    return timelines
+    return names, policy_of
 end
 
--- The records of an add call (one packed argument), each pointing at its timeline.
--- Per record, the checks run inline and the parse_* helpers only raise the error:
--- this loop is the one part of the library that runs once per record.
-local function parse_records(packed, timelines, through_offset)
-    local records, count = {}, 0
+-- The records of an add call (one packed argument), as the state machine reads them (add.lua)
+-- when `timelines` is given (the call's timelines' tables, by number): a table each,
+-- {timeline, id, timestamp, offset, payload, start}; else as three lists by record
+-- (leading_lane.lua): its timeline's number, its offset and its place in the argument (its
+-- payload skipped, cut out only where a path reads it: record_tables, batches.lua). Returns
+-- the tables, those lists, the highest offset (-1: none), the first record's offset, and
+-- whether record k names timeline k, every one of them, at rising offsets (the leading edge's
+-- common call, one_each: then `of` is left empty). Per record, the checks run
+-- inline and the parse_* helpers only raise the error: this loop is the one part of the
+-- library that runs once per record.
+local function parse_records(packed, timeline_count, through_offset, timelines)
+    local records, of, offsets, starts, count, top, first = {}, {}, {}, {}, 0, -1, nil
     -- the loop's library functions and limits as locals: read once per call, not per record
     local unpack, huge, last = struct.unpack, math.huge, through_offset or MAX_OFFSET
+    -- the lists' form reads up to the payload's length (RECORD_FORMAT without its last c0)
+    local format = timelines and RECORD_FORMAT or string.sub(RECORD_FORMAT, 1, -3)
+    -- record k names timeline k, at rising offsets, so far: `of` unwritten
+    local one_each = timelines == nil
+    local function undo_one_each(done) -- writes it for the records so far
+        for k = 1, done do
+            of[k] = k
+        end
+    end
     unpacked(function()
         local position, size = 1, #packed
         while position <= size do
             local start, index, id, timestamp, offset, payload = position
-            index, id, timestamp, offset, payload, position =
-                unpack(RECORD_FORMAT, packed, position)
-            -- a table lookup: nil unless an integer in 1..#timelines
-            local timeline = timelines[index]
-            if timeline == nil then
-                parse_integer(index, 'timeline index', 1, #timelines)
+            index, id, timestamp, offset, payload, position = unpack(format, packed, position)
+            if timelines == nil then
+                position = position + payload -- its length
+                if position > size + 1 then
+                    invalid_argument('malformed records')
+                end
             end
-            local length = #id
-            if length == 0 or length > MAX_NAME_BYTES then
+            -- an integer in 1..timeline_count (a whole double: `% 1` is an operator)
+            if not (index >= 1 and index <= timeline_count) or index % 1 ~= 0 then
+                parse_integer(index, 'timeline index', 1, timeline_count)
+            end
+            local id_length = #id
+            if id_length == 0 or id_length > MAX_NAME_BYTES then
                 parse_name(id, 'record id')
             end
             if not (timestamp >= 0 and timestamp < huge) then
                 parse_time(timestamp, 'record timestamp')
             end
-            -- an integer (a whole double: `% 1` is an operator, math.floor a call) up to the
-            -- through offset; else the precise error
+            -- an integer up to the through offset; else the precise error
             if not (offset >= 0 and offset <= last) or offset % 1 ~= 0 then
                 parse_integer(offset, 'offset', 0, MAX_OFFSET)
                 invalid_argument('record offset ' .. format_integer(offset)
                     .. ' is past through_offset ' .. format_integer(through_offset))
             end
             count = count + 1
-            records[count] = {
-                timeline = timeline,
-                id = id,
-                timestamp = timestamp,
-                offset = offset,
-                payload = payload,
-                start = start, -- its place in the argument (a leading batch keeps it: batches.lua)
-            }
+            if timelines ~= nil then
+                records[count] = {
+                    timeline = timelines[index], id = id, timestamp = timestamp,
+                    offset = offset, payload = payload,
+                    start = start, -- its place (a leading batch keeps it: batches.lua)
+                }
+            elseif one_each and index == count and offset > top then
+                offsets[count], starts[count] = offset, start -- and of[count] == count
+            else
+                if one_each then
+                    one_each = false
+                    undo_one_each(count - 1)
+                end
+                of[count], offsets[count], starts[count] = index, offset, start
+            end
+            if offset > top then
+                top = offset
+            end
+            if count == 1 then
+                first = offset
+            end
+        end
+        if one_each and count ~= timeline_count then
+            one_each = false
+            undo_one_each(count)
         end
     end, 'records')
+    return records, of, offsets, starts, top, first, one_each
+end
+
+-- The records `selected` (numbers among the call's records, in order; nil: all) as the
+-- state machine reads them (add.lua): a table each, {timeline, id, timestamp, offset,
+-- payload, start}, its timeline the table of `timelines` (by number, made here when
+-- missing: new_timeline).
+local function record_tables(call, selected, timelines)
+    local records, packed, unpack = {}, call.records_arg, struct.unpack
+    local names, policy_of, prefix = call.names, call.policy_of, call.key_prefix
+    local starts = call.record_starts
+    for i = 1, selected and #selected or #starts do
+        local number = selected and selected[i] or i
+        local start = starts[number]
+        local index, id, timestamp, offset, payload = unpack(RECORD_FORMAT, packed, start)
+        local timeline = timelines[index]
+        if timeline == nil then
+            local name = names[index]
+            timeline = new_timeline(policy_of[index], name, prefix .. name, index)
+            timelines[index] = timeline
+        end
+        records[i] = {
+            timeline = timeline, id = id, timestamp = timestamp, offset = offset,
+            payload = payload,
+            start = start, -- its place in the argument (a leading batch keeps it: batches.lua)
+        }
+    end
     return records
 end
 

@@ -41,10 +41,13 @@ do
                     or '>' .. string.rep('I4', last - first + 1)
                 parts[#parts + 1] = struct.pack(format, unpack(values))
             end
-            redis.call('SET', batch_key(tag, leading.nonce),
-                struct.pack(BATCH_HEAD, 'o', now, leading.formed, #leading.opened, count,
-                    #timelines_arg) .. table.concat(parts) .. timelines_arg .. records_arg,
-                'PX', ms)
+            -- the arguments appended as they are: a Lua string of the whole batch would make
+            -- Lua's collector work through as many bytes again
+            local key = batch_key(tag, leading.nonce)
+            redis.call('SET', key, struct.pack(BATCH_HEAD, 'o', now, leading.formed,
+                #leading.opened, count, #timelines_arg) .. table.concat(parts), 'PX', ms)
+            redis.call('APPEND', key, timelines_arg)
+            redis.call('APPEND', key, records_arg)
             redis.call('ZADD', batches_key(tag), format_float(now), leading.nonce)
             local generations = generations_key(tag)
             local dead = tonumber(redis.call('HGET', generations, 'idead') or '')

@@ -7,9 +7,9 @@
 -- control, open, close, delete, maintenance) settles it first, which turns its digest into the
 -- ordinary open digest ds_open leaves, so every other path sees one kind of open digest.
 -- Holds: batches (one table: the library's top level is near Lua's 200 locals): settle,
---   index_view, forget, nonce_in_use, leading_ready_count, batch_digests_key, and for
---   batch_writes.lua
---   the layout (BATCH_HEAD, INDEX_SENTINEL, the keys), read_batch_head and dissolve.
+--   index_view, forget, nonce_in_use, index_entries, leading_ready_count, batch_digests_key,
+--   and for batch_writes.lua the layout (BATCH_HEAD, INDEX_SENTINEL, the keys),
+--   read_batch_head and dissolve.
 -- Needs: CAUSES, COOLING_MARGIN, KEY_SUFFIXES, OPEN_NONCE_LENGTH, RECORD_FORMAT,
 --   TIMELINE_FORMAT (Python); invalid_state (guards); digest_key, ready_key, timeline_key
 --   (keys); format_digest_meta, format_float, format_integer, format_timeline_meta, ttl_ms
@@ -288,19 +288,13 @@ do
 
     -- Whether an add with open nonce `nonce` would lead under a nonce an earlier add led
     -- under (its batch or its ordinary digests' list still stored), which would mix the two
-    -- adds' digests: only when a record is above the fence (a replay of that very add leads
-    -- nothing and is let through, as any replay).
-    local function nonce_in_use(tag, nonce, records, fence)
+    -- adds' digests: only when a record is above the fence (`top`, the call's highest offset:
+    -- a replay of that very add leads nothing and is let through, as any replay).
+    local function nonce_in_use(tag, nonce, top, fence)
         if redis.call('EXISTS', batch_key(tag, nonce), batch_digests_key(tag, nonce)) == 0 then
             return false
         end
-        fence = fence or -1
-        for _, record in ipairs(records) do
-            if record.offset > fence then
-                return true
-            end
-        end
-        return false
+        return top > (fence or -1)
     end
 
     -- ds_delete: `timeline`'s index entry goes (a digest in batch form with it: its open batch
@@ -326,7 +320,7 @@ do
 
     -- for the ds_* commands
     batches.settle, batches.index_view, batches.forget = settle, index_view, forget
-    batches.nonce_in_use = nonce_in_use
+    batches.nonce_in_use, batches.index_entries = nonce_in_use, index_entries
     batches.leading_ready_count, batches.batch_digests_key = leading_ready_count,
         batch_digests_key
     -- for batch_writes.lua

@@ -2,7 +2,7 @@
 -- by the partition's next ds_maintenance or ds_schedule (the scheduler's take-over runs one
 -- on every partition it is assigned, before anything is scheduled there). Every other layout
 -- an earlier library wrote is read as it is (docs/store.md, Upgrades).
--- Holds: LEADING_18_SUFFIX, LEADING_18_HEAD, adopt_leading_18.
+-- Holds: adopt_leading_18.
 -- Needs: KEY_SUFFIXES (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
 --   format_float, format_timeline_meta, parse_digest_meta, parse_timeline_meta, ttl_ms
 --   (encoding); refresh_partition_ttl (helpers); decode_inline, holds_no_records, read_head
@@ -13,8 +13,6 @@
 -- digest id -> '>dH' (its policy's ttl, the timeline name's length), the name, then the
 -- digest as an inline container; its timeline already as the digest's close would leave it
 -- (WAITING, cooling down since the add). Library 19 dropped the hash and its commands.
-local LEADING_18_SUFFIX = ':' .. KEY_SUFFIXES.leading
-local LEADING_18_HEAD = '>dH'
 
 -- Each digest of T:l becomes what the leading edge leaves today: the timeline's open digest
 -- under the same id, and the timeline WAITING due at the digest's opened_at (the state
@@ -25,14 +23,14 @@ local LEADING_18_HEAD = '>dH'
 -- instead (a new id carries them), as 18's ds_reclaim did. The hash goes in the same call:
 -- a second call, from any instance, finds nothing. One EXISTS when there is no hash.
 local function adopt_leading_18(tag, partition_ttl)
-    local key = tag .. LEADING_18_SUFFIX
+    local key = tag .. ':' .. KEY_SUFFIXES.leading
     if redis.call('EXISTS', key) == 0 then
         return
     end
     local flat, longest = redis.call('HGETALL', key), partition_ttl
     for i = 2, #flat, 2 do
         local value = flat[i]
-        local ttl, length, position = struct.unpack(LEADING_18_HEAD, value)
+        local ttl, length, position = struct.unpack('>dH', value) -- its head
         local name = string.sub(value, position, position + length - 1)
         local blob = string.sub(value, position + length)
         local ms = ttl_ms(ttl)

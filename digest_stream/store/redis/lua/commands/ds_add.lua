@@ -7,10 +7,11 @@
 -- Holds: parse_add, add_refused, add.
 -- Needs: ADD_ARGS, ADD_NUMBERING, ADD_REPLY, INLINE_MAX_RECORDS, LIBRARY_VERSION, MAX_OFFSET
 --   (Python); POLICY_WIDTH, invalid_argument, parse_integer, parse_nonce, parse_policies,
---   parse_time, parse_topic_id, parse_ttl (guards); add_run, add_with_controls, advance_fence
---   (add); batches (batches); begin_leading, end_leading (leading); call_tag (keys);
---   format_integer, ttl_ms (encoding); parse_controls, parse_records, parse_timelines
---   (add_args); read_fence, refresh_partition_ttl (helpers).
+--   parse_time, parse_topic_id, parse_ttl (guards); add_run, add_with_controls, advance_fence,
+--   read_schedule (add); batches (batches); begin_leading, end_leading (leading); call_tag,
+--   timeline_key (keys); format_integer, ttl_ms (encoding); lead_lane (leading_lane);
+--   new_timeline, parse_controls, parse_records, parse_timelines (add_args); read_fence,
+--   refresh_partition_ttl (helpers).
 --
 -- expected_fence, through_offset, topic_id, open_nonce: "" = none. policies: their count,
 -- then POLICY_WIDTH arguments each (parse_policies); a timeline points at its own by index. timelines, records, controls: packed
@@ -77,13 +78,45 @@ local function parse_add(keys, args)
         -- formatted (%.17g) on every call
         policy.ttl_ms_text = format_integer(ttl_ms(policy.ttl))
     end
-    local timelines = parse_timelines(args[packed], tag, policies)
-    call.records = parse_records(args[packed + 1], timelines, call.through_offset)
+    local names, policy_of = parse_timelines(args[packed], policies)
+    local prefix = timeline_key(tag, '') -- a timeline's key: it and the name
+    call.names, call.policy_of, call.key_prefix, call.timeline_count = names, policy_of,
+        prefix, #names
+    -- A leading add reads its timelines' schedule state here (read_schedule, by number): with
+    -- a timeline in neither set (maybe new) it takes leading_lane.lua's lists; else (every
+    -- one READY or WAITING: the append) the tables, that state already in them (call.known).
+    local ready, due
+    if call.open_nonce ~= nil and args[packed + 2] == nil then
+        ready, due = read_schedule(tag, names)
+        call.ready_of, call.due_of = ready, due
+        for number = 1, #names do
+            if ready[number] == false and due[number] == nil then
+                call.lane = true
+                break
+            end
+        end
+        call.known = not call.lane
+    end
+    local timelines
+    if not call.lane then
+        timelines = {}
+        for number = 1, #names do
+            local name = names[number]
+            local timeline = new_timeline(policy_of[number], name, prefix .. name, number)
+            if ready ~= nil then
+                timeline.ready, timeline.due = ready[number] ~= false, due[number]
+            end
+            timelines[number] = timeline
+        end
+    end
+    call.records, call.record_timelines, call.record_offsets, call.record_starts,
+        call.top_offset, call.first_offset, call.one_each = parse_records(args[packed + 1],
+            #names, call.through_offset, timelines)
+    call.record_count = call.lane and #call.record_starts or #call.records
     -- a leading batch keeps both arguments as they came (batches.lua)
-    call.timeline_count, call.timelines_arg, call.records_arg = #timelines, args[packed],
-        args[packed + 1]
+    call.timelines_arg, call.records_arg = args[packed], args[packed + 1]
     if args[packed + 2] ~= nil then
-        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset,
+        call.controls = parse_controls(args[packed + 2], call.record_count, call.through_offset,
             policies)
     end
     return call
@@ -113,7 +146,7 @@ local function add(keys, args)
         return add_refused(fence_before, topic_before)
     end
     if call.open_nonce ~= nil and call.controls == nil
-            and batches.nonce_in_use(tag, call.open_nonce, call.records, fence_before) then
+            and batches.nonce_in_use(tag, call.open_nonce, call.top_offset, fence_before) then
         invalid_argument('open nonce ' .. call.open_nonce .. ' is taken by an earlier add (its digests'
             .. ' are still stored): each add that leads takes a fresh one')
     end
@@ -121,7 +154,9 @@ local function add(keys, args)
         partition_ttl = call.partition_ttl}
     call.leading = begin_leading(call, call.timeline_count)
     local fence
-    if call.controls == nil then
+    if call.lane then
+        fence = lead_lane(call, fence_before or -1, totals)
+    elseif call.controls == nil then
         fence = add_run(call, 1, #call.records, fence_before or -1, totals)
     else
         fence = add_with_controls(call, fence_before or -1, totals)
