@@ -26,7 +26,7 @@ from digest_stream.roles.publish.report import Report
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestTarget, OpenDigest
 from digest_stream.wire import formats
-from digest_stream.wire.models import ScheduleReason
+from digest_stream.wire.models import DigestReason, ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields
 
 
@@ -82,6 +82,7 @@ class DigestPublisher:
         max_bytes, output = self._settings.max_message_bytes, self._format
         immediate = ScheduleReason.IMMEDIATE
         next_at: dict[int, int] = {}  # by id() of the due rule
+        reasons: dict[str, DigestReason] = {}  # by the store's reason (an add's: IMMEDIATE)
         items: list[Pending] = []
         for digest in opened:
             rule = digest.due_rule
@@ -91,9 +92,12 @@ class DigestPublisher:
                 at = next_at.get(id(rule))
                 if at is None:
                     at = next_at[id(rule)] = rule.next_delivery_at(closing_at)
+                why = reasons.get(digest.reason)
+                if why is None:
+                    why = reasons[digest.reason] = reason(immediate, digest)
                 fields = (
-                    digest.id, digest.timeline, digest.dropped, scheduled_at,
-                    reason(immediate, digest), len(digest.records) + digest.dropped, at,
+                    digest.id, digest.timeline, digest.dropped, scheduled_at, why,
+                    len(digest.records) + digest.dropped, at,
                 )  # fmt: skip
                 stored = one_part_of(fields, digest, max_bytes, output, True)
             if stored is None:

@@ -184,7 +184,7 @@ def led_digests(
         # its timeline's only one, so timeline k's record is the k-th (the common add).
         digests = []
         for number in led:
-            k = integer(number)
+            k = number if type(number) is int else integer(number)
             timeline, record_id, timestamp, payload, _, _ = records[k - 1]
             policy = policies[k - 1]
             rule = rules.get(id(policy))
