@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import Hooks
@@ -66,7 +66,6 @@ class LeadingEdge:
         self._hooks = hooks
         self._clock = clock
         self._owns = owns
-        self._flying: list[Pending] = []
         # Closes run on a thread of their own: Redis answers one only after the add it is
         # running, which the role thread would otherwise wait out.
         self._closer = ThreadPoolExecutor(
@@ -76,9 +75,9 @@ class LeadingEdge:
         # acknowledged, of one add each; their close found Redis down
         self._unclosed: list[list[Pending]] = []
         self._queued: list[tuple[int, list[OpenDigest]]] = []
-        # each add's digests on their way out, by (partition, nonce): those the broker has
-        # not answered for yet, and those it acknowledged (closed together once none is left)
-        self._adds: dict[tuple[int, str], _Add] = {}
+        # each add's digests on their way out, in the order they were produced: the broker's
+        # answers counted per add, not per digest (closed together once all came)
+        self._adds: list[_Add] = []
 
     @staticmethod
     def nonce() -> str:
@@ -90,9 +89,9 @@ class LeadingEdge:
         """Digests queued, produced or closing, and not closed yet."""
         queued = sum(len(opened) for _, opened in self._queued)
         closing = sum(len(group) for _, group in self._closing)
-        held = sum(len(add.acked) for add in self._adds.values())
+        flying = sum(len(add.items) for add in self._adds)
         unclosed = sum(len(group) for group in self._unclosed)
-        return len(self._flying) + queued + closing + held + unclosed
+        return flying + queued + closing + unclosed
 
     def queue(self, partition: int, opened: list[OpenDigest]) -> None:
         """Keep the digests one add opened for ``publish``: the ingest hands its next batch
@@ -110,14 +109,9 @@ class LeadingEdge:
         closing_at = self._clock.now()
         publisher = self._publisher
         for partition, opened in queued:
-            self._adds[(partition, _nonce_of(opened[0]))] = _Add(len(opened))
-        items = [
-            publisher.prepare_leading(partition, digest, closing_at)
-            for partition, opened in queued
-            for digest in opened
-        ]
-        publisher.produce_many(items)
-        self._flying += items
+            add = _Add(publisher.prepare_leading_add(partition, opened, closing_at))
+            add.expected = publisher.produce_counted(add.items, add.report)
+            self._adds.append(add)
 
     def finish(self, *, wait: float = 0.0, retry: bool = True) -> None:
         """Publish what is queued, close what the broker acknowledged, hand what it refused
@@ -137,20 +131,29 @@ class LeadingEdge:
             self._producer.poll(0)
         failed: list[Pending] = []
         acked: list[Pending] = []
-        flying: list[Pending] = []
-        for item in self._flying:  # one pass: a refused part fails the digest at once
-            (failed if item.errors else acked if item.waiting == 0 else flying).append(item)
-        self._flying = flying
+        answered: list[list[Pending]] = []
+        flying: list[_Add] = []
+        for add in self._adds:  # per add: its digests are looked at once all are answered
+            if add.answered < add.expected:
+                if not retry:
+                    # a handler closes what was acknowledged now, answered for in full or
+                    # not: the rest of such an add stays open until its reports come
+                    done = add.take_acknowledged()
+                    acked += done
+                    if done:
+                        answered.append(done)
+                if add.items:
+                    flying.append(add)
+                continue
+            add_failed, add_acked = add.outcome()
+            failed += add_failed
+            acked += add_acked
+            if add_acked:
+                answered.append(add_acked)
+        self._adds = flying
         if failed:
             self._hand_over(failed)
         self._publisher.published(acked)
-        answered = self._answered(failed, acked)
-        if not retry:
-            # a handler closes what was acknowledged now, answered for in full or not: the
-            # rest of such an add stays open (the store keeps it open), for the take-over
-            answered += [add.acked for add in self._adds.values() if add.acked]
-            for add in self._adds.values():
-                add.acked = []
         again, self._unclosed = self._unclosed, []
         if answered or again:
             self._close(again + answered, wait=blocking)
@@ -177,22 +180,6 @@ class LeadingEdge:
                 self._emitter.emit(
                     partition, [(name, now) for name in names], ScheduleReason.IMMEDIATE
                 )
-
-    def _answered(self, failed: list[Pending], acked: list[Pending]) -> list[list[Pending]]:
-        """Count the broker's answers per add; the acknowledged digests of each add it has
-        answered for in full, one group per add (one whose every publish failed: none)."""
-        done: list[list[Pending]] = []
-        for item, ok in [*((item, False) for item in failed), *((item, True) for item in acked)]:
-            key = (item.partition, _nonce_of(item.digest))
-            add = self._adds[key]
-            add.left -= 1
-            if ok:
-                add.acked.append(item)
-            if add.left == 0:
-                del self._adds[key]
-                if add.acked:
-                    done.append(add.acked)
-        return done
 
     def _close(self, groups: list[list[Pending]], *, wait: bool) -> None:
         """Close acknowledged digests, one call per add (its digests share one close time),
@@ -236,14 +223,68 @@ class LeadingEdge:
 
 
 class _Add:
-    """One add's digests on their way out: how many the broker has not answered for, and
-    those it acknowledged."""
+    """One add's digests on their way out, and the broker's answers for them: counted, one
+    callable for all of its parts (``report``), instead of a closure and a count per digest.
+    A failed part names its digest by its key (the timeline: one digest each per add)."""
 
-    __slots__ = ("acked", "left")
+    __slots__ = ("answered", "expected", "failures", "items", "successes")
 
-    def __init__(self, count: int) -> None:
-        self.left = count
-        self.acked: list[Pending] = []
+    def __init__(self, items: list[Pending]) -> None:
+        self.items = items
+        self.expected = 0  # reports to come (set once produced: some may come before)
+        self.answered = 0
+        self.failures: list[tuple[bytes | None, KafkaError]] = []
+        self.successes: list[Message] = []  # read only by a handler (take_acknowledged)
+
+    def report(self, error: KafkaError | None, message: Message) -> None:
+        """A part's delivery report."""
+        self.answered += 1
+        if error is None:
+            self.successes.append(message)
+        else:
+            self.failures.append((message.key(), error))
+
+    def _failed_by_key(self) -> None:
+        """The failed reports' errors onto their digests."""
+        if self.failures:
+            by_key = {item.digest.timeline.encode(): item for item in self.items}
+            for key, error in self.failures:
+                item = by_key.get(key) if key is not None else None
+                if item is not None:
+                    item.failed(error, str(error))
+            self.failures = []
+
+    def outcome(self) -> tuple[list[Pending], list[Pending]]:
+        """Once every report came: the digests that failed, and those acknowledged."""
+        self._failed_by_key()
+        items, self.items = self.items, []
+        if not any(item.errors for item in items):
+            return [], items
+        return [i for i in items if i.errors], [i for i in items if not i.errors]
+
+    def take_acknowledged(self) -> list[Pending]:
+        """Before every report came (a handler): the digests acknowledged in full so far,
+        taken out of the add (a part of each digest: one per digest but for the rare digest
+        of several parts, which waits for its last one here)."""
+        self._failed_by_key()
+        acked: dict[bytes | None, int] = {}
+        for message in self.successes:
+            key = message.key()
+            acked[key] = acked.get(key, 0) + 1
+        done = [
+            item
+            for item in self.items
+            if not item.errors and acked.get(item.digest.timeline.encode(), 0) == len(item.parts)
+        ]
+        if done:
+            taken = {id(item) for item in done}
+            self.items = [item for item in self.items if id(item) not in taken]
+            # their reports are in: the rest of the add still counts its own
+            self.expected -= sum(len(item.parts) for item in done)
+            self.answered -= sum(len(item.parts) for item in done)
+            keys = {item.digest.timeline.encode() for item in done}
+            self.successes = [m for m in self.successes if m.key() not in keys]
+        return done
 
 
 def _nonce_of(digest: OpenDigest) -> str:

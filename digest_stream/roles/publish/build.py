@@ -18,7 +18,7 @@ from digest_stream.roles.publish.parts import encoded_parts, part_budget
 from digest_stream.store.base import OpenDigest
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.wire import codec, envelope
-from digest_stream.wire.formats import DigestFormat
+from digest_stream.wire.formats import DigestFormat, DigestHead
 from digest_stream.wire.models import Digest, Record, ScheduleReason
 
 Headers = list[tuple[str, bytes]]
@@ -74,7 +74,15 @@ def one_part(
     format without a fast path), which ``build`` takes through the models."""
     if policy.collapse_by is not None:
         return None
-    stored = output.from_stored(head(scheduled, digest, now), digest.records, checked)
+    return one_part_of(head(scheduled, digest, now), digest, max_bytes, output, checked)
+
+
+def one_part_of(
+    fields: DigestHead, digest: OpenDigest, max_bytes: int, output: DigestFormat, checked: bool
+) -> tuple[bytes, Headers] | None:
+    """``one_part`` of a digest whose own fields (``head``) are worked out already (the
+    leading edge shares them across an add's digests) and whose policy collapses nothing."""
+    stored = output.from_stored(fields, digest.records, checked)
     if stored is not None and len(stored[0]) <= part_budget(digest.timeline, stored[1], max_bytes):
         return stored
     return None

@@ -43,7 +43,7 @@ _REASONS = {member.value: member for member in DigestReason}
 def reason(scheduled: ScheduleReason, digest: OpenDigest) -> DigestReason:
     """RECOVERED for a re-announced delivery (``scheduled``: its schedule entry's reason),
     else why the store made the timeline due."""
-    if scheduled == ScheduleReason.RECOVERED:
+    if scheduled is ScheduleReason.RECOVERED:  # (an enum's == is a method call)
         return DigestReason.RECOVERED
     return _REASONS.get(digest.reason) or DigestReason(digest.reason)
 

@@ -19,13 +19,14 @@ from confluent_kafka import KafkaError, Message, Producer
 from digest_stream.clock import Clock
 from digest_stream.ops.hooks import Hooks
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.publish.build import build, one_part
+from digest_stream.roles.publish.build import build, one_part, one_part_of
+from digest_stream.roles.publish.compose import reason
 from digest_stream.roles.publish.produce import Pending, produce_batch, produce_parts
 from digest_stream.roles.publish.report import Report
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestTarget, OpenDigest
 from digest_stream.wire import formats
-from digest_stream.wire.models import ScheduleReason
+from digest_stream.wire.models import DigestReason, ScheduleReason
 from digest_stream.wire.schedule_fields import ScheduleFields
 
 
@@ -68,6 +69,47 @@ class DigestPublisher:
         return self._prepare(
             None, partition, scheduled_at, ScheduleReason.IMMEDIATE, digest, closing_at, True
         )
+
+    def prepare_leading_add(
+        self, partition: int, opened: Sequence[OpenDigest], closing_at: float
+    ) -> list[Pending]:
+        """``prepare_leading`` for every digest one add opened, what they share worked out
+        once: their reason, and each distinct due rule's ``next_delivery_at`` (an add's
+        digests mostly share one). Hot path: at one event per timeline, this is the publish
+        of nearly every digest (docs/benchmarks.md)."""
+        if self._hooks:  # hooks see each digest whole: the one path
+            return [self.prepare_leading(partition, digest, closing_at) for digest in opened]
+        max_bytes, output = self._settings.max_message_bytes, self._format
+        immediate = ScheduleReason.IMMEDIATE
+        next_at: dict[int, int] = {}  # by id() of the due rule
+        reasons: dict[str, DigestReason] = {}  # by the store's reason (an add's: IMMEDIATE)
+        items: list[Pending] = []
+        for digest in opened:
+            rule = digest.due_rule
+            scheduled_at = int(digest.opened_at * 1000)
+            stored = None
+            if rule.policy.collapse_by is None:
+                at = next_at.get(id(rule))
+                if at is None:
+                    at = next_at[id(rule)] = rule.next_delivery_at(closing_at)
+                why = reasons.get(digest.reason)
+                if why is None:
+                    why = reasons[digest.reason] = reason(immediate, digest)
+                fields = (
+                    digest.id, digest.timeline, digest.dropped, scheduled_at, why,
+                    len(digest.records) + digest.dropped, at,
+                )  # fmt: skip
+                stored = one_part_of(fields, digest, max_bytes, output, True)
+            if stored is None:
+                items.append(self.prepare_leading(partition, digest, closing_at))
+                continue
+            value, headers = stored
+            item = Pending(
+                None, partition, scheduled_at, immediate, digest, [value], None, closing_at,
+                headers=headers,
+            )  # fmt: skip
+            items.append(item)
+        return items
 
     def again(self, item: Pending, closing_at: float) -> Pending:
         """``item`` built again for another attempt, its close now at ``closing_at``."""
@@ -157,6 +199,44 @@ class DigestPublisher:
         topic = self._settings.output_topic
         for item in produce_batch(self._producer, topic, batch, self._format.frame, reports):
             self.produce(item)  # no room in the queue: one by one, waiting for room
+
+    def produce_counted(
+        self, items: Sequence[Pending], on_delivery: Callable[[KafkaError | None, Message], None]
+    ) -> int:
+        """``produce_many`` with one delivery report callable for every part of ``items``
+        (the leading edge counts an add's reports, not each digest's), the digests of one
+        part and no headers in one batch call. A part refused at once fails its digest
+        (``item.errors``) and sends no report. Returns how many reports to expect."""
+        batch: list[Pending] = []
+        topic, frame, producer = self._settings.output_topic, self._format.frame, self._producer
+        expected = 0
+        for item in items:
+            if len(item.parts) == 1 and not item.headers:
+                batch.append(item)
+            else:
+                expected += self._produce_counting(item, on_delivery)
+        if not batch:
+            return expected
+        reports = [on_delivery] * len(batch)
+        no_room = produce_batch(producer, topic, batch, frame, reports)
+        expected += sum(1 for item in batch if not item.errors) - len(no_room)
+        for item in no_room:  # one by one, waiting for room
+            expected += self._produce_counting(item, on_delivery)
+        return expected
+
+    def _produce_counting(
+        self, item: Pending, on_delivery: Callable[[KafkaError | None, Message], None]
+    ) -> int:
+        """Produce ``item``'s parts with ``on_delivery`` as their report; how many went."""
+        produced = [0]
+
+        def count() -> None:
+            produced[0] += 1
+
+        topic = self._settings.output_topic
+        if produce_parts(self._producer, topic, item, self._format.frame, on_delivery, count):
+            self._queue_full.inc()
+        return produced[0]
 
     def published(self, items: Sequence[Pending]) -> None:
         """Count acknowledged digests and tell the hooks."""

@@ -7,7 +7,7 @@ error replies to the store's exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import cast
 
 from redis.exceptions import ResponseError
@@ -26,9 +26,10 @@ from digest_stream.store.base import (
     leading_id,
     reason_of,
 )
-from digest_stream.store.due import NextDue
+from digest_stream.store.due import NextDue, next_due
 from digest_stream.store.errors import InvalidArgument, InvalidState
 from digest_stream.store.limits import CAUSES
+from digest_stream.store.policy import TimelinePolicy
 from digest_stream.store.redis import protocol
 
 #: A reply piece, before it is checked.
@@ -134,15 +135,22 @@ def add_result(
     reply: Reply,
     records: Sequence[NewRecord],
     now: float,
-    rule: Callable[[str], NextDue],
+    timelines: Sequence[str],
+    policies: Sequence[TimelinePolicy],
     nonce: str | None,
 ) -> AddResult:
     """``ds_add`` (protocol.ADD_REPLY); ``records``, ``now`` and ``nonce``: the call's (a led
     digest holds its timeline's records of the call, not sent back, and its id is the nonce
-    and its number); ``rule``: a timeline's due rule, which each led digest carries."""
+    and its number); ``timelines`` and ``policies``: the call's packed timelines in order and
+    each one's policy, whose due rule its led digest carries."""
     values = array(reply)
     led = array(values[_ADD["led"]])
     fence_before = optional_integer(values[_ADD["fence_before"]])
+    opened = (
+        led_digests(led, records, fence_before, now, timelines, policies, nonce or "")
+        if led
+        else []
+    )
     return AddResult(
         ready=[text(name) for name in array(values[_ADD["ready"]])],
         added=integer(values[_ADD["added"]]),
@@ -152,7 +160,7 @@ def add_result(
         fence_after=optional_integer(values[_ADD["fence_after"]]),
         fence_topic=optional_text(values[_ADD["fence_topic"]]),
         cancelled=integer(values[_ADD["cancelled"]]),
-        opened=led_digests(led, records, fence_before, now, rule, nonce or "") if led else [],
+        opened=opened,
     )
 
 
@@ -161,18 +169,41 @@ def led_digests(
     records: Sequence[NewRecord],
     fence_before: int | None,
     now: float,
-    rule: Callable[[str], NextDue],
+    timelines: Sequence[str],
+    policies: Sequence[TimelinePolicy],
     nonce: str,
 ) -> list[OpenDigest]:
     """The digests an add led ({number, ...}: timeline k's id is the nonce and k, timeline k
-    the call's k-th, in the order its records name them), from the call's own records: those
-    the add applied, one per id (its first place, its last value), newest first."""
-    # the call's timelines in the order writes.py packed them (a batch with controls leads
-    # none: every record here is one)
-    names = [*dict.fromkeys(record[0] for record in records)]
-    ids = {names[integer(number) - 1]: leading_id(nonce, integer(number)) for number in led}
+    the call's k-th of ``timelines``, in the order its records name them), from the call's
+    own records: those the add applied, one per id (its first place, its last value), newest
+    first."""
+    # Hot path: the rule of each distinct policy object once (most timelines share one).
+    rules: dict[int, NextDue] = {}
+    if len(led) == len(records):
+        # As many led as records, each with at least one applied: every record applied and
+        # its timeline's only one, so timeline k's record is the k-th (the common add).
+        digests = []
+        for number in led:
+            k = number if type(number) is int else integer(number)
+            timeline, record_id, timestamp, payload, _, _ = records[k - 1]
+            policy = policies[k - 1]
+            rule = rules.get(id(policy))
+            if rule is None:
+                rule = rules[id(policy)] = next_due(policy)
+            digests.append(
+                OpenDigest(
+                    leading_id(nonce, k),
+                    timeline,
+                    [StoredRecord(record_id, float(timestamp), payload)],
+                    0,
+                    now,
+                    next_due=rule,
+                )
+            )
+        return digests
+    numbers = {timelines[integer(number) - 1]: integer(number) for number in led}
     fence = -1 if fence_before is None else fence_before
-    held: dict[str, dict[str, StoredRecord]] = {name: {} for name in ids}
+    held: dict[str, dict[str, StoredRecord]] = {name: {} for name in numbers}
     for timeline, record_id, timestamp, payload, offset, _ in records:
         # the running fence, as the add applies them (docs/store.md): a record at or below
         # an offset applied before it in the call is skipped, whatever its timeline
@@ -183,13 +214,17 @@ def led_digests(
         if kept is not None:
             kept[record_id] = StoredRecord(record_id, float(timestamp), payload)
     digests = []
-    for name, digest_id in ids.items():
+    for name, number in numbers.items():
         kept = held[name]
         # most led timelines hold one record: nothing to order
         ordered = (
             [*kept.values()] if len(kept) == 1 else sorted(kept.values(), key=age_key, reverse=True)
         )
-        digests.append(OpenDigest(digest_id, name, ordered, 0, now, next_due=rule(name)))
+        policy = policies[number - 1]
+        rule = rules.get(id(policy))
+        if rule is None:
+            rule = rules[id(policy)] = next_due(policy)
+        digests.append(OpenDigest(leading_id(nonce, number), name, ordered, 0, now, next_due=rule))
     return digests
 
 

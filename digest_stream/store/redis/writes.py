@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 from digest_stream.store import validate
 from digest_stream.store.base import DEFAULT_SLICE, AddResult, DueBatch, NewRecord, new_nonce
-from digest_stream.store.due import next_due
 from digest_stream.store.limits import MAX_OFFSET
+from digest_stream.store.policy import TimelinePolicy
 from digest_stream.store.redis import protocol, replies
 from digest_stream.store.redis.calls import RedisCalls
 from digest_stream.store.redis.policy_wire import PolicyTable
@@ -67,6 +67,7 @@ class RedisWrites:
     ) -> AddResult:
         """One ds_add, a batch holding controls included (packed as its last argument)."""
         index: dict[str, int] = {}
+        resolved: list[TimelinePolicy] = []  # each packed timeline's policy, in order
         # Hot path (bench/hotpath_bench.py): a batch's timelines mostly share one policy
         # object (the default); the table checks and packs each object once per call.
         policies = PolicyTable(now)
@@ -115,7 +116,9 @@ class RedisWrites:
             position = index.get(timeline)
             if position is None:
                 position = index[timeline] = len(index) + 1
-                number = policies.index(self.calls.resolver(timeline), timeline)
+                policy = self.calls.resolver(timeline)
+                resolved.append(policy)
+                number = policies.index(policy, timeline)
                 name = timeline.encode()
                 timeline_parts += (_TIMELINE_HEAD(number, len(name)), name)
             encoded_id = record_id.encode()
@@ -146,10 +149,8 @@ class RedisWrites:
                 *((b"".join(control_parts),) if control_parts else ()),
             ],
         )
-        # the leading edge's digests, each with its due rule (store.due)
-        return replies.add_result(
-            reply, records, now, lambda timeline: next_due(self.calls.resolver(timeline)), nonce
-        )
+        # the leading edge's digests, each with its timeline's due rule (store.due)
+        return replies.add_result(reply, records, now, [*index], resolved, nonce)
 
     def schedule(
         self, partition: int, now: float, *, limit: int = DEFAULT_SLICE, nonce: str | None = None

@@ -217,3 +217,49 @@ def test_a_batch_produce_refused_as_a_whole_hands_every_digest_to_delivery() -> 
         info = rig.store.inspect(0, f"t{n}")
         assert (info.state, info.open_records) == ("ready", 1)  # still open, same id
     assert rig.ingest.leading_in_flight == 0
+
+
+def test_a_handler_closes_the_acknowledged_digests_of_an_add_still_answering() -> None:
+    # One add leads two timelines; the broker has answered for one when the partition is
+    # revoked: that one is closed in the handler, the other when its own report comes.
+    rig = Rig()
+    rig.consumer.assign([0])
+    rig.producer.hold = True
+    rig.send("a", "r1")
+    rig.send("b", "r2")
+    rig.step_until(lambda: rig.ingest.leading_in_flight == 2)
+    (first_report, first), second = rig.producer.pending
+    assert first.key() == b"a"
+    assert first_report is not None
+    first_report(None, first)  # the broker's answer for "a" only
+    rig.producer.pending = [second]
+    rig.consumer.revoke([0])
+    assert rig.ingest.leading_in_flight == 1  # "b" is still on its way
+    assert rig.store.inspect(0, "a").state == "cooling"
+    assert rig.store.inspect(0, "b").state == "ready"  # open, behind its publish
+    rig.producer.hold = False
+    rig.step_until(lambda: rig.ingest.leading_in_flight == 0)
+    assert rig.store.inspect(0, "b").state == "cooling"
+
+
+def test_a_failed_part_fails_its_own_digest_of_the_add_alone() -> None:
+    # The add's reports are counted together; the one that failed names its digest by key.
+    rig = Rig()
+    rig.consumer.assign([0])
+    rig.producer.hold = True
+    for name in ("a", "b", "c"):
+        rig.send(name, f"r-{name}")
+    rig.step_until(lambda: rig.ingest.leading_in_flight == 3)
+    (report_a, a), (report_b, b), (report_c, c) = rig.producer.pending
+    rig.producer.pending = []
+    assert report_a is not None
+    assert report_b is not None
+    assert report_c is not None
+    report_a(None, a)
+    report_b(KafkaError(KafkaError._MSG_TIMED_OUT), b)
+    report_c(None, c)
+    rig.producer.hold = False
+    rig.step_until(lambda: rig.ingest.leading_in_flight == 0)
+    states = {name: rig.store.inspect(0, name).state for name in ("a", "b", "c")}
+    assert states == {"a": "cooling", "b": "ready", "c": "cooling"}  # b: left to delivery
+    assert rig.entries() == [("b", ScheduleReason.IMMEDIATE)]  # announced, same digest
