@@ -52,16 +52,21 @@ def head(scheduled: ScheduleReason, digest: OpenDigest, now: float) -> DigestHea
     """The whole digest's own fields (a format's fast path lays its records out itself);
     ``scheduled``: its schedule entry's reason; ``next_delivery_at`` is the store's due rule
     that came with it (store.due), evaluated at ``now``, its close."""
-    rule = digest.due_rule
+    return head_of(digest, reason(scheduled, digest), digest.due_rule.next_delivery_at(now))
+
+
+def head_of(digest: OpenDigest, why: DigestReason, next_delivery_at: int) -> DigestHead:
+    """``head`` with its reason and ``next_delivery_at`` worked out already (the leading edge
+    shares both across an add's digests)."""
     return (
         digest.id,
         digest.timeline,
         digest.dropped,
         int(digest.opened_at * 1000),
-        reason(scheduled, digest),
+        why,
         # what the digest took from the timeline plus what capacity trimmed before it
         len(digest.records) + digest.dropped,
-        rule.next_delivery_at(now),
+        next_delivery_at,
     )
 
 

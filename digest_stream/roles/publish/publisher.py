@@ -20,7 +20,7 @@ from digest_stream.clock import Clock
 from digest_stream.ops.hooks import Hooks
 from digest_stream.ops.metrics import Metrics
 from digest_stream.roles.publish.build import build, one_part, one_part_of
-from digest_stream.roles.publish.compose import reason
+from digest_stream.roles.publish.compose import head_of, reason
 from digest_stream.roles.publish.produce import Pending, produce_batch, produce_parts
 from digest_stream.roles.publish.report import Report
 from digest_stream.settings import Settings
@@ -86,7 +86,6 @@ class DigestPublisher:
         items: list[Pending] = []
         for digest in opened:
             rule = digest.due_rule
-            scheduled_at = int(digest.opened_at * 1000)
             stored = None
             if rule.policy.collapse_by is None:
                 at = next_at.get(id(rule))
@@ -95,18 +94,14 @@ class DigestPublisher:
                 why = reasons.get(digest.reason)
                 if why is None:
                     why = reasons[digest.reason] = reason(immediate, digest)
-                fields = (
-                    digest.id, digest.timeline, digest.dropped, scheduled_at, why,
-                    len(digest.records) + digest.dropped, at,
-                )  # fmt: skip
-                stored = one_part_of(fields, digest, max_bytes, output, True)
+                stored = one_part_of(head_of(digest, why, at), digest, max_bytes, output, True)
             if stored is None:
                 items.append(self.prepare_leading(partition, digest, closing_at))
                 continue
             value, headers = stored
             item = Pending(
-                None, partition, scheduled_at, immediate, digest, [value], None, closing_at,
-                headers=headers,
+                None, partition, int(digest.opened_at * 1000), immediate, digest, [value], None,
+                closing_at, headers=headers,
             )  # fmt: skip
             items.append(item)
         return items

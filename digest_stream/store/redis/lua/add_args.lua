@@ -13,11 +13,12 @@
 -- A timeline of an add call: its own state and its (shared) policy, not a copy of the
 -- policy's values (at one record per timeline, every per-timeline field is per-record
 -- work). The state fields add and begin_timelines set are made here, so the table is
--- allocated at its final size once.
-local function new_timeline(policy, timeline, key, number)
+-- allocated at its final size once. `ready`, `due`: its schedule state when the caller read
+-- it (read_schedule), else false and nil (begin_timelines reads it).
+local function new_timeline(policy, timeline, key, number, ready, due)
     return {
-        timeline = timeline, key = key, policy = policy, number = number, ready = false,
-        due_changed = false, became_ready = false, head = false, batch = false, touched = false,
+        timeline = timeline, key = key, policy = policy, number = number,
+        ready = ready or false, due = due, due_changed = false, became_ready = false, head = false, batch = false, touched = false,
     }
 end
 
@@ -58,24 +59,19 @@ end
 -- {timeline, id, timestamp, offset, payload, start}; else as three lists by record
 -- (leading_lane.lua): its timeline's number, its offset and its place in the argument (its
 -- payload skipped, cut out only where a path reads it: record_tables, batches.lua). Returns
--- the tables, those lists, the highest offset (-1: none), the first record's offset, and
--- whether record k names timeline k, every one of them, at rising offsets (the leading edge's
--- common call, one_each: then `of` is left empty). Per record, the checks run
+-- the tables, those lists (`of` holds only the records that do not name the timeline of
+-- their own number: of[k] nil is timeline k), the highest offset (-1: none), and whether
+-- record k names timeline k, every one of them, at rising offsets (the leading edge's common
+-- call: one_each). Per record, the checks run
 -- inline and the parse_* helpers only raise the error: this loop is the one part of the
 -- library that runs once per record.
 local function parse_records(packed, timeline_count, through_offset, timelines)
-    local records, of, offsets, starts, count, top, first = {}, {}, {}, {}, 0, -1, nil
+    local records, of, offsets, starts, count, top = {}, {}, {}, {}, 0, -1
     -- the loop's library functions and limits as locals: read once per call, not per record
     local unpack, huge, last = struct.unpack, math.huge, through_offset or MAX_OFFSET
     -- the lists' form reads up to the payload's length (RECORD_FORMAT without its last c0)
     local format = timelines and RECORD_FORMAT or string.sub(RECORD_FORMAT, 1, -3)
-    -- record k names timeline k, at rising offsets, so far: `of` unwritten
-    local one_each = timelines == nil
-    local function undo_one_each(done) -- writes it for the records so far
-        for k = 1, done do
-            of[k] = k
-        end
-    end
+    local one_each = timelines == nil -- so far
     unpacked(function()
         local position, size = 1, #packed
         while position <= size do
@@ -111,50 +107,33 @@ local function parse_records(packed, timeline_count, through_offset, timelines)
                     offset = offset, payload = payload,
                     start = start, -- its place (a leading batch keeps it: batches.lua)
                 }
-            elseif one_each and index == count and offset > top then
-                offsets[count], starts[count] = offset, start -- and of[count] == count
             else
-                if one_each then
+                offsets[count], starts[count] = offset, start
+                if index ~= count then
+                    of[count], one_each = index, false
+                elseif offset <= top then
                     one_each = false
-                    undo_one_each(count - 1)
                 end
-                of[count], offsets[count], starts[count] = index, offset, start
             end
             if offset > top then
                 top = offset
             end
-            if count == 1 then
-                first = offset
-            end
-        end
-        if one_each and count ~= timeline_count then
-            one_each = false
-            undo_one_each(count)
         end
     end, 'records')
-    return records, of, offsets, starts, top, first, one_each
+    return records, of, offsets, starts, top, one_each and count == timeline_count
 end
 
--- The records `selected` (numbers among the call's records, in order; nil: all) as the
+-- The records `selected` (numbers among the call's records, in order) as the
 -- state machine reads them (add.lua): a table each, {timeline, id, timestamp, offset,
--- payload, start}, its timeline the table of `timelines` (by number, made here when
--- missing: new_timeline).
+-- payload, start}, its timeline the table of `timelines` (by number).
 local function record_tables(call, selected, timelines)
     local records, packed, unpack = {}, call.records_arg, struct.unpack
-    local names, policy_of, prefix = call.names, call.policy_of, call.key_prefix
     local starts = call.record_starts
-    for i = 1, selected and #selected or #starts do
-        local number = selected and selected[i] or i
+    for i, number in ipairs(selected) do
         local start = starts[number]
         local index, id, timestamp, offset, payload = unpack(RECORD_FORMAT, packed, start)
-        local timeline = timelines[index]
-        if timeline == nil then
-            local name = names[index]
-            timeline = new_timeline(policy_of[index], name, prefix .. name, index)
-            timelines[index] = timeline
-        end
         records[i] = {
-            timeline = timeline, id = id, timestamp = timestamp, offset = offset,
+            timeline = timelines[index], id = id, timestamp = timestamp, offset = offset,
             payload = payload,
             start = start, -- its place in the argument (a leading batch keeps it: batches.lua)
         }

@@ -21,10 +21,11 @@ local function lead_lane(call, fence, totals)
     -- per timeline number, its applied records' count and the first one's number; nil when
     -- record k is timeline k's one record, every one applied (one_each above the fence)
     local count_of, first_of, applied, added
-    if call.one_each and call.record_count > 0 and call.first_offset > fence then
-        added, fence = call.record_count, call.top_offset
+    local offsets = call.record_offsets
+    if call.one_each and #offsets > 0 and offsets[1] > fence then
+        added, fence = #offsets, call.top_offset
     else
-        local of, offsets = call.record_timelines, call.record_offsets
+        local of = call.record_timelines
         count_of, first_of, applied, added = {}, {}, {}, 0
         for i = 1, #offsets do
             local offset = offsets[i]
@@ -34,7 +35,7 @@ local function lead_lane(call, fence, totals)
                 fence = offset
                 added = added + 1
                 applied[added] = i
-                local number = of[i] or i -- (one_each leaves `of` empty)
+                local number = of[i] or i -- (nil: record i names timeline i)
                 local count = count_of[number]
                 if count == nil then
                     count_of[number], first_of[number] = 1, i
@@ -105,17 +106,15 @@ local function lead_lane(call, fence, totals)
     for number = 1, timeline_count do
         if not led[number] and (count_of == nil or count_of[number] ~= nil) then
             local name = names[number]
-            local timeline = new_timeline(policy_of[number], name, call.key_prefix .. name,
-                number)
-            timeline.ready, timeline.due = ready[number] ~= false, due[number]
-            timelines[number], stepped = timeline, true
+            timelines[number] = new_timeline(policy_of[number], name, call.key_prefix .. name,
+                number, ready[number] ~= false, due[number])
+            stepped = true
         end
     end
     if stepped then
         local of, selected, s = call.record_timelines, {}, 0
         for j = 1, added do
-            -- one_each: record j is timeline j's
-            local i = applied and applied[j] or j
+            local i = applied and applied[j] or j -- (one_each: all of them)
             if timelines[of[i] or i] ~= nil then
                 s = s + 1
                 selected[s] = i

@@ -102,21 +102,17 @@ local function parse_add(keys, args)
         timelines = {}
         for number = 1, #names do
             local name = names[number]
-            local timeline = new_timeline(policy_of[number], name, prefix .. name, number)
-            if ready ~= nil then
-                timeline.ready, timeline.due = ready[number] ~= false, due[number]
-            end
-            timelines[number] = timeline
+            timelines[number] = new_timeline(policy_of[number], name, prefix .. name, number,
+                ready and ready[number] ~= false, due and due[number])
         end
     end
     call.records, call.record_timelines, call.record_offsets, call.record_starts,
-        call.top_offset, call.first_offset, call.one_each = parse_records(args[packed + 1],
-            #names, call.through_offset, timelines)
-    call.record_count = call.lane and #call.record_starts or #call.records
+        call.top_offset, call.one_each = parse_records(args[packed + 1], #names,
+            call.through_offset, timelines)
     -- a leading batch keeps both arguments as they came (batches.lua)
     call.timelines_arg, call.records_arg = args[packed], args[packed + 1]
     if args[packed + 2] ~= nil then
-        call.controls = parse_controls(args[packed + 2], call.record_count, call.through_offset,
+        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset,
             policies)
     end
     return call
