@@ -27,7 +27,7 @@ from digest_stream.store.redis.policy_wire import POLICY_FIELDS
 NAME = "digest_stream"
 #: Version of the library this code expects on the server (``ds_version`` answers it): bump it
 #: with any change of the Lua, so a node running other code is told apart by version first.
-VERSION = "31"
+VERSION = "32"
 
 #: The parts of ``store/redis/lua/``, in the order they are joined: each uses only names that the
 #: constants or the parts before it define (a local not yet declared would be read as a global).
@@ -47,6 +47,7 @@ PARTS = (
     "add_args",
     "add",
     "leading_lane",
+    "append_lane",
 )
 #: The command files (``lua/commands/<function>.lua``), joined after the parts, each declaring
 #: its command's callback; the registrations follow them.

@@ -298,7 +298,7 @@ do
     end
 
     -- ds_delete: `timeline`'s index entry goes (a digest in batch form with it: its open batch
-    -- counts one fewer). Returns 1 when its batch is still there (the digest open, or the
+    -- counts one fewer and lists the timeline among its ordinary digests). Returns 1 when its batch is still there (the digest open, or the
     -- timeline cooling since the close), else 0.
     local function forget(tag, timeline)
         local entries = index_entries(tag, {timeline})
@@ -311,6 +311,12 @@ do
             if head.state == 'o' then
                 head.formed = head.formed - 1
                 write_batch_count(tag, head)
+                -- listed among the batch's ordinary digests, so that its close finds it gone
+                -- (closed: no) instead of counting it in the batch's one write
+                local digests = batch_digests_key(tag, head.nonce)
+                local ms = redis.call('PTTL', batch_key(tag, head.nonce))
+                redis.call('RPUSH', digests, timeline)
+                extend_ttl(digests, ms > 0 and ms or 1000)
             end
         end
         redis.call('HDEL', index_key(tag), timeline)

@@ -99,7 +99,7 @@ local function lead_lane(call, fence, totals)
         end
     end
     totals.partition_ttl = partition_ttl
-    if led_count == timeline_count then
+    if led_count == timeline_count and first_of == nil then
         return fence -- every timeline led (one_each's common case)
     end
     local timelines, stepped = {}, false
@@ -121,9 +121,16 @@ local function lead_lane(call, fence, totals)
             end
         end
         add_applied(call, record_tables(call, selected, timelines), totals, true)
-        if led_count > 0 and leading.led_count > 0 then
-            table.sort(leading.opened) -- in the timelines' order, as one path lists them
+        if led_count > 0 and leading.led_count > 0 and first_of == nil then
+            table.sort(leading.opened) -- by number: record k is timeline k's (one_each)
         end
+    end
+    if first_of ~= nil and #leading.opened > 1 then
+        -- in the order the timelines' first applied records come, as one path lists them:
+        -- a record skipped at or below the fence may have given a timeline its number
+        table.sort(leading.opened, function(a, b)
+            return first_of[a] < first_of[b]
+        end)
     end
     return fence
 end

@@ -5,9 +5,9 @@
 --   open_nonce, numbering, policies, timelines, records, controls?
 -- Reply: ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled, led
 -- Holds: parse_add, add_refused, add.
--- Needs: ADD_ARGS, ADD_NUMBERING, ADD_REPLY, INLINE_MAX_RECORDS, LIBRARY_VERSION, MAX_OFFSET
---   (Python); POLICY_WIDTH, invalid_argument, parse_integer, parse_nonce, parse_policies,
---   parse_time, parse_topic_id, parse_ttl (guards); add_run, add_with_controls, advance_fence,
+-- Needs: ADD_ARGS, ADD_NUMBERING, ADD_REPLY, INLINE_MAX_RECORDS, LIBRARY_VERSION, MAX_OFFSET,
+--   RECORD_FORMAT (Python); append_lane (append_lane); POLICY_WIDTH, invalid_argument,
+--   parse_integer, parse_nonce, parse_policies, parse_time, parse_topic_id, parse_ttl (guards); add_run, add_with_controls, advance_fence,
 --   read_schedule (add); batches (batches); begin_leading, end_leading (leading); call_tag,
 --   timeline_key (keys); format_integer, ttl_ms (encoding); lead_lane (leading_lane);
 --   new_timeline, parse_controls, parse_records, parse_timelines (add_args); read_fence,
@@ -82,20 +82,35 @@ local function parse_add(keys, args)
     local prefix = timeline_key(tag, '') -- a timeline's key: it and the name
     call.names, call.policy_of, call.key_prefix, call.timeline_count = names, policy_of,
         prefix, #names
-    -- A leading add reads its timelines' schedule state here (read_schedule, by number): with
-    -- a timeline in neither set (maybe new) it takes leading_lane.lua's lists; else (every
-    -- one READY or WAITING: the append) the tables, that state already in them (call.known).
+    -- An add without controls reads its timelines' schedule state here (read_schedule, by
+    -- number). A leading add with a timeline in neither set (maybe new) takes
+    -- leading_lane.lua's lists; one whose timelines are all READY or WAITING, one record each
+    -- as its second record suggests (the interleaved append), append_lane.lua's; every other
+    -- takes the tables, that state already in them (call.known).
     local ready, due
-    if call.open_nonce ~= nil and args[packed + 2] == nil then
+    if args[packed + 2] == nil then
         ready, due = read_schedule(tag, names)
-        call.ready_of, call.due_of = ready, due
+        call.ready_of, call.due_of, call.known = ready, due, true
+        local absent = false
         for number = 1, #names do
             if ready[number] == false and due[number] == nil then
-                call.lane = true
+                absent = true
                 break
             end
         end
-        call.known = not call.lane
+        if absent and call.open_nonce ~= nil then
+            call.lane = 'lead'
+        elseif not absent and #names > 1 then
+            -- record 2 names timeline 2: no record before it shares its timeline (the
+            -- caller numbers timelines as its records name them first)
+            local records_arg = args[packed + 1]
+            local _, _, _, _, length, position = struct.unpack(string.sub(RECORD_FORMAT, 1, -3),
+                records_arg, 1)
+            if #records_arg >= position + length
+                    and struct.unpack('>I4', records_arg, position + length) == 2 then
+                call.lane = 'append'
+            end
+        end
     end
     local timelines
     if not call.lane then
@@ -150,8 +165,10 @@ local function add(keys, args)
         partition_ttl = call.partition_ttl}
     call.leading = begin_leading(call, call.timeline_count)
     local fence
-    if call.lane then
+    if call.lane == 'lead' then
         fence = lead_lane(call, fence_before or -1, totals)
+    elseif call.lane == 'append' then
+        fence = append_lane(call, fence_before or -1, totals)
     elseif call.controls == nil then
         fence = add_run(call, 1, #call.records, fence_before or -1, totals)
     else
