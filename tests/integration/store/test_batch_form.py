@@ -90,3 +90,21 @@ def test_a_batch_lost_while_open_reports_its_records_expired(
     reopened = redis_store.open(0, "a", new_id(), T0 + 1001)
     assert (reopened.records, reopened.expired) == ([], True)
     assert not client.exists(key(namespace, "batches"))  # nothing left listed open
+
+
+def test_a_timeline_deleted_while_its_batch_is_open_is_not_reported_closed(
+    redis_store: RedisStore,
+) -> None:
+    # The model's answer (test_stateful found the difference): a digest that is gone is not
+    # closed, whether the batch's one write closes the others or not.
+    for round_, targets_kept in enumerate((slice(None), slice(1, 2))):
+        nonce = new_nonce()
+        names = [f"d{i}-{new_id()[:6]}" for i in range(3)]
+        records = [rec(name, 3 * round_ + i) for i, name in enumerate(names)]
+        result = redis_store.add(0, records, T0, open_nonce=nonce)
+        assert [d.timeline for d in result.opened] == names
+        assert redis_store.delete(0, names[1])
+        targets = [(0, d.timeline, d.id) for d in result.opened][targets_kept]
+        closed = redis_store.close_leading(nonce, targets, T0 + 1)
+        assert closed == [timeline != names[1] for _, timeline, _ in targets]
+        assert redis_store.inspect(0, names[1]).state == "absent"

@@ -80,7 +80,8 @@ local function begin_timelines(tag, touched, names, keys, now, known)
     -- meta: append_inline), and nothing at all when EXISTS finds none of them (new timelines)
     local any = call_chunked('EXISTS', nil, keys) > 0
     for i, timeline in ipairs(touched) do
-        local head = any and read_head(timeline.key, true) or {kind = 'none'}
+        -- (a head read already, by append_lane, with nothing written since, is that read)
+        local head = timeline.head or any and read_head(timeline.key, true) or {kind = 'none'}
         timeline.head, timeline.batch = head, {}
         local closed_at = timeline.cooled_at
         if closed_at ~= nil and head.kind == 'none' and not timeline.ready
@@ -304,14 +305,14 @@ end
 
 -- Records of records[first..last] point at a timeline state of their own: a run after a
 -- control reads its timelines again (the control changed them in Redis).
-local function fresh_timelines(records, first, last)
+local function fresh_timelines(call, records, first, last)
     local fresh = {}
     for i = first, last do
         local record = records[i]
         local timeline = fresh[record.timeline]
         if timeline == nil then
             local old = record.timeline
-            timeline = new_timeline(old.policy, old.timeline, old.key, old.number)
+            timeline = new_timeline(call, old.number, false)
             fresh[old] = timeline
         end
         record.timeline = timeline
@@ -326,7 +327,7 @@ local function add_with_controls(call, fence, totals)
     for _, control in ipairs(call.controls) do
         if control.before > done then
             if done > 0 then
-                fresh_timelines(records, done + 1, control.before)
+                fresh_timelines(call, records, done + 1, control.before)
             end
             fence = add_run(call, done + 1, control.before, fence, totals)
             done = control.before
@@ -353,7 +354,7 @@ local function add_with_controls(call, fence, totals)
     end
     if #records > done then
         if done > 0 then
-            fresh_timelines(records, done + 1, #records)
+            fresh_timelines(call, records, done + 1, #records)
         end
         fence = add_run(call, done + 1, #records, fence, totals)
     end

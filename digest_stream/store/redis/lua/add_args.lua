@@ -13,12 +13,16 @@
 -- A timeline of an add call: its own state and its (shared) policy, not a copy of the
 -- policy's values (at one record per timeline, every per-timeline field is per-record
 -- work). The state fields add and begin_timelines set are made here, so the table is
--- allocated at its final size once. `ready`, `due`: its schedule state when the caller read
--- it (read_schedule), else false and nil (begin_timelines reads it).
-local function new_timeline(policy, timeline, key, number, ready, due)
+-- allocated at its final size once. Timeline `number` of `call` (its name and policy from
+-- parse_add's lists); `known`: its schedule state as parse_add read it (call.ready_of,
+-- call.due_of), else READY false and no due time (begin_timelines reads it).
+local function new_timeline(call, number, known)
+    local name = call.names[number]
     return {
-        timeline = timeline, key = key, policy = policy, number = number,
-        ready = ready or false, due = due, due_changed = false, became_ready = false, head = false, batch = false, touched = false,
+        timeline = name, key = call.key_prefix .. name, policy = call.policy_of[number],
+        number = number, ready = known and call.ready_of[number] ~= false or false,
+        due = known and call.due_of[number] or nil, due_changed = false, became_ready = false,
+        head = false, batch = false, touched = false,
     }
 end
 

@@ -5,7 +5,7 @@
 -- Needs: RECORD_FORMAT (Python); waiting_key (keys); float_text, meta_last_delivery
 --   (encoding); prefix_head (containers); append_inline, mark_cause
 --   (container_writes); zadd_batch (digests); new_timeline, record_tables (add_args);
---   add_applied, add_run, apply_flush_at (add).
+--   add_applied, apply_flush_at (add).
 --
 -- At twenty events per timeline, interleaved, nearly every record of a call is the only one
 -- of its timeline in that call, and the timeline is already scheduled with an inline
@@ -13,50 +13,41 @@
 -- apply_record moves it, and nothing else is made for it. The state machine's tables per
 -- timeline, per record and per head were most of that append's Lua (docs/store.md). A timeline
 -- the lane cannot take as it is (no container or a short one, a hash, a meta without its last
--- delivery, past a limit) takes add_applied's path, exactly as a call without this lane would.
+-- delivery, past a limit) takes add_applied's path, exactly as a call without this lane would,
+-- with the head the lane read. A call that is not one record per timeline never comes here
+-- (parse_add hands it the tables).
 
--- Applies the call's records above `fence`, every timeline READY or WAITING (call.ready_of,
--- call.due_of). Counts into `totals`; returns the fence after them. The lane itself takes the
--- call when record k is timeline k's one record, every one above the fence (call.one_each);
--- any other call (a replay, a timeline named twice) takes add_run's tables as a whole.
+-- Applies the call's records above `fence` (record k is timeline k's only one, at rising
+-- offsets: call.one_each; a replay's skipped ones come first), every timeline READY or WAITING
+-- (call.ready_of, call.due_of). Counts into `totals`; returns the fence after them.
 local function append_lane(call, fence, totals)
-    local offsets = call.record_offsets
-    if not call.one_each or #offsets == 0 or offsets[1] <= fence then
-        local timelines, all = {}, {}
-        for number = 1, call.timeline_count do
-            local name = call.names[number]
-            timelines[number] = new_timeline(call.policy_of[number], name,
-                call.key_prefix .. name, number, call.ready_of[number] ~= false,
-                call.due_of[number])
-        end
-        for i = 1, #offsets do
-            all[i] = i
-        end
-        call.records = record_tables(call, all, timelines)
-        return add_run(call, 1, #call.records, fence, totals)
-    end
-    local tag, names, policy_of = call.tag, call.names, call.policy_of
+    local tag, names, policy_of, offsets = call.tag, call.names, call.policy_of,
+        call.record_offsets
     local ready_of, due_of, prefix = call.ready_of, call.due_of, call.key_prefix
     local packed, starts, unpack, now = call.records_arg, call.record_starts, struct.unpack,
         call.now
     local inline_records = call.inline_records
     local due_changed, texts, numbers, changed = {}, {}, {}, 0
-    local rest, rest_count, partition_ttl = nil, 0, totals.partition_ttl
-    for number = 1, call.timeline_count do
+    local rest, rest_heads, rest_count, partition_ttl = nil, nil, 0, totals.partition_ttl
+    local first = 1
+    while first <= call.timeline_count and offsets[first] <= fence do
+        first = first + 1 -- a replay: at or below the fence
+    end
+    totals.skipped = totals.skipped + first - 1
+    for number = first, call.timeline_count do
         local policy, key = policy_of[number], prefix .. names[number]
-        local ready = ready_of[number] ~= false
         local head = prefix_head(key)
-        local last_delivery, written
         -- an inline container longer than its head (a shorter one is read whole: the general
-        -- path writes it with one SET), and for a WAITING timeline its last delivery
-        if head and head.kind == 'inline' and head.blob == nil and head.meta ~= nil then
-            if ready or policy.schedule ~= nil then
-                last_delivery = true -- not read: a READY or calendar due time does not move
-            else
-                last_delivery = meta_last_delivery(head.meta, numbers)
-            end
+        -- path writes it with one SET), and for a timeline whose due time the record moves
+        -- (WAITING, no calendar) its last delivery
+        local takes = head and head.kind == 'inline' and head.blob == nil and head.meta ~= nil
+        local moves = ready_of[number] == false and policy.schedule == nil
+        local last_delivery, written
+        if takes and moves then
+            last_delivery = meta_last_delivery(head.meta, numbers)
+            takes = last_delivery ~= nil
         end
-        if last_delivery ~= nil then
+        if takes then
             local _, id, timestamp, _, payload = unpack(RECORD_FORMAT, packed, starts[number])
             written = append_inline(key, head,
                 {{id = id, timestamp = timestamp, payload = payload}}, policy.capacity,
@@ -64,18 +55,18 @@ local function append_lane(call, fence, totals)
         end
         if not written then
             rest_count = rest_count + 1
-            rest = rest or {}
-            rest[rest_count] = number
+            rest, rest_heads = rest or {}, rest_heads or {}
+            rest[rest_count], rest_heads[rest_count] = number, head or false
         else
-            if not ready and policy.schedule == nil then
+            if moves then
                 local due = due_of[number]
                 local moved = math.min(due + policy.increment_delay,
                     last_delivery + policy.maximum_delay)
                 if policy.flush_at > 0 and written >= policy.flush_at then
                     -- (rare) flush_at's own rule, on a timeline table of its own
-                    local timeline = new_timeline(policy, names[number], key, number, false,
-                        moved)
-                    timeline.head, timeline.last_delivery = head, last_delivery
+                    local timeline = new_timeline(call, number, true)
+                    timeline.due, timeline.head, timeline.last_delivery = moved, head,
+                        last_delivery
                     apply_flush_at(timeline, now, written)
                     if timeline.mark ~= nil then
                         mark_cause(key, timeline.mark)
@@ -93,15 +84,16 @@ local function append_lane(call, fence, totals)
             end
         end
     end
-    totals.added = totals.added + call.timeline_count
+    totals.added = totals.added + call.timeline_count - first + 1
     totals.partition_ttl = partition_ttl
     zadd_batch(waiting_key(tag), due_changed)
     if rest ~= nil then
+        -- each with the head read above (nothing of it written since): no second read
         local timelines = {}
-        for _, number in ipairs(rest) do
-            local name = names[number]
-            timelines[number] = new_timeline(policy_of[number], name, prefix .. name, number,
-                ready_of[number] ~= false, due_of[number])
+        for i, number in ipairs(rest) do
+            local timeline = new_timeline(call, number, true)
+            timeline.head = rest_heads[i]
+            timelines[number] = timeline
         end
         add_applied(call, record_tables(call, rest, timelines), totals, true)
     end

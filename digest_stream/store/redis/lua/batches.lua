@@ -27,7 +27,8 @@
 --                        position of its one record in the records, 0: not in batch form),
 --                        the add's packed timelines and its packed records
 --   T:x:<nonce>  list    the timelines of that add whose digest is an ordinary one (led
---                        with several records, or settled since): its close closes each by id
+--                        with several records, or settled since) or gone (deleted while
+--                        the batch was open): its close closes each by id
 -- An entry means: its batch open, the timeline is READY with that digest open; closed, the
 -- timeline cools down from the close (in no set, as close_found leaves one), until the
 -- policy's minimum_delay; its batch gone, or cooled down: nothing (the entry is a leftover).
@@ -102,6 +103,14 @@ do
         return head.blob
     end
 
+    -- Lists timeline `name` among the ordinary digests of open batch `nonce` (its close closes
+    -- each by id, finding a deleted one gone), that list living at least `ms` more.
+    local function list_ordinary(tag, nonce, name, ms)
+        local digests = batch_digests_key(tag, nonce)
+        redis.call('RPUSH', digests, name)
+        extend_ttl(digests, ms)
+    end
+
     -- Turns timeline `name`'s digest `digest_id`, in batch form in the open batch `head`, into
     -- the ordinary open digest the leading edge made before batches (its key, its meta: opened
     -- when the add ran, its one record), READY since then, listed among the batch's ordinary
@@ -123,9 +132,7 @@ do
             encode_inline(meta, {{id = id, timestamp = timestamp, payload = payload}}), 'PX',
             format_integer(ms))
         redis.call('ZADD', ready_key(tag), format_float(head.at), name)
-        local digests = batch_digests_key(tag, head.nonce)
-        redis.call('RPUSH', digests, name)
-        extend_ttl(digests, ms)
+        list_ordinary(tag, head.nonce, name, ms)
         head.formed = head.formed - 1
         head.changed = true
     end
@@ -298,8 +305,9 @@ do
     end
 
     -- ds_delete: `timeline`'s index entry goes (a digest in batch form with it: its open batch
-    -- counts one fewer and lists the timeline among its ordinary digests). Returns 1 when its batch is still there (the digest open, or the
-    -- timeline cooling since the close), else 0.
+    -- counts one fewer and lists the timeline among its ordinary digests, so that the batch's
+    -- close reports it not closed instead of counting it in its one write). Returns 1 when its
+    -- batch is still there (the digest open, or the timeline cooling since the close), else 0.
     local function forget(tag, timeline)
         local entries = index_entries(tag, {timeline})
         if entries[1] == false then
@@ -311,12 +319,8 @@ do
             if head.state == 'o' then
                 head.formed = head.formed - 1
                 write_batch_count(tag, head)
-                -- listed among the batch's ordinary digests, so that its close finds it gone
-                -- (closed: no) instead of counting it in the batch's one write
-                local digests = batch_digests_key(tag, head.nonce)
                 local ms = redis.call('PTTL', batch_key(tag, head.nonce))
-                redis.call('RPUSH', digests, timeline)
-                extend_ttl(digests, ms > 0 and ms or 1000)
+                list_ordinary(tag, head.nonce, timeline, ms > 0 and ms or 1000)
             end
         end
         redis.call('HDEL', index_key(tag), timeline)

@@ -105,9 +105,7 @@ local function lead_lane(call, fence, totals)
     local timelines, stepped = {}, false
     for number = 1, timeline_count do
         if not led[number] and (count_of == nil or count_of[number] ~= nil) then
-            local name = names[number]
-            timelines[number] = new_timeline(policy_of[number], name, call.key_prefix .. name,
-                number, ready[number] ~= false, due[number])
+            timelines[number] = new_timeline(call, number, true)
             stepped = true
         end
     end
@@ -121,16 +119,15 @@ local function lead_lane(call, fence, totals)
             end
         end
         add_applied(call, record_tables(call, selected, timelines), totals, true)
-        if led_count > 0 and leading.led_count > 0 and first_of == nil then
-            table.sort(leading.opened) -- by number: record k is timeline k's (one_each)
-        end
     end
-    if first_of ~= nil and #leading.opened > 1 then
-        -- in the order the timelines' first applied records come, as one path lists them:
-        -- a record skipped at or below the fence may have given a timeline its number
-        table.sort(leading.opened, function(a, b)
+    if #leading.opened > 1 and (first_of ~= nil or stepped and led_count > 0) then
+        -- the lane's and add_applied's digests, listed in the order the timelines' first
+        -- applied records come, as one path lists them: by number when record k is timeline
+        -- k's (first_of nil), else by that record (a record skipped at or below the fence
+        -- may have given a timeline its number)
+        table.sort(leading.opened, first_of and function(a, b)
             return first_of[a] < first_of[b]
-        end)
+        end or nil)
     end
     return fence
 end

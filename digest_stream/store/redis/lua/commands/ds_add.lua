@@ -7,10 +7,11 @@
 -- Holds: parse_add, add_refused, add.
 -- Needs: ADD_ARGS, ADD_NUMBERING, ADD_REPLY, INLINE_MAX_RECORDS, LIBRARY_VERSION, MAX_OFFSET,
 --   RECORD_FORMAT (Python); append_lane (append_lane); POLICY_WIDTH, invalid_argument,
---   parse_integer, parse_nonce, parse_policies, parse_time, parse_topic_id, parse_ttl (guards); add_run, add_with_controls, advance_fence,
---   read_schedule (add); batches (batches); begin_leading, end_leading (leading); call_tag,
---   timeline_key (keys); format_integer, ttl_ms (encoding); lead_lane (leading_lane);
---   new_timeline, parse_controls, parse_records, parse_timelines (add_args); read_fence,
+--   parse_integer, parse_nonce, parse_policies, parse_time, parse_topic_id, parse_ttl
+--   (guards); add_run, add_with_controls, advance_fence, read_schedule (add); batches
+--   (batches); begin_leading, end_leading (leading); call_tag, timeline_key (keys);
+--   format_integer, ttl_ms (encoding); lead_lane (leading_lane); new_timeline,
+--   parse_controls, parse_records, parse_timelines, record_tables (add_args); read_fence,
 --   refresh_partition_ttl (helpers).
 --
 -- expected_fence, through_offset, topic_id, open_nonce: "" = none. policies: their count,
@@ -112,20 +113,26 @@ local function parse_add(keys, args)
             end
         end
     end
-    local timelines
-    if not call.lane then
-        timelines = {}
+    local function tables()
+        local timelines = {}
         for number = 1, #names do
-            local name = names[number]
-            timelines[number] = new_timeline(policy_of[number], name, prefix .. name, number,
-                ready and ready[number] ~= false, due and due[number])
+            timelines[number] = new_timeline(call, number, ready ~= nil)
         end
+        return timelines
     end
     call.records, call.record_timelines, call.record_offsets, call.record_starts,
         call.top_offset, call.one_each = parse_records(args[packed + 1], #names,
-            call.through_offset, timelines)
+            call.through_offset, not call.lane and tables() or nil)
     -- a leading batch keeps both arguments as they came (batches.lua)
     call.timelines_arg, call.records_arg = args[packed], args[packed + 1]
+    if call.lane == 'append' and not call.one_each then
+        -- the second record misled: a later one shares a timeline (the tables after all)
+        local all = {}
+        for i = 1, #call.record_offsets do
+            all[i] = i
+        end
+        call.lane, call.records = nil, record_tables(call, all, tables())
+    end
     if args[packed + 2] ~= nil then
         call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset,
             policies)
