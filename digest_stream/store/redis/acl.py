@@ -6,7 +6,8 @@ from __future__ import annotations
 #: Commands the Functions library runs (checked against the caller's ACL inside FCALL).
 LIBRARY_COMMANDS = (
     "append", "bitop", "del", "exists", "get", "getrange", "hdel", "hexists", "hget", "hgetall",
-    "hlen", "hmget", "hscan", "hset", "hsetnx", "lrange", "pexpire", "pttl", "rename", "rpush",
+    "hlen", "hmget", "hscan", "hset", "hsetnx", "lindex", "llen", "lrange", "lset", "pexpire",
+    "pttl", "rename", "rpop", "rpush", "rpushx",
     "set", "setrange", "type", "unlink", "zadd", "zcard", "zcount", "zmscore", "zrange",
     "zrangebyscore", "zrem", "zrevrange", "zscore",
 )  # fmt: skip

@@ -1,9 +1,12 @@
-"""The inline container's append (issue 27, item 3): a batch of new records is appended to the
-stored value, never read back or rewritten whole, and every semantic of the store holds as if
-the container had been decoded and rewritten (docs/store.md, "record container")."""
+"""The inline container's append: a batch of new records is appended to the stored container,
+never read back or rewritten whole, and every semantic of the store holds as if the container
+had been decoded and rewritten (docs/store.md, "record container"). Since library 33 an
+inline container is a list (its meta, then one element per entry); one a library up to 32
+wrote, a string of the same bytes, is still read and appended to."""
 
 from __future__ import annotations
 
+import re
 import struct
 import uuid
 from collections.abc import Callable, Sequence
@@ -12,7 +15,7 @@ import pytest
 
 from digest_stream.store import DigestStore, MemoryStore, NewRecord, TimelinePolicy
 from digest_stream.store.redis import RedisStore
-from digest_stream.store.redis.keys import partition_tag, timeline_key
+from digest_stream.store.redis.keys import partition_tag, timeline_key, waiting_key
 from tests.support import new_id
 from tests.support.store import RedisClient
 
@@ -48,7 +51,13 @@ def at(offset: int) -> float:
 
 
 def stored(client: RedisClient, key: str) -> bytes:
-    """The value of a string key (b"" when missing); the client never decodes."""
+    """An inline container as the one string it stands for (b"" when missing): a string's
+    value, or a list's meta (its count: the list's entries, as the library reads it) packed
+    and followed by its elements; the client never decodes."""
+    if client.type(key) == b"list":
+        elements = [element for element in client.lrange(key, 0, -1) if isinstance(element, bytes)]
+        meta = re.sub(rb"^\d+", b"%03d" % (len(elements) - 1), elements[0], count=1)
+        return msgpack_str(meta) + b"".join(elements[1:])
     value = client.get(key)
     assert not isinstance(value, str)
     return value or b""
@@ -65,26 +74,39 @@ def add_each(stores: Sequence[DigestStore], records: Sequence[NewRecord], now: f
             store.add(0, [item], now)
 
 
-#: Payload sizes: a value shorter than the 64 bytes an add reads of it (read whole, written
-#: with one SET) and a longer one (APPEND, SETRANGE, BITOP, PEXPIRE).
+#: Payload sizes: a first record shorter than the 64 bytes an add reads of a string and a
+#: longer one (each pushed to the list the first add made).
 SIZES = pytest.mark.parametrize("size", [2, 100])
 
 
 @SIZES
-def test_an_append_adds_its_entry_and_rewrites_only_the_count(
+def test_an_append_pushes_its_entry_and_rewrites_nothing(
     redis_store: RedisStore, client: RedisClient, namespace: str, size: int
 ) -> None:
     key = key_of(namespace)
     redis_store.add(0, [record("r0", 0, b"0" * size)], T0)
-    before = stored(client, key)
-    assert before.startswith(msgpack_str(b"001|0|"))  # the count is three digits wide
+    one = stored(client, key)
+    assert client.type(key) == b"string"  # one record: a string, a list's size for it is more
+    assert one.startswith(msgpack_str(b"001|0|"))  # the count is three digits wide
     redis_store.add(0, [record("r1", 1, b"1" * size)], T0)
+    before = stored(client, key)
+    # the string read once and written again as a list: its meta, then one entry each
+    assert client.type(key) == b"list"
+    assert before == one.replace(b"001|", b"002|", 1) + entry("r1", at(1), b"1" * size)
+    elements = client.lrange(key, 0, -1)
+    redis_store.add(0, [record("r2", 2, b"2" * size)], T0)
     after = stored(client, key)
-    # the stored bytes stay as they were but for the count; the new entry follows them
-    assert after == before.replace(b"001|", b"002|", 1) + entry("r1", at(1), b"1" * size)
-    # APPEND leaves room to grow; the value is written again at its exact size, TTL kept
+    assert after == before.replace(b"002|", b"003|", 1) + entry("r2", at(2), b"2" * size)
+    # one element pushed, the others as they were (the meta is not rewritten); TTL kept, and
+    # the list no larger than the same elements pushed whole
+    assert client.lrange(key, 0, -1) == [*elements, entry("r2", at(2), b"2" * size)]
     assert client.pttl(key) > 0
-    assert int(client.memory_usage(key) or 0) < len(after) + 128
+    scratch = key + ":scratch"
+    client.rpush(scratch, *client.lrange(key, 0, -1))
+    try:
+        assert int(client.memory_usage(key) or 0) <= int(client.memory_usage(scratch) or 0)
+    finally:
+        client.delete(scratch)
 
 
 def test_appended_values_take_no_more_memory_than_written_ones(
@@ -99,7 +121,7 @@ def test_appended_values_take_no_more_memory_than_written_ones(
     redis_store.add(0, [record(f"r{i:02d}", 12 + i, payload, "whole") for i in range(12)], T0)
     appended = int(client.memory_usage(key_of(namespace)) or 0)
     whole = int(client.memory_usage(key_of(namespace, "whole")) or 0)
-    assert client.strlen(key_of(namespace)) == client.strlen(key_of(namespace, "whole"))
+    assert len(stored(client, key_of(namespace))) == len(stored(client, key_of(namespace, "whole")))
     assert appended <= whole
 
 
@@ -247,3 +269,26 @@ def test_every_field_of_a_meta_is_read_back(
     client.set(key, msgpack_str(meta), px=3_600_000)
     redis_store.add(0, [record("r0", 0)], T0)
     assert stored(client, key) == msgpack_str(rewritten) + entry("r0", at(0), b"r0")
+
+
+def test_a_string_library_32_appended_to_becomes_a_list_at_its_next_append(
+    make_redis_store: Callable[..., RedisStore], client: RedisClient, namespace: str
+) -> None:
+    # Library 32 appended to one string: "003|0|" and three records. The next record (one per
+    # call: the interleaved lane refuses the string and the state machine takes it) reads it
+    # once and writes a list of the four; the one after is pushed.
+    store = make_redis_store()
+    key = key_of(namespace)
+    held = [entry(f"r{i}", at(i), b"p%d" % i) for i in range(3)]
+    client.set(key, msgpack_str(b"003|0|") + b"".join(held), px=3_600_000)
+    client.zadd(waiting_key(partition_tag(namespace, 0)), {"t": T0 + 600})  # WAITING
+    store.add(0, [record("r3", 3)], T0)
+    assert client.type(key) == b"list"
+    assert client.lrange(key, 1, -1) == [*held, entry("r3", at(3), b"r3")]
+    store.add(0, [record("r4", 4)], T0)
+    assert client.llen(key) == 6
+    assert store.inspect(0, "t").pending == 5
+    store.schedule(0, T0 + 10_000)
+    digest = store.open(0, "t", new_id(), T0 + 10_000)
+    assert [r.id for r in digest.records] == ["r4", "r3", "r2", "r1", "r0"]
+    assert digest.dropped == 0

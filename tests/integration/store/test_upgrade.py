@@ -65,6 +65,8 @@ def restore(client: RedisClient, fixture: dict[str, Any], namespace: str) -> Non
             client.hset(key, mapping={_bytes(f): _bytes(v) for f, v in value.items()})
         elif kind == "zset":
             client.zadd(key, {_bytes(member): score for member, score in value})
+        elif kind == "list":
+            client.rpush(key, *(_bytes(element) for element in value))
         else:
             raise AssertionError(f"{key}: no type the store writes ({kind})")
         if entry["pttl"] > 0:
@@ -192,9 +194,17 @@ def test_every_record_an_old_library_stored_is_delivered_or_reported(
         assert (stats.waiting, stats.ready) == (0, 0)
         keys = tag_keys(client, namespace, partition)
         suffixes = {key.split(b"}", 1)[1][:3] for key in keys}
-        # the fence, cooling metas, and the last schedule's reply (`:m`, no record in it,
-        # kept SCHEDULE_REPLY_TTL for a re-send of that call)
-        assert suffixes <= {b":o", b":t:", b":m"}, suffixes
+        # the fence, cooling metas, the last schedule's reply (`:m`, no record in it, kept
+        # SCHEDULE_REPLY_TTL for a re-send of that call), the leading edge's index (its two
+        # generations and their times: one of each per partition, like the fence), and an
+        # add's list of ordinary digests once its batch is closed or taken over: a later
+        # close_leading of that add may still name them (kept to its TTL); no batch itself
+        assert suffixes <= {b":o", b":t:", b":m", b":g", b":i", b":j", b":x:"}, suffixes
+        for listed in (key for key in keys if key.split(b"}", 1)[1].startswith(b":x:")):
+            for name in client.lrange(listed, 0, -1):
+                # each names a digest closed since: none of them is open any more
+                assert isinstance(name, bytes)
+                assert store.inspect(partition, name.decode()).open_digest is None, listed
         for memo in (key for key in keys if key.endswith(b"}:m")):
             assert 0 < client.pttl(memo) <= SCHEDULE_REPLY_TTL * 1000, memo
         offset = max(r["offset"] for r in fixture["records"] if r["partition"] == partition)

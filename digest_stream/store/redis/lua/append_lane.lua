@@ -3,18 +3,18 @@
 -- lists, not in a table per timeline and per record.
 -- Holds: append_lane.
 -- Needs: RECORD_FORMAT (Python); waiting_key (keys); float_text, meta_last_delivery
---   (encoding); prefix_head (containers); append_inline, mark_cause
---   (container_writes); zadd_batch (digests); new_timeline, record_tables (add_args);
---   add_applied, apply_flush_at (add).
+--   (encoding); entry_of, fits_inline, mark_cause (container_writes); zadd_batch
+--   (digests); new_timeline, record_tables (add_args); add_applied, apply_flush_at (add).
 --
 -- At twenty events per timeline, interleaved, nearly every record of a call is the only one
--- of its timeline in that call, and the timeline is already scheduled with an inline
--- container: the record is appended (append_inline), its WAITING due time moved as
--- apply_record moves it, and nothing else is made for it. The state machine's tables per
--- timeline, per record and per head were most of that append's Lua (docs/store.md). A timeline
--- the lane cannot take as it is (no container or a short one, a hash, a meta without its last
--- delivery, past a limit) takes add_applied's path, exactly as a call without this lane would,
--- with the head the lane read. A call that is not one record per timeline never comes here
+-- of its timeline in that call, and the timeline is already scheduled with a list container
+-- (containers.lua): the record is pushed (RPUSHX: a string, a hash or no container answers
+-- otherwise), its TTL set again, its WAITING due time moved as apply_record moves it (its
+-- last delivery read off the list's meta, LINDEX), and nothing else is made for it. The state
+-- machine's tables per timeline, per record and per head were most of that append's Lua
+-- (docs/store.md). A timeline the lane cannot take as it is (no list, a meta without its last
+-- delivery, past a limit: the push taken back) takes add_applied's path, exactly as a call
+-- without this lane would. A call that is not one record per timeline never comes here
 -- (parse_add hands it the tables).
 
 -- Applies the call's records above `fence` (record k is timeline k's only one, at rising
@@ -28,7 +28,8 @@ local function append_lane(call, fence, totals)
         call.now
     local inline_records = call.inline_records
     local due_changed, texts, numbers, changed = {}, {}, {}, 0
-    local rest, rest_heads, rest_count, partition_ttl = nil, nil, 0, totals.partition_ttl
+    local rest, rest_count, partition_ttl = nil, 0, totals.partition_ttl
+    local pcall_redis = redis.pcall
     local first = 1
     while first <= call.timeline_count and offsets[first] <= fence do
         first = first + 1 -- a replay: at or below the fence
@@ -36,27 +37,36 @@ local function append_lane(call, fence, totals)
     totals.skipped = totals.skipped + first - 1
     for number = first, call.timeline_count do
         local policy, key = policy_of[number], prefix .. names[number]
-        local head = prefix_head(key)
-        -- an inline container longer than its head (a shorter one is read whole: the general
-        -- path writes it with one SET), and for a timeline whose due time the record moves
-        -- (WAITING, no calendar) its last delivery
-        local takes = head and head.kind == 'inline' and head.blob == nil and head.meta ~= nil
+        -- a timeline whose due time the record moves (WAITING, no calendar) needs its last
+        -- delivery: its list's meta (a missing key answers false, a string or a hash an
+        -- error; each takes the state machine's path); any other is pushed to, if a list
         local moves = ready_of[number] == false and policy.schedule == nil
-        local last_delivery, written
-        if takes and moves then
-            last_delivery = meta_last_delivery(head.meta, numbers)
-            takes = last_delivery ~= nil
+        local takes, last_delivery, raw, written = true, nil, nil, nil
+        if moves then
+            raw = pcall_redis('LINDEX', key, '0')
+            last_delivery = type(raw) == 'string' and meta_last_delivery(raw, numbers)
+            takes = last_delivery ~= nil and last_delivery ~= false
         end
         if takes then
             local _, id, timestamp, _, payload = unpack(RECORD_FORMAT, packed, starts[number])
-            written = append_inline(key, head,
-                {{id = id, timestamp = timestamp, payload = payload}}, policy.capacity,
-                inline_records, policy.ttl_ms_text)
+            local entry = entry_of({id = id, timestamp = timestamp, payload = payload})
+            local length = pcall_redis(moves and 'RPUSH' or 'RPUSHX', key, entry)
+            if type(length) == 'number' and length > 1 then
+                -- its count is its elements but the meta; past a limit, taken back
+                written = length - 1
+                if (policy.capacity > 0 and written > policy.capacity)
+                        or not fits_inline(key, inline_records, written, written * #entry) then
+                    redis.call('RPOP', key)
+                    written = nil
+                else
+                    redis.call('PEXPIRE', key, policy.ttl_ms_text)
+                end
+            end
         end
         if not written then
             rest_count = rest_count + 1
-            rest, rest_heads = rest or {}, rest_heads or {}
-            rest[rest_count], rest_heads[rest_count] = number, head or false
+            rest = rest or {}
+            rest[rest_count] = number
         else
             if moves then
                 local due = due_of[number]
@@ -65,8 +75,9 @@ local function append_lane(call, fence, totals)
                 if policy.flush_at > 0 and written >= policy.flush_at then
                     -- (rare) flush_at's own rule, on a timeline table of its own
                     local timeline = new_timeline(call, number, true)
-                    timeline.due, timeline.head, timeline.last_delivery = moved, head,
-                        last_delivery
+                    timeline.due, timeline.last_delivery = moved, last_delivery
+                    timeline.head = {kind = 'inline', list = true, count = written,
+                        meta = raw, appended = true}
                     apply_flush_at(timeline, now, written)
                     if timeline.mark ~= nil then
                         mark_cause(key, timeline.mark)
@@ -88,12 +99,9 @@ local function append_lane(call, fence, totals)
     totals.partition_ttl = partition_ttl
     zadd_batch(waiting_key(tag), due_changed)
     if rest ~= nil then
-        -- each with the head read above (nothing of it written since): no second read
         local timelines = {}
-        for i, number in ipairs(rest) do
-            local timeline = new_timeline(call, number, true)
-            timeline.head = rest_heads[i]
-            timelines[number] = timeline
+        for _, number in ipairs(rest) do
+            timelines[number] = new_timeline(call, number, true)
         end
         add_applied(call, record_tables(call, rest, timelines), totals, true)
     end

@@ -2,10 +2,10 @@
 -- reading): a meta replaced in place, a batch appended or stored in the fitting encoding,
 -- trimmed to capacity, and a cause marked.
 -- Holds: write_meta, last_delivery_of, hash_fields, write_hash, trim_victims,
---   SHORT_STRING_HEADER, string_header, PADDED_WRITTEN, WRITTEN_LIMIT, entries,
---   distinct_records, fits_inline, append_inline, store_batch, mark_cause.
--- Needs: digest_key (keys); count_number, encode_field, format_count, format_timeline_meta,
---   format_written, parse_digest_meta, parse_timeline_meta, WRITTEN_WIDTH (encoding);
+--   entry_of, PADDED_WRITTEN, WRITTEN_LIMIT, distinct_records, fits_inline, append_inline,
+--   store_batch, mark_cause.
+-- Needs: digest_key (keys); count_number, encode_field, format_timeline_meta,
+--   parse_digest_meta, parse_timeline_meta, WRITTEN_WIDTH (encoding);
 --   call_chunked,
 --   sort_records (helpers); decode_inline, encode_inline, hash_record_count, inline_blob,
 --   INLINE_MAX_BYTES, META, read_container, read_head, read_meta (containers).
@@ -15,6 +15,8 @@
 local function write_meta(key, head, meta)
     if head.kind == 'hash' then
         redis.call('HSET', key, META, meta)
+    elseif head.list then
+        redis.call('LSET', key, '0', meta)
     elseif head.start ~= nil then
         -- keep the records' bytes as they are; only the head changes
         local records = string.sub(inline_blob(key, head), head.start)
@@ -69,22 +71,33 @@ local function trim_victims(tag, records, damaged, capacity)
     return victims
 end
 
--- The msgpack header of a string of `length` bytes, as cmsgpack writes it (fixstr, str8,
--- str16, str32), so a record packed by hand reads back exactly like one cmsgpack packed.
-local SHORT_STRING_HEADER = {} -- by length, filled as they come (as COUNT_TEXT)
+-- One record's entry in an inline container, byte for byte what
+-- cmsgpack.pack(id, timestamp, payload) writes (a list container's element), in one
+-- concatenation. The msgpack headers of its strings are made as cmsgpack writes them
+-- (fixstr, str8, str16, str32).
+local entry_of
+do
+    local short_header = {} -- by length, filled as they come (as COUNT_TEXT)
 
-local function string_header(length)
-    if length <= 0xff then
-        local header = SHORT_STRING_HEADER[length]
-        if header == nil then
-            header = length < 32 and string.char(0xa0 + length) or string.char(0xd9, length)
-            SHORT_STRING_HEADER[length] = header
+    local function string_header(length)
+        if length <= 0xff then
+            local header = short_header[length]
+            if header == nil then
+                header = length < 32 and string.char(0xa0 + length) or string.char(0xd9, length)
+                short_header[length] = header
+            end
+            return header
+        elseif length <= 0xffff then
+            return struct.pack('>BH', 0xda, length)
         end
-        return header
-    elseif length <= 0xffff then
-        return struct.pack('>BH', 0xda, length)
+        return struct.pack('>BI4', 0xdb, length)
     end
-    return struct.pack('>BI4', 0xdb, length)
+
+    entry_of = function(record)
+        local id, payload = record.id, record.payload
+        return string_header(#id) .. id .. cmsgpack.pack(record.timestamp)
+            .. string_header(#payload) .. payload
+    end
 end
 
 -- A timeline meta whose written count is WRITTEN_WIDTH (3) digits wide (format_written):
@@ -96,27 +109,6 @@ local WRITTEN_LIMIT = 10 ^ WRITTEN_WIDTH
 
 -- The records of a batch, one per id: a repeated id keeps its first place and its last
 -- value (as if it had overwritten the earlier one).
--- The bytes of `records` in an inline container, byte for byte what
--- cmsgpack.pack(id, timestamp, payload) writes per record; one record (the interleaved
--- shape) in one concatenation, without a table.
-local function entries(records)
-    if #records == 1 then
-        local record = records[1]
-        local id, payload = record.id, record.payload
-        return string_header(#id) .. id .. cmsgpack.pack(record.timestamp)
-            .. string_header(#payload) .. payload
-    end
-    local parts = {}
-    for _, record in ipairs(records) do
-        parts[#parts + 1] = string_header(#record.id)
-        parts[#parts + 1] = record.id
-        parts[#parts + 1] = cmsgpack.pack(record.timestamp)
-        parts[#parts + 1] = string_header(#record.payload)
-        parts[#parts + 1] = record.payload
-    end
-    return table.concat(parts)
-end
-
 local function distinct_records(batch)
     if #batch < 2 then
         return batch
@@ -154,144 +146,189 @@ local function fits_inline(key, inline_records, count, size)
     return count <= limit and size * inline_records <= INLINE_MAX_BYTES * limit
 end
 
--- The common case of an inline (or missing) container, in O(batch): the records are
--- appended to the stored value (APPEND) and the count at its head rewritten in place
--- (SETRANGE, the same width: WRITTEN_WIDTH), without reading the records stored: the head
--- (read_head with prefix_only) is all it needs. A record whose id is stored already is
--- appended too, and supersedes the earlier entry (decode_inline); `written` counts entries,
--- so it bounds the records held from above, and every limit checked on it (inline_records,
--- capacity) holds for the exact count too. Past a limit the general path decodes and
--- counts exactly. Returns the count written, or false to send the caller there.
-local function append_inline(key, head, batch, capacity, inline_records, ms)
-    local written
-    if head.kind == 'inline' then
-        -- the count alone, read off the meta (the whole meta is parsed only to rewrite it)
-        written = head.start ~= nil and string.match(head.meta, PADDED_WRITTEN)
-        if not written then
-            return false -- an unreadable head, or a count written before it was padded
+local append_inline, store_batch
+do
+    -- A list container's elements for `meta` (parsed) and `records`, with `size`: the bytes
+    -- of the inline string they stand for (its limit is INLINE_MAX_BYTES, as a string's). A
+    -- list's count is its elements (list_meta): records its meta counted that are not there
+    -- (evicted, unreadable) are counted dropped now, as an open would count them.
+    local function inline_values(meta, records)
+        local values = {false}
+        local size = 3
+        for i, record in ipairs(records) do
+            local entry = entry_of(record)
+            values[i + 1], size = entry, size + #entry
         end
-        written = count_number(written)
-    else
-        written = (head.parsed or parse_timeline_meta(head.meta)).written
+        values.meta = format_timeline_meta(meta) -- a string's: its count as it was
+        if #records > 1 then
+            local held = {}
+            for field, value in pairs(meta) do
+                held[field] = value
+            end
+            held.dropped = meta.dropped + math.max(0, meta.written - #records)
+            held.written = #records
+            values[1] = format_timeline_meta(held)
+        end
+        values.size = size + #values.meta
+        return values
     end
-    local records = distinct_records(batch)
-    local count = written + #records
-    if not fits_inline(key, inline_records, count, 0) or (capacity > 0 and count > capacity)
-            or count >= WRITTEN_LIMIT then
-        return false
+
+    -- Stores `values` (a meta, then its records' entries) as a list container with a TTL of
+    -- `ms`; a meta with at most one record as a string (a small list costs Redis 7.0 about
+    -- 180 bytes more than a string: a timeline of one record keeps a string's size).
+    local function write_list(key, values, ms, exists)
+        if #values <= 2 then
+            redis.call('SET', key, cmsgpack.pack(values.meta) .. (values[2] or ''), 'PX', ms)
+            return
+        end
+        if exists then
+            redis.call('DEL', key)
+        end
+        call_chunked('RPUSH', key, values)
+        redis.call('PEXPIRE', key, ms)
     end
-    if head.kind ~= 'inline' or head.blob ~= nil then
-        -- a new container, or one read whole with its head (shorter than HEAD_READ, often
-        -- just a meta: what the leading edge leaves): one SET instead of four commands
-        local meta = head.parsed or parse_timeline_meta(head.meta)
-        meta.written = count
-        local blob = cmsgpack.pack(format_timeline_meta(meta))
-            .. (head.blob and string.sub(head.blob, head.start) or '') .. entries(records)
-        if not fits_inline(key, inline_records, count, #blob) then
+
+    -- The common case of an inline (or missing) container. A list's records are pushed, one
+    -- element each, without reading the ones stored: its count, read with its head (read_head
+    -- with prefix_only), is all it needs, and RPUSH allocates exactly. A string (a meta alone,
+    -- usually, one record, or what a library up to 32 wrote) is read once and written again,
+    -- as a list from two records on. A record whose id is stored already is appended too, and
+    -- supersedes the earlier entry (decode_inline); `written` counts entries, so it bounds the
+    -- records held from above, and every limit checked on it (inline_records, capacity) holds
+    -- for the exact count too. Past a limit the general path decodes and counts exactly.
+    -- Returns the count written, or false to send the caller there.
+    append_inline = function(key, head, batch, capacity, inline_records, ms)
+        local records = distinct_records(batch)
+        if head.list then
+            local count = head.count + #records
+            local values = {}
+            for i, record in ipairs(records) do
+                values[i] = entry_of(record)
+            end
+            if not fits_inline(key, inline_records, count, count * #values[1])
+                    or (capacity > 0 and count > capacity) then
+                return false
+            end
+            call_chunked('RPUSH', key, values)
+            redis.call('PEXPIRE', key, ms)
+            head.count, head.appended = count, true
+            return count
+        end
+        local written
+        if head.kind == 'inline' then
+            -- the count alone, read off the meta (the whole meta is parsed only to rewrite it)
+            written = head.start ~= nil and string.match(head.meta, PADDED_WRITTEN)
+            if not written then
+                return false -- an unreadable head, or a count written before it was padded
+            end
+            written = count_number(written)
+        else
+            written = (head.parsed or parse_timeline_meta(head.meta)).written
+        end
+        local count = written + #records
+        if not fits_inline(key, inline_records, count, 0) or (capacity > 0 and count > capacity)
+                or count >= WRITTEN_LIMIT then
             return false
         end
-        redis.call('SET', key, blob, 'PX', ms)
+        local meta = head.parsed or parse_timeline_meta(head.meta)
+        meta.written = count
+        local all = {}
         if head.kind == 'inline' then
-            head.blob, head.appended = nil, true -- as below: stale, and written is a bound
+            local blob = inline_blob(key, head)
+            if head.start <= #blob then
+                local _
+                _, all = decode_inline(blob)
+            end
+        end
+        for _, record in ipairs(records) do
+            all[#all + 1] = record -- an id held already: two entries, the last one wins
+        end
+        local values = inline_values(meta, all)
+        if not fits_inline(key, inline_records, count, values.size) then
+            return false
+        end
+        write_list(key, values, ms, head.kind ~= 'none')
+        if head.kind == 'inline' then
+            head.blob, head.appended = nil, true -- stale, and written is a bound
         end
         return count
     end
-    local length = redis.call('APPEND', key, entries(records))
-    if not fits_inline(key, inline_records, count, length) then
-        -- grown past the inline size: a hash of everything it holds now, the batch included
-        local meta = head.parsed or parse_timeline_meta(head.meta)
-        local _, stored, _, superseded = decode_inline(redis.call('GET', key))
-        head.blob = nil -- what was read is stale
-        meta.written = count - superseded
-        write_hash(key, format_timeline_meta(meta), stored)
-        redis.call('PEXPIRE', key, ms)
-        return meta.written
-    end
-    head.blob, head.appended = nil, true -- what was read is stale; written is a bound
-    -- the offset as text (format_count keeps it): a number argument is formatted per call
-    redis.call('SETRANGE', key, format_count(head.start - #head.meta - 1), format_written(count))
-    -- APPEND leaves the string room to grow (as much again as its length: a timeline that
-    -- gets one record per batch would hold twice its bytes); BITOP writes the same bytes to
-    -- a value of exactly their size (dropping the TTL, which is set again below).
-    redis.call('BITOP', 'OR', key, key)
-    redis.call('PEXPIRE', key, ms)
-    return count
-end
 
--- Applies one batch's records (in order) to a timeline container, trims it to
--- capacity, stores it in the fitting encoding and sets its TTL (ms). `head` is the
--- container as begin_timelines found it (nothing has written it since; an inline one
--- possibly read as its prefix only). Returns how many it dropped, and how many records it
--- holds now (for an inline container appended to: entries, an upper bound).
-local function store_batch(tag, key, head, batch, capacity, inline_records, ms)
-    if head.kind ~= 'hash' then
-        local written = append_inline(key, head, batch, capacity, inline_records, ms)
-        if written then
-            return 0, written
+    -- Applies one batch's records (in order) to a timeline container, trims it to
+    -- capacity, stores it in the fitting encoding and sets its TTL (ms). `head` is the
+    -- container as begin_timelines found it (nothing has written it since; an inline one
+    -- possibly read as its prefix only). Returns how many it dropped, and how many records it
+    -- holds now (for an inline container appended to: entries, an upper bound).
+    store_batch = function(tag, key, head, batch, capacity, inline_records, ms)
+        if head.kind ~= 'hash' then
+            local written = append_inline(key, head, batch, capacity, inline_records, ms)
+            if written then
+                return 0, written
+            end
         end
-    end
-    if head.kind == 'hash' then
-        local meta = head.parsed or parse_timeline_meta(head.meta)
-        meta.written = meta.written + call_chunked('HSET', key, hash_fields({}, batch))
+        if head.kind == 'hash' then
+            local meta = head.parsed or parse_timeline_meta(head.meta)
+            meta.written = meta.written + call_chunked('HSET', key, hash_fields({}, batch))
+            local dropped = 0
+            if capacity > 0 and hash_record_count(key, head) > capacity then
+                local container = read_container(key, 'hash')
+                local victims = trim_victims(tag, container.records, container.damaged, capacity)
+                call_chunked('HDEL', key, victims)
+                dropped = #victims
+                meta.written = meta.written - dropped
+                meta.dropped = meta.dropped + dropped
+            end
+            redis.call('HSET', key, META, format_timeline_meta(meta))
+            redis.call('PEXPIRE', key, ms)
+            return dropped, meta.written
+        end
+
+        -- the general path: decoded, merged, trimmed and written whole (a missing container
+        -- may carry a fresh meta)
+        local raw_meta, records, superseded = head.meta, {}, 0
+        if head.kind == 'inline' then
+            local _
+            raw_meta, records, _, superseded = decode_inline(inline_blob(key, head))
+        end
+        local meta = parse_timeline_meta(raw_meta)
+        meta.written = math.max(0, meta.written - superseded) -- the rewrite drops those entries
+        local position = {}
+        for index, record in ipairs(records) do
+            position[record.id] = index
+        end
+        for _, record in ipairs(batch) do
+            local index = position[record.id]
+            local stored = {id = record.id, timestamp = record.timestamp, payload = record.payload}
+            if index == nil then
+                table.insert(records, stored)
+                position[record.id] = #records
+                meta.written = meta.written + 1
+            else
+                records[index] = stored
+            end
+        end
         local dropped = 0
-        if capacity > 0 and hash_record_count(key, head) > capacity then
-            local container = read_container(key, 'hash')
-            local victims = trim_victims(tag, container.records, container.damaged, capacity)
-            call_chunked('HDEL', key, victims)
-            dropped = #victims
+        if capacity > 0 and #records > capacity then
+            records = sort_records(tag, records, false)
+            dropped = #records - capacity
+            local kept = {}
+            for i = dropped + 1, #records do
+                kept[#kept + 1] = records[i]
+            end
+            records = kept
             meta.written = meta.written - dropped
             meta.dropped = meta.dropped + dropped
         end
-        redis.call('HSET', key, META, format_timeline_meta(meta))
-        redis.call('PEXPIRE', key, ms)
+        local values = fits_inline(key, inline_records, #records, 0)
+            and inline_values(meta, records)
+        if values and fits_inline(key, inline_records, #records, values.size) then
+            write_list(key, values, ms, head.kind ~= 'none')
+        else
+            write_hash(key, format_timeline_meta(meta), records)
+            redis.call('PEXPIRE', key, ms)
+        end
         return dropped, meta.written
     end
-
-    -- the general path: decoded, merged, trimmed and written whole (a missing container
-    -- may carry a fresh meta)
-    local raw_meta, records, superseded = head.meta, {}, 0
-    if head.kind == 'inline' then
-        local _
-        raw_meta, records, _, superseded = decode_inline(inline_blob(key, head))
-    end
-    local meta = parse_timeline_meta(raw_meta)
-    meta.written = math.max(0, meta.written - superseded) -- the rewrite drops those entries
-    local position = {}
-    for index, record in ipairs(records) do
-        position[record.id] = index
-    end
-    for _, record in ipairs(batch) do
-        local index = position[record.id]
-        local stored = {id = record.id, timestamp = record.timestamp, payload = record.payload}
-        if index == nil then
-            table.insert(records, stored)
-            position[record.id] = #records
-            meta.written = meta.written + 1
-        else
-            records[index] = stored
-        end
-    end
-    local dropped = 0
-    if capacity > 0 and #records > capacity then
-        records = sort_records(tag, records, false)
-        dropped = #records - capacity
-        local kept = {}
-        for i = dropped + 1, #records do
-            kept[#kept + 1] = records[i]
-        end
-        records = kept
-        meta.written = meta.written - dropped
-        meta.dropped = meta.dropped + dropped
-    end
-    local blob = fits_inline(key, inline_records, #records, 0)
-        and encode_inline(format_timeline_meta(meta), records)
-    if blob and fits_inline(key, inline_records, #records, #blob) then
-        redis.call('SET', key, blob, 'PX', ms)
-    else
-        write_hash(key, format_timeline_meta(meta), records)
-        redis.call('PEXPIRE', key, ms)
-    end
-    return dropped, meta.written
 end
 
 -- Sets the cause in the meta of an existing container, keeping its records.

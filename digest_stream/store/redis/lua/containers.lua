@@ -14,9 +14,11 @@
 -- Redis itself in the scratch zset, never by a Lua comparator.
 -- This part reads them (container_writes.lua writes them).
 -- Holds: META, INLINE_MAX_BYTES, HEAD_READ, container_kind, pack_values, unpack_all,
---   decode_inline, without_superseded, encode_inline, read_container, inline_head, read_meta,
+--   decode_inline, without_superseded, encode_inline, read_container,
+--   inline_head, read_meta,
 --   HEAD_READ_FIRST, HEAD_READ_LAST, prefix_head, read_head,
---   inline_blob, record_count, hash_record_count, holds_no_records, held_count.
+--   inline_blob, record_count, hash_record_count, holds_no_records, held_count,
+--   list_meta, inline_value.
 -- Needs: invalid_state (guards); decode_field, format_timeline_meta, parse_timeline_meta
 --   (encoding); UNPACK_CHUNK (helpers).
 
@@ -35,10 +37,11 @@ local HEAD_READ = 64
 --     records = {{id, timestamp, payload}...}, damaged = {ids of unreadable hash fields},
 --     damaged_count = unreadable records of either encoding (inline ones have no id)}
 
+-- (the second value: true for an inline container stored as a list)
 local function container_kind(key)
     local kind = redis.call('TYPE', key).ok
-    if kind == 'string' then
-        return 'inline'
+    if kind == 'string' or kind == 'list' then
+        return 'inline', kind == 'list'
     elseif kind == 'hash' or kind == 'none' then
         return kind
     end
@@ -71,12 +74,17 @@ end
 -- Returns the meta, the records, how many entries were unreadable and how many an entry
 -- of the same id later in the value superseded: the later one is the record (at the
 -- earlier one's place), as if it had overwritten it (append_inline appends it instead).
-local function decode_inline(blob)
-    local ok, values = pcall(unpack_all, blob)
+-- `values`: the blob's values as unpack_all reads them (values[2]: the meta; then id,
+-- timestamp, payload per entry, up to values.n), made by the caller instead (a list's).
+local function decode_inline(blob, values)
     local records, damaged, superseded = {}, 0, 0
-    if not ok or type(values[2]) ~= 'string' then
-        -- Unreadable as a whole: nothing can be recovered or counted.
-        return nil, records, damaged, superseded
+    if values == nil then
+        local ok
+        ok, values = pcall(unpack_all, blob)
+        if not ok or type(values[2]) ~= 'string' then
+            -- Unreadable as a whole: nothing can be recovered or counted.
+            return nil, records, damaged, superseded
+        end
     end
     local position = {}
     for i = 3, values.n, 3 do
@@ -110,6 +118,28 @@ local function without_superseded(raw, superseded)
     return format_timeline_meta(meta)
 end
 
+-- A list container's meta (its first element, `raw`) with the count its `entries` say: the
+-- append does not rewrite the meta (containers.lua's head).
+local function list_meta(raw, entries)
+    local meta = parse_timeline_meta(raw)
+    meta.written = entries
+    return format_timeline_meta(meta)
+end
+
+-- An inline container's value as one string, whichever way it is stored: a list's elements
+-- are the string's parts, its meta packed with its count (the second value: a list's
+-- records, nil for a string). false: no such key.
+local function inline_value(key)
+    local value = redis.pcall('GET', key)
+    if type(value) ~= 'table' then
+        return value
+    end
+    local elements = redis.call('LRANGE', key, '0', '-1')
+    local count = #elements - 1
+    elements[1] = cmsgpack.pack(list_meta(elements[1], count))
+    return table.concat(elements), count
+end
+
 -- cmsgpack.pack(meta, id1, ts1, payload1, ...), packed UNPACK_CHUNK values at a time: the
 -- values of one pack are the arguments of a call (and pack needs as many slots again), which
 -- a leading digest of a whole first batch outgrew (1,334 records: "Too many arguments for
@@ -134,11 +164,32 @@ local function encode_inline(meta, records)
 end
 
 local function read_container(key, known_kind)
-    local kind = known_kind or container_kind(key)
+    local kind, list = known_kind, false
+    if kind == nil then
+        kind, list = container_kind(key)
+    end
     if kind == 'none' then
         return {kind = kind, records = {}, damaged = {}, damaged_count = 0}
     elseif kind == 'inline' then
-        local meta, records, damaged, superseded = decode_inline(redis.call('GET', key))
+        local meta, records, damaged, superseded
+        if list then
+            -- a list: each element unpacked on its own (joined, its bytes would be made into
+            -- a Lua string once more)
+            local elements = redis.call('LRANGE', key, '0', '-1')
+            local values, n = {0, list_meta(elements[1], #elements - 1)}, 2
+            for i = 2, #elements do
+                local ok, id, timestamp, payload = pcall(cmsgpack.unpack, elements[i])
+                if not ok then
+                    id, timestamp, payload = nil, nil, nil -- counted as damaged
+                end
+                values[n + 1], values[n + 2], values[n + 3] = id, timestamp, payload
+                n = n + 3
+            end
+            values.n = n
+            meta, records, damaged, superseded = decode_inline(nil, values)
+        else
+            meta, records, damaged, superseded = decode_inline(redis.call('GET', key))
+        end
         -- an inline record has no field to delete: it is only counted; the meta counts the
         -- records as held, superseded entries left out (every caller rewrites without them)
         return {kind = kind, meta = meta and without_superseded(meta, superseded),
@@ -197,7 +248,7 @@ local function read_meta(key)
         local raw = redis.call('HGET', key, META)
         return raw ~= false and raw or nil
     elseif kind == 'inline' then
-        return (inline_head(redis.call('GET', key)))
+        return (inline_head(inline_value(key)))
     end
     return nil
 end
@@ -216,7 +267,13 @@ local function prefix_head(key)
     if type(prefix) ~= 'string' then
         local raw = redis.pcall('HGET', key, META)
         if type(raw) == 'table' then
-            return nil -- not a hash either: container_kind refuses it
+            -- a list (an inline container since library 33): its meta and its count
+            raw = redis.pcall('LINDEX', key, HEAD_READ_FIRST)
+            if type(raw) ~= 'string' then
+                return nil -- not a list either: container_kind refuses it
+            end
+            local count = redis.call('LLEN', key) - 1
+            return {kind = 'inline', list = true, count = count, meta = list_meta(raw, count)}
         end
         return {kind = 'hash', meta = raw ~= false and raw or nil}
     elseif prefix == '' then
@@ -250,7 +307,8 @@ local function read_head(key, prefix_only)
         local raw = redis.call('HGET', key, META)
         head.meta = raw ~= false and raw or nil
     elseif head.kind == 'inline' then
-        head.blob = redis.call('GET', key)
+        head.blob, head.count = inline_value(key)
+        head.list = head.count ~= nil
         head.meta, head.start = inline_head(head.blob)
     end
     return head
@@ -259,7 +317,7 @@ end
 -- The whole value of the inline container `head` was read from.
 local function inline_blob(key, head)
     if head.blob == nil then
-        head.blob = redis.call('GET', key)
+        head.blob = inline_value(key)
     end
     return head.blob
 end
@@ -273,7 +331,7 @@ local function record_count(key)
         end
         return count
     elseif kind == 'inline' then
-        local _, records = decode_inline(redis.call('GET', key))
+        local _, records = decode_inline((inline_value(key)))
         return #records
     end
     return 0
@@ -294,6 +352,8 @@ end
 local function holds_no_records(key, head)
     if head.kind == 'hash' then
         return hash_record_count(key, head) == 0
+    elseif head.list then
+        return head.count == 0
     elseif head.kind == 'inline' then
         -- nothing after the meta; behind an unreadable head nothing is readable either
         return head.start == nil or head.start > #inline_blob(key, head)

@@ -37,7 +37,7 @@ from typing import Any
 #: metas carry no cause and whose fence no topic id; 16, the last milestone's ("Operators'
 #: kit"); 17 and 18, which kept the leading edge's digests their own ways; 25, the last
 #: before the cooling close; 27, the last before each timeline's own inline limit; 29, the
-#: last before the leading edge's batch form.
+#: last before the leading edge's batch form; 32, the last before list containers.
 LIBRARIES = {
     "9": "41e1ab5",
     "16": "68e3a4a",
@@ -46,6 +46,7 @@ LIBRARIES = {
     "25": "e090ad4",
     "27": "3e0151e",
     "29": "bdd3047",
+    "32": "5d811ff",
 }
 NAMESPACE = "up"
 #: The fake clock of the scenario: every time in the captured state is relative to it, and
@@ -92,6 +93,8 @@ def dump_namespace(client: Any, namespace: str) -> list[dict[str, Any]]:
             entry["value"] = {_b64(f): _b64(v) for f, v in sorted(client.hgetall(key).items())}
         elif kind == "zset":
             entry["value"] = [[_b64(m), s] for m, s in client.zrange(key, 0, -1, withscores=True)]
+        elif kind == "list":
+            entry["value"] = [_b64(element) for element in client.lrange(key, 0, -1)]
         else:
             raise SystemExit(f"{key!r}: a {kind} is no type the store writes")
         out.append(entry)
