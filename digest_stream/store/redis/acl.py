@@ -5,7 +5,7 @@ from __future__ import annotations
 
 #: Commands the Functions library runs (checked against the caller's ACL inside FCALL).
 LIBRARY_COMMANDS = (
-    "append", "bitop", "del", "exists", "get", "getrange", "hdel", "hexists", "hget", "hgetall",
+    "append", "del", "exists", "get", "getrange", "hdel", "hexists", "hget", "hgetall",
     "hlen", "hmget", "hscan", "hset", "hsetnx", "lindex", "llen", "lrange", "lset", "pexpire",
     "pttl", "rename", "rpop", "rpush", "rpushx",
     "set", "setrange", "type", "unlink", "zadd", "zcard", "zcount", "zmscore", "zrange",
