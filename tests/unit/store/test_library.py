@@ -238,15 +238,6 @@ def _source_line(pattern: str) -> re.Match[str]:
     return found
 
 
-def test_the_padded_count_pattern_matches_its_width() -> None:
-    # The append rewrites an inline container's count in place: the pattern that recognises a
-    # padded count (a literal: the library's load cannot call string functions) must match
-    # exactly WRITTEN_WIDTH digits, the width format_written pads to.
-    width = _source_line(r"^local WRITTEN_WIDTH = (\d+)$")
-    pattern = _source_line(r"^local PADDED_WRITTEN = '\^\(((?:%d)+)\)\|'$")
-    assert pattern.group(1) == "%d" * int(width.group(1))
-
-
 def test_the_head_read_range_is_its_length() -> None:
     # An add reads the first HEAD_READ bytes of each inline container: GETRANGE's bounds are
     # literals (as text: a number argument is formatted on every call), kept to that length.

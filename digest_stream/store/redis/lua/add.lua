@@ -76,8 +76,8 @@ local function begin_timelines(tag, touched, names, keys, now, known)
         timeline.cooled_at = cooling[i]
     end
     -- the one read of each container's head this batch (write_back writes from it): an
-    -- inline container's first bytes only, never its records (appending needs only its
-    -- meta: append_inline), and nothing at all when EXISTS finds none of them (new timelines)
+    -- inline container's first bytes only (a list's meta), never its records (a push needs
+    -- nothing more: push_entries), and nothing at all when EXISTS finds none of them
     local any = call_chunked('EXISTS', nil, keys) > 0
     for i, timeline in ipairs(touched) do
         -- (a head read already, by append_lane, with nothing written since, is that read)
@@ -149,9 +149,9 @@ local function apply_flush_at(timeline, now, written)
             or written < timeline.policy.flush_at then
         return
     end
-    -- appended to: `written` counts entries, superseded ones included (append_inline)
+    -- pushed to: `written` counts entries, superseded ones included (push_entries)
     if timeline.head.appended
-            and held_count(timeline.key, {kind = 'inline'}, written) < timeline.policy.flush_at then
+            and held_count(timeline.key, timeline.head, written) < timeline.policy.flush_at then
         return
     end
     local due = now

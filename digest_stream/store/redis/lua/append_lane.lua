@@ -3,7 +3,7 @@
 -- lists, not in a table per timeline and per record.
 -- Holds: append_lane.
 -- Needs: RECORD_FORMAT (Python); waiting_key (keys); float_text, meta_last_delivery
---   (encoding); entry_of, fits_inline, mark_cause (container_writes); zadd_batch
+--   (encoding); entry_of, mark_cause, push_entries (container_writes); zadd_batch
 --   (digests); new_timeline, record_tables (add_args); add_applied, apply_flush_at (add).
 --
 -- At twenty events per timeline, interleaved, nearly every record of a call is the only one
@@ -29,7 +29,6 @@ local function append_lane(call, fence, totals)
     local inline_records = call.inline_records
     local due_changed, texts, numbers, changed = {}, {}, {}, 0
     local rest, rest_count, partition_ttl = nil, 0, totals.partition_ttl
-    local pcall_redis = redis.pcall
     local first = 1
     while first <= call.timeline_count and offsets[first] <= fence do
         first = first + 1 -- a replay: at or below the fence
@@ -41,27 +40,17 @@ local function append_lane(call, fence, totals)
         -- delivery: its list's meta (a missing key answers false, a string or a hash an
         -- error; each takes the state machine's path); any other is pushed to, if a list
         local moves = ready_of[number] == false and policy.schedule == nil
-        local takes, last_delivery, raw, written = true, nil, nil, nil
+        local takes, last_delivery, raw, written = true, nil, nil, false
         if moves then
-            raw = pcall_redis('LINDEX', key, '0')
-            last_delivery = type(raw) == 'string' and meta_last_delivery(raw, numbers)
-            takes = last_delivery ~= nil and last_delivery ~= false
+            raw = redis.pcall('LINDEX', key, '0')
+            last_delivery = type(raw) == 'string' and meta_last_delivery(raw, numbers) or nil
+            takes = last_delivery ~= nil
         end
         if takes then
             local _, id, timestamp, _, payload = unpack(RECORD_FORMAT, packed, starts[number])
-            local entry = entry_of({id = id, timestamp = timestamp, payload = payload})
-            local length = pcall_redis(moves and 'RPUSH' or 'RPUSHX', key, entry)
-            if type(length) == 'number' and length > 1 then
-                -- its count is its elements but the meta; past a limit, taken back
-                written = length - 1
-                if (policy.capacity > 0 and written > policy.capacity)
-                        or not fits_inline(key, inline_records, written, written * #entry) then
-                    redis.call('RPOP', key)
-                    written = nil
-                else
-                    redis.call('PEXPIRE', key, policy.ttl_ms_text)
-                end
-            end
+            written = push_entries(key, moves and 'RPUSH' or 'RPUSHX', policy.capacity,
+                inline_records, policy.ttl_ms_text,
+                entry_of({id = id, timestamp = timestamp, payload = payload}))
         end
         if not written then
             rest_count = rest_count + 1
@@ -76,8 +65,7 @@ local function append_lane(call, fence, totals)
                     -- (rare) flush_at's own rule, on a timeline table of its own
                     local timeline = new_timeline(call, number, true)
                     timeline.due, timeline.last_delivery = moved, last_delivery
-                    timeline.head = {kind = 'inline', list = true, count = written,
-                        meta = raw, appended = true}
+                    timeline.head = {kind = 'inline', list = true, meta = raw, appended = true}
                     apply_flush_at(timeline, now, written)
                     if timeline.mark ~= nil then
                         mark_cause(key, timeline.mark)

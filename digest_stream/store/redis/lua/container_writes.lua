@@ -2,13 +2,11 @@
 -- reading): a meta replaced in place, a batch appended or stored in the fitting encoding,
 -- trimmed to capacity, and a cause marked.
 -- Holds: write_meta, last_delivery_of, hash_fields, write_hash, trim_victims,
---   entry_of, PADDED_WRITTEN, WRITTEN_LIMIT, distinct_records, fits_inline, append_inline,
---   store_batch, mark_cause.
--- Needs: digest_key (keys); count_number, encode_field, format_timeline_meta,
---   parse_digest_meta, parse_timeline_meta, WRITTEN_WIDTH (encoding);
---   call_chunked,
---   sort_records (helpers); decode_inline, encode_inline, hash_record_count, inline_blob,
---   INLINE_MAX_BYTES, META, read_container, read_head, read_meta (containers).
+--   entry_of, distinct_records, fits_inline, push_entries, store_batch, mark_cause.
+-- Needs: digest_key (keys); encode_field, format_timeline_meta, parse_digest_meta,
+--   parse_timeline_meta (encoding); call_chunked, sort_records (helpers); encode_inline,
+--   hash_record_count, inline_blob, inline_contents, INLINE_MAX_BYTES, META,
+--   read_container, read_head, read_meta (containers).
 
 -- Replaces the meta of the container `head` was read from, keeping its records; a
 -- missing container becomes an inline one holding only the meta.
@@ -100,13 +98,6 @@ do
     end
 end
 
--- A timeline meta whose written count is WRITTEN_WIDTH (3) digits wide (format_written):
--- the count append_inline rewrites in place, captured. (A literal: the library's load
--- cannot call string functions.)
-local PADDED_WRITTEN = '^(%d%d%d)|'
--- The first count a padded meta cannot hold.
-local WRITTEN_LIMIT = 10 ^ WRITTEN_WIDTH
-
 -- The records of a batch, one per id: a repeated id keeps its first place and its last
 -- value (as if it had overwritten the earlier one).
 local function distinct_records(batch)
@@ -146,7 +137,37 @@ local function fits_inline(key, inline_records, count, size)
     return count <= limit and size * inline_records <= INLINE_MAX_BYTES * limit
 end
 
-local append_inline, store_batch
+-- Pushes the entries `...` (entry_of's) to the list container `key` with `command` (RPUSH,
+-- or RPUSHX where the key may be no list: a missing key answers 0, a string or a hash an
+-- error) and sets its TTL (ms), without reading what it holds: RPUSH answers the count.
+-- Past a limit (capacity; the timeline's inline limits, its bytes taken as the count times
+-- the largest entry pushed: exact for records of one size) the push is taken back. Returns
+-- the records it holds now (entries: an upper bound, as an id pushed again supersedes the
+-- earlier entry), or false for the caller's general path. (The entries as arguments, not a
+-- table: the interleaved lane pushes one per timeline.)
+local function push_entries(key, command, capacity, inline_records, ms, ...)
+    local pushed = select('#', ...)
+    if pushed >= inline_records then
+        return false -- past every limit whatever the list holds (and never a long unpack)
+    end
+    local length = redis.pcall(command, key, ...)
+    if type(length) ~= 'number' or length <= pushed then
+        return false -- no list (an RPUSH that made one only follows a read that found one)
+    end
+    local count, largest = length - 1, #(...)
+    for i = 2, pushed do
+        largest = math.max(largest, #(select(i, ...)))
+    end
+    if (capacity > 0 and count > capacity)
+            or not fits_inline(key, inline_records, count, count * largest) then
+        redis.call('RPOP', key, pushed)
+        return false
+    end
+    redis.call('PEXPIRE', key, ms)
+    return count
+end
+
+local store_batch
 do
     -- A list container's elements for `meta` (parsed) and `records`, with `size`: the bytes
     -- of the inline string they stand for (its limit is INLINE_MAX_BYTES, as a string's). A
@@ -188,81 +209,22 @@ do
         redis.call('PEXPIRE', key, ms)
     end
 
-    -- The common case of an inline (or missing) container. A list's records are pushed, one
-    -- element each, without reading the ones stored: its count, read with its head (read_head
-    -- with prefix_only), is all it needs, and RPUSH allocates exactly. A string (a meta alone,
-    -- usually, one record, or what a library up to 32 wrote) is read once and written again,
-    -- as a list from two records on. A record whose id is stored already is appended too, and
-    -- supersedes the earlier entry (decode_inline); `written` counts entries, so it bounds the
-    -- records held from above, and every limit checked on it (inline_records, capacity) holds
-    -- for the exact count too. Past a limit the general path decodes and counts exactly.
-    -- Returns the count written, or false to send the caller there.
-    append_inline = function(key, head, batch, capacity, inline_records, ms)
-        local records = distinct_records(batch)
-        if head.list then
-            local count = head.count + #records
-            local values = {}
-            for i, record in ipairs(records) do
-                values[i] = entry_of(record)
-            end
-            if not fits_inline(key, inline_records, count, count * #values[1])
-                    or (capacity > 0 and count > capacity) then
-                return false
-            end
-            call_chunked('RPUSH', key, values)
-            redis.call('PEXPIRE', key, ms)
-            head.count, head.appended = count, true
-            return count
-        end
-        local written
-        if head.kind == 'inline' then
-            -- the count alone, read off the meta (the whole meta is parsed only to rewrite it)
-            written = head.start ~= nil and string.match(head.meta, PADDED_WRITTEN)
-            if not written then
-                return false -- an unreadable head, or a count written before it was padded
-            end
-            written = count_number(written)
-        else
-            written = (head.parsed or parse_timeline_meta(head.meta)).written
-        end
-        local count = written + #records
-        if not fits_inline(key, inline_records, count, 0) or (capacity > 0 and count > capacity)
-                or count >= WRITTEN_LIMIT then
-            return false
-        end
-        local meta = head.parsed or parse_timeline_meta(head.meta)
-        meta.written = count
-        local all = {}
-        if head.kind == 'inline' then
-            local blob = inline_blob(key, head)
-            if head.start <= #blob then
-                local _
-                _, all = decode_inline(blob)
-            end
-        end
-        for _, record in ipairs(records) do
-            all[#all + 1] = record -- an id held already: two entries, the last one wins
-        end
-        local values = inline_values(meta, all)
-        if not fits_inline(key, inline_records, count, values.size) then
-            return false
-        end
-        write_list(key, values, ms, head.kind ~= 'none')
-        if head.kind == 'inline' then
-            head.blob, head.appended = nil, true -- stale, and written is a bound
-        end
-        return count
-    end
-
     -- Applies one batch's records (in order) to a timeline container, trims it to
     -- capacity, stores it in the fitting encoding and sets its TTL (ms). `head` is the
     -- container as begin_timelines found it (nothing has written it since; an inline one
     -- possibly read as its prefix only). Returns how many it dropped, and how many records it
     -- holds now (for an inline container appended to: entries, an upper bound).
     store_batch = function(tag, key, head, batch, capacity, inline_records, ms)
-        if head.kind ~= 'hash' then
-            local written = append_inline(key, head, batch, capacity, inline_records, ms)
+        if head.list then
+            -- the common case: pushed, nothing read (push_entries)
+            local entries = {}
+            for i, record in ipairs(distinct_records(batch)) do
+                entries[i] = entry_of(record)
+            end
+            local written = push_entries(key, 'RPUSH', capacity, inline_records, ms,
+                unpack(entries))
             if written then
+                head.appended = true -- written is a bound (held_count)
                 return 0, written
             end
         end
@@ -288,7 +250,7 @@ do
         local raw_meta, records, superseded = head.meta, {}, 0
         if head.kind == 'inline' then
             local _
-            raw_meta, records, _, superseded = decode_inline(inline_blob(key, head))
+            raw_meta, records, _, superseded = inline_contents(key, head)
         end
         local meta = parse_timeline_meta(raw_meta)
         meta.written = math.max(0, meta.written - superseded) -- the rewrite drops those entries

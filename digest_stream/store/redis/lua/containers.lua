@@ -1,12 +1,15 @@
 -- containers.lua: record containers. A record container is ONE key per timeline, in one
 -- of two encodings:
---   inline  a string cmsgpack(meta, id1, ts1, payload1, id2, ...) while the
---           timeline is small (few records, at most INLINE_MAX_BYTES stored): one
---           key, one allocation for all of it. New records are appended to the
---           stored bytes and the count at the head rewritten in place, without
---           reading the records (append_inline): an append costs what it adds. An
---           id appended again supersedes its earlier entry (the last one wins);
---           the next rewrite (general path, open) drops the earlier one;
+--   inline  cmsgpack(meta, id1, ts1, payload1, id2, ...) while the timeline is small
+--           (few records, at most INLINE_MAX_BYTES stored): from two records on a
+--           list (library 33), the meta then one element per entry, the same bytes; a
+--           meta alone or with one record one string (a string with more is what a
+--           library up to 32 wrote). New records are pushed to a list without reading
+--           the ones stored (push_entries): an append costs what it adds. An id
+--           appended again supersedes its earlier entry (the last one wins); the next
+--           rewrite (general path, open) drops it. A list's meta keeps the count it was
+--           written with: its elements are the count (list_meta), and a list is read
+--           element by element (decode_list);
 --   hash    field id -> struct.pack('>d', ts) .. payload, meta under field ""
 --           once it grows: one hash entry per record, updated in place.
 -- Ordering is computed only when a digest is opened or capacity trims, so no
@@ -15,10 +18,9 @@
 -- This part reads them (container_writes.lua writes them).
 -- Holds: META, INLINE_MAX_BYTES, HEAD_READ, container_kind, pack_values, unpack_all,
 --   decode_inline, without_superseded, encode_inline, read_container,
---   inline_head, read_meta,
---   HEAD_READ_FIRST, HEAD_READ_LAST, prefix_head, read_head,
---   inline_blob, record_count, hash_record_count, holds_no_records, held_count,
---   list_meta, inline_value.
+--   list_meta, decode_list, inline_head, read_meta, HEAD_READ_FIRST, HEAD_READ_LAST,
+--   prefix_head, read_head, inline_blob, inline_contents, record_count, hash_record_count,
+--   holds_no_records, held_count.
 -- Needs: invalid_state (guards); decode_field, format_timeline_meta, parse_timeline_meta
 --   (encoding); UNPACK_CHUNK (helpers).
 
@@ -73,7 +75,7 @@ end
 
 -- Returns the meta, the records, how many entries were unreadable and how many an entry
 -- of the same id later in the value superseded: the later one is the record (at the
--- earlier one's place), as if it had overwritten it (append_inline appends it instead).
+-- earlier one's place), as if it had overwritten it (push_entries pushes it instead).
 -- `values`: the blob's values as unpack_all reads them (values[2]: the meta; then id,
 -- timestamp, payload per entry, up to values.n), made by the caller instead (a list's).
 local function decode_inline(blob, values)
@@ -126,20 +128,6 @@ local function list_meta(raw, entries)
     return format_timeline_meta(meta)
 end
 
--- An inline container's value as one string, whichever way it is stored: a list's elements
--- are the string's parts, its meta packed with its count (the second value: a list's
--- records, nil for a string). false: no such key.
-local function inline_value(key)
-    local value = redis.pcall('GET', key)
-    if type(value) ~= 'table' then
-        return value
-    end
-    local elements = redis.call('LRANGE', key, '0', '-1')
-    local count = #elements - 1
-    elements[1] = cmsgpack.pack(list_meta(elements[1], count))
-    return table.concat(elements), count
-end
-
 -- cmsgpack.pack(meta, id1, ts1, payload1, ...), packed UNPACK_CHUNK values at a time: the
 -- values of one pack are the arguments of a call (and pack needs as many slots again), which
 -- a leading digest of a whole first batch outgrew (1,334 records: "Too many arguments for
@@ -163,6 +151,24 @@ local function encode_inline(meta, records)
     return table.concat(parts)
 end
 
+-- A list container decoded as decode_inline decodes a string: each element unpacked on its
+-- own (joined, its bytes would be made into a Lua string once more), the meta with its
+-- count (list_meta).
+local function decode_list(key)
+    local elements = redis.call('LRANGE', key, '0', '-1')
+    local values, n = {0, list_meta(elements[1], #elements - 1)}, 2
+    for i = 2, #elements do
+        local ok, id, timestamp, payload = pcall(cmsgpack.unpack, elements[i])
+        if not ok then
+            id, timestamp, payload = nil, nil, nil -- counted as damaged
+        end
+        values[n + 1], values[n + 2], values[n + 3] = id, timestamp, payload
+        n = n + 3
+    end
+    values.n = n
+    return decode_inline(nil, values)
+end
+
 local function read_container(key, known_kind)
     local kind, list = known_kind, false
     if kind == nil then
@@ -173,20 +179,7 @@ local function read_container(key, known_kind)
     elseif kind == 'inline' then
         local meta, records, damaged, superseded
         if list then
-            -- a list: each element unpacked on its own (joined, its bytes would be made into
-            -- a Lua string once more)
-            local elements = redis.call('LRANGE', key, '0', '-1')
-            local values, n = {0, list_meta(elements[1], #elements - 1)}, 2
-            for i = 2, #elements do
-                local ok, id, timestamp, payload = pcall(cmsgpack.unpack, elements[i])
-                if not ok then
-                    id, timestamp, payload = nil, nil, nil -- counted as damaged
-                end
-                values[n + 1], values[n + 2], values[n + 3] = id, timestamp, payload
-                n = n + 3
-            end
-            values.n = n
-            meta, records, damaged, superseded = decode_inline(nil, values)
+            meta, records, damaged, superseded = decode_list(key)
         else
             meta, records, damaged, superseded = decode_inline(redis.call('GET', key))
         end
@@ -243,12 +236,14 @@ end
 
 -- Only the meta, without decoding the records.
 local function read_meta(key)
-    local kind = container_kind(key)
+    local kind, list = container_kind(key)
     if kind == 'hash' then
         local raw = redis.call('HGET', key, META)
         return raw ~= false and raw or nil
+    elseif list then
+        return list_meta(redis.call('LINDEX', key, '0'), redis.call('LLEN', key) - 1)
     elseif kind == 'inline' then
-        return (inline_head(inline_value(key)))
+        return (inline_head(redis.call('GET', key)))
     end
     return nil
 end
@@ -267,13 +262,14 @@ local function prefix_head(key)
     if type(prefix) ~= 'string' then
         local raw = redis.pcall('HGET', key, META)
         if type(raw) == 'table' then
-            -- a list (an inline container since library 33): its meta and its count
+            -- a list (an inline container since library 33): its meta as stored, the count in
+            -- it not the list's (nothing reads it: an append pushes and is answered the
+            -- count, push_entries; the general path decodes, decode_list)
             raw = redis.pcall('LINDEX', key, HEAD_READ_FIRST)
             if type(raw) ~= 'string' then
                 return nil -- not a list either: container_kind refuses it
             end
-            local count = redis.call('LLEN', key) - 1
-            return {kind = 'inline', list = true, count = count, meta = list_meta(raw, count)}
+            return {kind = 'inline', list = true, meta = raw}
         end
         return {kind = 'hash', meta = raw ~= false and raw or nil}
     elseif prefix == '' then
@@ -295,31 +291,43 @@ end
 -- A container's kind and raw meta, plus an inline one's blob and the position its
 -- records start at (nil for an unreadable head), without decoding the records: read
 -- once by the function that then writes the container, so no later step reads again.
--- prefix_only: an inline container's first HEAD_READ bytes only (blob: nil unless that
--- was all of it), for append_inline, which writes without reading the records.
+-- prefix_only: an inline string's first HEAD_READ bytes only (blob: nil unless that was
+-- all of it), a list's meta, for an add, which pushes to a list without reading its records.
 local function read_head(key, prefix_only)
     local head = prefix_only and prefix_head(key)
     if head then
         return head
     end
-    head = {kind = container_kind(key)}
+    local list
+    head = {}
+    head.kind, list = container_kind(key)
     if head.kind == 'hash' then
         local raw = redis.call('HGET', key, META)
         head.meta = raw ~= false and raw or nil
+    elseif list then
+        head.list = true
+        head.meta = list_meta(redis.call('LINDEX', key, '0'), redis.call('LLEN', key) - 1)
     elseif head.kind == 'inline' then
-        head.blob, head.count = inline_value(key)
-        head.list = head.count ~= nil
+        head.blob = redis.call('GET', key)
         head.meta, head.start = inline_head(head.blob)
     end
     return head
 end
 
--- The whole value of the inline container `head` was read from.
+-- The whole value of the inline string container `head` was read from.
 local function inline_blob(key, head)
     if head.blob == nil then
-        head.blob = inline_value(key)
+        head.blob = redis.call('GET', key)
     end
     return head.blob
+end
+
+-- decode_inline's answer for the inline container `head` was read from, string or list.
+local function inline_contents(key, head)
+    if head.list then
+        return decode_list(key)
+    end
+    return decode_inline(inline_blob(key, head))
 end
 
 local function record_count(key)
@@ -331,8 +339,7 @@ local function record_count(key)
         end
         return count
     elseif kind == 'inline' then
-        local _, records = decode_inline((inline_value(key)))
-        return #records
+        return #read_container(key).records
     end
     return 0
 end
@@ -353,7 +360,7 @@ local function holds_no_records(key, head)
     if head.kind == 'hash' then
         return hash_record_count(key, head) == 0
     elseif head.list then
-        return head.count == 0
+        return false -- a list holds two records or more (write_list)
     elseif head.kind == 'inline' then
         -- nothing after the meta; behind an unreadable head nothing is readable either
         return head.start == nil or head.start > #inline_blob(key, head)
@@ -367,6 +374,6 @@ local function held_count(key, head, written)
     if head.kind ~= 'inline' then
         return written
     end
-    local _, _, _, superseded = decode_inline(inline_blob(key, head))
+    local _, _, _, superseded = inline_contents(key, head)
     return written - superseded
 end

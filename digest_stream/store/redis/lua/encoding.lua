@@ -34,9 +34,10 @@ local function format_count(number)
     return text
 end
 
--- A timeline meta's first field (written) is at least this many digits, zero-padded: an
--- inline container's count then keeps its width as records are appended, so the append
--- rewrites those bytes in place (SETRANGE) instead of the whole value (containers.lua).
+-- A timeline meta's first field (written) is at least this many digits, zero-padded: libraries
+-- 19 to 32 rewrote an inline string's count in place as records were appended (SETRANGE),
+-- which needed a fixed width; a list's count is its elements (containers.lua), and the
+-- padding stays, read either way.
 local WRITTEN_WIDTH = 3
 local WRITTEN_TEXT = {} -- by count, filled as they come (as COUNT_TEXT)
 
