@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from digest_stream.clock import Clock, SystemClock
 from digest_stream.kafka import ClientErrors, producer_config
 from digest_stream.ops import preflight
-from digest_stream.ops.failures import FailureError
+from digest_stream.ops.failures import FailureError, one_line
 from digest_stream.ops.health import Health, Heartbeats, PartitionGauges
 from digest_stream.ops.hooks import Hook, Hooks, load_hooks
 from digest_stream.ops.metrics import Metrics
@@ -27,10 +27,12 @@ from digest_stream.roles.runner import Role, Runner
 from digest_stream.settings import Settings, env_name
 from digest_stream.store import connect
 from digest_stream.store.base import DigestStore
-from digest_stream.store.errors import BackendError
+from digest_stream.store.errors import BackendError, StoreUnavailable
 from digest_stream.wire import codec, registry
 
 log = logging.getLogger(__name__)
+#: Seconds between tries of a store that refused a grant at start (App._connect).
+GRANT_WAIT = 5.0
 
 ROLES = ("ingest", "scheduler", "delivery")
 
@@ -127,9 +129,22 @@ class App:
         self._hooks: Hooks | None = None  # until start(), and again once on_stop was called
         self.started = False
 
+    def _connect(self) -> DigestStore:
+        """connect(), waiting while the store refuses a grant the library needs, as a role
+        waits for one mid-run (no exit, and nothing is called until it is granted); a stop
+        meanwhile raises the refusal."""
+        while True:
+            try:
+                return connect(self.settings)
+            except StoreUnavailable as exc:
+                if exc.kind != "authorization" or self._stop.is_set():
+                    raise
+                log.warning("%s; waiting for it (%s)", one_line(exc, self.settings), exc)
+                self._stop.wait(GRANT_WAIT)
+
     def start(self) -> None:
         """Connect, join the groups and start the role threads (and the metrics server)."""
-        store = self.store if self.store is not None else connect(self.settings)
+        store = self.store if self.store is not None else self._connect()
         self.store = store
         check_clock(store, self.clock, self.metrics)
         self.check_kafka()

@@ -80,7 +80,7 @@ class RedisStore:
 
     @property
     def inline_records(self) -> int:
-        """Records a timeline keeps in one string before it becomes a hash."""
+        """Records a timeline keeps inline (a string, a list from two) before it becomes a hash."""
         return self.calls.inline_records
 
     @translated

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from redis.cluster import ClusterNode
-from redis.exceptions import ResponseError
+from redis.exceptions import NoPermissionError, ResponseError
 
 from digest_stream.store import validate
 from digest_stream.store.errors import InvalidArgument, LibraryVersionMismatch
 from digest_stream.store.limits import INLINE_MAX_RECORDS
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
-from digest_stream.store.redis import keys, library, protocol, routing
+from digest_stream.store.redis import acl, keys, library, protocol, routing
 from digest_stream.store.redis.replies import Reply, arg, map_error, text
 from digest_stream.store.redis.routing import RedisClient
 
@@ -118,6 +118,32 @@ class RedisCalls:
                     f"but its code is not this version's (sha256 {seen}, expected "
                     f"{library.FINGERPRINT}): replaced by someone; an administrator must reload it"
                 )
+            self._check_grants(node)
+
+    def _check_grants(self, node: ClusterNode | None) -> None:
+        """Refuse to start when the user may not run a command the library calls: refused
+        inside a function, it would fail the call after its first writes (not rolled back)."""
+        probe = keys.fence_key(self.tag(0))  # any key of the namespace: not read
+        refused = routing.on_node(
+            self.client, node, "FCALL_RO", protocol.DS_GRANTS.function, 0, probe,
+            *acl.LIBRARY_COMMANDS,
+        )  # fmt: skip
+        if not isinstance(refused, list) or not refused:
+            return
+        names = [text(name) for name in refused]
+        where = routing.node_name(node)
+        # worded as Redis words each refusal, so it is explained as one (store/redis/errors.py)
+        if len(names) == len(acl.LIBRARY_COMMANDS):
+            # every command refused on a key of the namespace: its key pattern
+            raise NoPermissionError(
+                "NOPERM this user has no permissions to access one of the keys used as "
+                f"arguments (the namespace's, on {where})"
+            )
+        raise NoPermissionError(
+            "NOPERM the user executing the script can't run this command or subcommand: no "
+            f"permissions to run the '{names[0]}' command, which the Functions library calls "
+            f"on {where} (refused: {', '.join(names)})"
+        )
 
     def _code(self, node: ClusterNode | None) -> str | None:
         """The code of the library loaded on one primary (None: not loaded)."""

@@ -232,6 +232,11 @@ FENCE_REPLY = Reply("FENCE_REPLY", ("offset", "topic_id"))
 
 
 DS_VERSION = Command("ds_version", "none", (), Reply(value="version"), read_only=True)
+#: Which of the commands named (acl.LIBRARY_COMMANDS, one argument each) the caller may not
+#: run on a key of its namespace: checked at start.
+DS_GRANTS = Command(
+    "ds_grants", "none", ("key", "commands"), Reply(value="refused"), read_only=True
+)
 DS_ADD = Command(
     "ds_add",
     "add",
@@ -289,7 +294,7 @@ DS_FENCE_SET = Command("ds_fence_set", "fence", ("offset", "topic_id"), Reply(va
 
 #: Every function the library registers, in the order it registers them.
 COMMANDS = (
-    DS_VERSION, DS_ADD, DS_SCHEDULE, DS_MAINTENANCE, DS_OPEN, DS_CLOSE, DS_OPEN_MANY,
+    DS_VERSION, DS_GRANTS, DS_ADD, DS_SCHEDULE, DS_MAINTENANCE, DS_OPEN, DS_CLOSE, DS_OPEN_MANY,
     DS_CLOSE_MANY, DS_CLOSE_LEADING, DS_DELETE, DS_INSPECT, DS_STATS, DS_FENCE_GET, DS_FENCE_SET,
 )  # fmt: skip
 

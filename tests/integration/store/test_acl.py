@@ -207,3 +207,21 @@ def test_load_library_still_loads_a_missing_or_different_library() -> None:
         store.add(0, [NewRecord("t", "r", T0, b"x", 0)], T0)
     finally:
         own.stop()
+
+
+@pytest.mark.parametrize("missing", ["lset", "rpushx"])
+def test_a_user_missing_a_command_of_the_library_is_refused_at_start(
+    restricted: Callable[..., RedisClient],
+    make_redis_store: Callable[..., RedisStore],
+    namespace: str,
+    missing: str,
+) -> None:
+    # An operator who kept library 32's ACL line after the upgrade: a command refused inside
+    # a function fails the call after its first writes (a close had deleted its digest when
+    # the list's meta write was refused), so the store refuses to start, naming the grant.
+    make_redis_store()
+    user = restricted(extra=(f"-{missing}",))
+    with pytest.raises(StoreUnavailable) as refused:
+        RedisStore(user, namespace=namespace, load_library=False)
+    assert (refused.value.kind, refused.value.command) == ("authorization", missing)
+    assert isinstance(refused.value.__cause__, NoPermissionError)

@@ -1,0 +1,23 @@
+-- ds_grants: which of the commands named the caller may not run (read-only), which
+-- RedisStore checks on every primary when it starts: a command refused inside a function
+-- fails the call after its first writes, which Redis does not roll back (a close that had
+-- deleted its digest before its meta's write was refused left the timeline without its
+-- cool-down), so a missing grant is named at the start instead, before any call.
+-- KEYS: none
+-- ARGV: key, commands
+-- Reply: refused
+-- Needs: nothing.
+--
+-- key: a key of the caller's namespace (not read), each command checked with it as its key,
+-- as the library runs them (SET checked without a key answers false whatever the grants);
+-- commands: the library's (acl.LIBRARY_COMMANDS), one argument each.
+
+local function grants(_, args)
+    local refused, key = {}, args[1]
+    for i = 2, #args do
+        if not redis.acl_check_cmd(args[i], key) then
+            refused[#refused + 1] = args[i]
+        end
+    end
+    return refused
+end
