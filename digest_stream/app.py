@@ -39,7 +39,7 @@ ROLES = ("ingest", "scheduler", "delivery")
 # A stop must finish in-flight batches (bounded by PUBLISH_TIMEOUT and commit timeouts) and
 # leave the groups; past this, the threads are abandoned and the process exits anyway.
 STOP_TIMEOUT = 60.0
-# Past this (seconds) a disagreement between this host's clock and Redis's is worth a warning.
+# Past this (seconds) a disagreement between this host's clock and the store's is worth a warning.
 CLOCK_SKEW_WARNING = 1.0
 # Consumer lag is refreshed this often by each role loop (cheap local calls, but not per batch).
 LAG_REFRESH = 1.0
@@ -77,7 +77,7 @@ def schedule_frame(settings: Settings) -> Callable[[bytes], bytes]:
 def check_clock(store: DigestStore, clock: Clock, metrics: Metrics) -> float:
     """Compare this host's clock with the store's; warn when they disagree by over a second.
 
-    Due times are wall-clock and written by every host through Redis, so a host whose clock is
+    Due times are wall-clock and written by every host through the store, so a host whose clock is
     S seconds off shifts the cool-downs it computes by S. NTP keeps this in milliseconds.
     A store without a clock of its own (the model) has nothing to compare: 0.
     """

@@ -111,7 +111,7 @@ class Scheduler:
         self._settings = settings
         self._store = store
         self.emitter = emitter
-        self._clock = clock  # wall time: due times are shared with other hosts through Redis
+        self._clock = clock  # wall time: due times are shared with other hosts through the store
         # Intervals run on a monotonic timer: a wall-clock step backwards must not stop ticks
         # for its size, nor a step forwards fire a burst of them.
         self._timer = timer
@@ -181,7 +181,7 @@ class Scheduler:
         """Maintenance (or a take-over), then the due timelines, each in bounded slices.
 
         Every store call moves at most one slice (DEFAULT_SLICE timelines), so none blocks
-        Redis for long; a backlog is drained slice by slice, each announced as it comes (the
+        the store for long; a backlog is drained slice by slice, each announced as it comes (the
         emitter waits for producer room). Maintenance is drained first: it only moves READY
         timelines, so each slice takes new ones, and schedule then makes them READY again.
         """

@@ -73,7 +73,7 @@ class Delivery:
             producer,
             self._dlq,
             metrics,
-            # a pause for publish retries ends when the broker takes them: not Redis's doing
+            # a pause for publish retries ends when the broker takes them: not the store's doing
             functools.partial(runner.wait_serving_group, over="the output topic took them"),
             runner.stopping,
             clock.now,

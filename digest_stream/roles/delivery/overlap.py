@@ -1,7 +1,7 @@
 """The delivery's store calls on one helper thread, overlapped with publishing.
 
 While a batch is produced, acknowledged and closed, the next one is already taken and its
-digests opened here (Redis works while the broker does). An open is idempotent, so a crash or
+digests opened here (the store works while the broker does). An open is idempotent, so a crash or
 a stop with the next batch opened only leaves digests that its redelivered entries reopen
 under the same ids. A timeline of the batch in hand is not opened ahead: it is opened after
 that batch closed it, as if the batches ran one after the other (a repeated entry stays stale,
@@ -9,7 +9,7 @@ not a second publication).
 
 A published batch's closes run here too (after the next batch's opens, before anything opened
 later), and its offsets are committed once they are done (``settle``). A call that failed on
-the helper thread is retried on the role's thread, serving the group while Redis is down.
+the helper thread is retried on the role's thread, serving the group while the store is down.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ class Overlap:
         if rest:
             self.settle()  # the last batch's closes first: some of these may be its timelines
             targets = [batch.targets[i] for i in rest]
-            # Retried whole while Redis is down: opens are idempotent (a reopen keeps its id).
+            # Retried whole while the store is down: opens are idempotent (a reopen keeps its id).
             opened = self._with_store(lambda: self._store.open_many(targets, batch.now), "open")
             found.update(zip(rest, opened, strict=True))
         return [found[i] for i in range(len(batch.targets))]
@@ -205,7 +205,7 @@ class Overlap:
             return _close_at(self._store, targets, times)
 
     def _with_store(self, call: Callable[[], T], operation: str) -> T:
-        """A store call, retried while Redis is unreachable (paused, serving the group)."""
+        """A store call, retried through a store outage (paused, serving the group)."""
 
         def timed() -> T:
             with self._metrics.store_latency.labels(operation=operation).time():

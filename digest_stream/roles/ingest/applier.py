@@ -1,7 +1,7 @@
 """Booking one partition batch's store call: outage retries, the fence decision, the ledger.
 
 The store worker makes one attempt per batch; this piece, on the role thread, finishes what
-the attempt left: it retries through a Redis outage (serving the group), acts on a fence found
+the attempt left: it retries through a store outage (serving the group), acts on a fence found
 behind (seek and replay, or accept a state loss) or found to be another topic's (replace it,
 as ``on_state_loss`` says), books what was applied and counts it.
 """
@@ -42,9 +42,9 @@ class Applier:
     ) -> None:
         self._store = store
         # Read at each call, retries included: what the add starts (a READY time, an opened
-        # digest) starts when Redis runs it, not when the batch was read before an outage.
+        # digest) starts when the store runs it, not when the batch was read before an outage.
         self._now = now
-        # Told when Redis turned out to have lost or rolled back a partition's state: READY
+        # Told when the store turned out to have lost or rolled back a partition's state: READY
         # timelines restored with it may have had their announcements consumed already.
         self._restored = restored
         self._topics = topics
@@ -89,7 +89,7 @@ class Applier:
             if batch.error is not None:
                 self._metrics.store_errors.inc()
                 log.warning("Redis call failed (%s); retrying", batch.error)
-            # Stored here, with the retries that keep serving the group while Redis is down.
+            # Stored here, with the retries that keep serving the group while the store is down.
             result = self._add_retrying(batch)
             if result is None:
                 return None
@@ -149,7 +149,7 @@ class Applier:
     def _until_told(self, batch: Batch, result: AddResult) -> fence.Decision | None:
         """Ask the broker for the topic id until it tells; the fence decision it gives.
 
-        Paused, serving the group (as in a Redis outage): a reset on the id last seen could
+        Paused, serving the group (as in a store outage): a reset on the id last seen could
         throw away another owner's work on a recreated topic and replay all of it, and
         applying past the fence without the topic check could skip a new topic's records as
         already applied. Waiting loses nothing. A wait decision back: gave up (read again).
@@ -182,7 +182,7 @@ class Applier:
             self._runner.resume("the topic id is known again")
 
     def _add_retrying(self, batch: Batch) -> AddResult | None:
-        """The store call, retried while Redis is unreachable; None if we had to give up."""
+        """The store call, retried through a store outage; None if we had to give up."""
         try:
             return self._runner.while_store_down(
                 lambda: self.timed_add(batch),
@@ -199,7 +199,7 @@ class Applier:
             return None
 
     def _after_outage(self) -> None:
-        # Redis may have restarted from an older snapshot: its READY timelines may be ones
+        # The store may have restarted from an older snapshot: its READY timelines may be ones
         # whose announcements were already consumed.
         for partition in sorted(self._ledger.owned):
             self._restored([partition])
@@ -225,7 +225,7 @@ class Applier:
     def reset_fence(self, partition: int, offset: int | None, *, retry: bool) -> None:
         """Replace a fence of another topic incarnation by one of the current topic.
 
-        ``retry``: wait out a Redis outage (serving the group); a rebalance handler may not
+        ``retry``: wait out a store outage (serving the group); a rebalance handler may not
         poll, so there one attempt is made, and a fence left in place is reported again by
         the partition's first add.
         """

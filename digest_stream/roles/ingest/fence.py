@@ -2,14 +2,14 @@
 
 The store keeps, per input partition, the last offset it applied (the fence) and the id of the
 topic incarnation those offsets belong to. This process remembers the fence it left
-(``expected``). Comparing the two tells whether Redis lost writes: a fence behind is replayed
+(``expected``). Comparing the two tells whether the store lost writes: a fence behind is replayed
 from Kafka; a fence gone entirely is a state loss, handled as the ``on_state_loss`` setting
 says. A fence of another topic incarnation (the topic was deleted and created again, renamed in
 the settings, or is another cluster's: its topic id differs), or one beyond the partition's end
 (its offsets were reset), fences nothing: it is a state loss for this topic, handled the same
 way, never a reason to skip. A topic id the broker could not confirm just now (the last one
 seen) is a guess: it never resets a fence that names another id; the ingest waits until the
-broker tells (see ``Decision.wait``). Nothing here talks to Kafka or Redis: the loop acts on
+broker tells (see ``Decision.wait``). Nothing here talks to Kafka or the store: the loop acts on
 the decisions, so every branch has a unit test.
 """
 
@@ -61,7 +61,7 @@ def state_lost(
     resume_at: int | None,
     where: str,
 ) -> Decision:
-    """The partition's fence is gone from Redis: replay everything, or accept the loss."""
+    """The partition's fence is gone from the store: replay everything, or accept the loss."""
     if on_state_loss == "replay":
         return Decision(
             OFFSET_BEGINNING,
@@ -233,11 +233,11 @@ def _start(
 
 
 def start_without_store(committed: int) -> Decision:
-    """Where to start when Redis cannot be asked (unreachable at assignment).
+    """Where to start when the store cannot be asked (unreachable at assignment).
 
-    The group committed through ``committed - 1`` only after Redis applied it, so the fence must
-    be at least that: the first add checks it (Redis may have lost writes meanwhile) and rewinds,
-    instead of silently skipping the gap.
+    The group committed through ``committed - 1`` only after the store applied it, so the fence
+    must be at least that: the first add checks it (the store may have lost writes meanwhile)
+    and rewinds, instead of silently skipping the gap.
     """
     if committed < 0:
         return Decision(OFFSET_INVALID, None)
@@ -276,8 +276,8 @@ def after_add(
 def applied_unbooked(expected: int | None, first: int, fence_before: int | None) -> bool:
     """Whether a store call found offsets of its own batch (from ``first``) already applied
     beyond the fence this process booked: an earlier run of the same call whose reply was lost
-    (redis-py re-sends a call whose connection broke; so does the outage retry). That run's
-    READY timelines were never announced."""
+    (a store's client may re-send a call whose connection broke, as redis-py does; so does
+    the outage retry). That run's READY timelines were never announced."""
     if fence_before is None or fence_before < first:
         return False
     return expected is None or fence_before > expected

@@ -66,13 +66,13 @@ class LeadingEdge:
         self._hooks = hooks
         self._clock = clock
         self._owns = owns
-        # Closes run on a thread of their own: Redis answers one only after the add it is
-        # running, which the role thread would otherwise wait out.
+        # Closes run on a thread of their own: the store (Redis: one call at a time) answers one
+        # only after the add it is running, which the role thread would otherwise wait out.
         self._closer = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="leading-close", initializer=name_os_thread
         )
         self._closing: list[tuple[Future[list[bool]], list[Pending]]] = []
-        # acknowledged, of one add each; their close found Redis down
+        # acknowledged, of one add each; their close found the store down
         self._unclosed: list[list[Pending]] = []
         self._queued: list[tuple[int, list[OpenDigest]]] = []
         # each add's digests on their way out, in the order they were produced: the broker's
@@ -95,7 +95,7 @@ class LeadingEdge:
 
     def queue(self, partition: int, opened: list[OpenDigest]) -> None:
         """Keep the digests one add opened for ``publish``: the ingest hands its next batch
-        to the store worker first, so Redis runs that add while these are built and
+        to the store worker first, so the store runs that add while these are built and
         produced."""
         self._queued.append((partition, opened))
 
@@ -119,7 +119,7 @@ class LeadingEdge:
 
         ``wait``: how long to wait for acknowledgements (0: take what came), and then for
         the closes too. ``retry`` False (a rebalance handler, which may not poll): the
-        closes are waited for and one Redis could not answer is left open, for an
+        closes are waited for and one the store could not answer is left open, for an
         announcement to reopen.
         """
         self.publish()
@@ -196,7 +196,7 @@ class LeadingEdge:
             )
 
     def _harvest(self, *, wait: bool) -> None:
-        """Take the closes done (``wait``: all of them). One Redis could not answer is tried
+        """Take the closes done (``wait``: all of them). One the store could not answer is tried
         again at the next step; when waiting (a handler, the close), it is left open: the
         timeline is READY, and an announcement (take-over, maintenance) reopens it."""
         running = []

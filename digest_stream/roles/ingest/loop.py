@@ -2,7 +2,7 @@
 
 Offsets are committed only after the store call that applied them succeeded. The store's fence
 (last applied offset per partition) makes replays harmless, and lets this process notice when
-Redis lost writes (see fence.py). Two batches overlap: while the store worker runs one batch's
+the store lost writes (see fence.py). Two batches overlap: while the store worker runs one batch's
 store calls, this thread consumes and decodes the next. Everything else (booking, rewinds,
 commits, scheduler ticks, rebalance handlers) stays on the role's thread and waits for the batch
 in flight first, so the commit discipline is exactly that of one batch at a time.
@@ -95,7 +95,7 @@ class Ingest:
             self._moved.check(batch.partition, batch.records)
         self._submit(batches)
         if self._leading is not None:
-            # While Redis runs that add: build and produce what the last one opened, and
+            # While the store runs that add: build and produce what the last one opened, and
             # close what the broker acknowledged.
             self._leading.finish()
         return applied

@@ -1,6 +1,6 @@
 """Schema registry mode: the writer schemas a batch names, fetched before the batch is checked.
 
-A registry that cannot answer is an outage, waited out like a Redis outage: the ingest pauses
+A registry that cannot answer is an outage, waited out like a store outage: the ingest pauses
 its partitions and keeps polling (so it stays in its group), backs off and tries again; no
 event is dead-lettered for it and nothing is committed past it. Ids the registry does not
 know are not an outage: the check dead-letters their events ("unknown-schema-id").

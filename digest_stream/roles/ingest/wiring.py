@@ -94,7 +94,7 @@ def ingest_parts(
         ledger,
         outputs,
         topics,
-        # After a rollback or loss of Redis state: re-announce the partition's READY ones.
+        # After a rollback or loss of the store's state: re-announce the partition's READY ones.
         restored=scheduler.take_over,
         now=clock.now,
     )

@@ -2,7 +2,7 @@
 (the caller hands it: the one the store resolved for the open, ``OpenDigest.policy``) to the
 message values that publish it.
 
-Pure: no Kafka, no Redis, no clock (``now`` is given). Two ways give the same message: the
+Pure: no Kafka, no store, no clock (``now`` is given). Two ways give the same message: the
 output format's own fast path for the common digest (Avro: the stored event bytes become its
 records as they are, no models, one encode pass), and the models for everything else
 (``collapse_by``, records that cannot be read, a digest too large for one message, hooks that
@@ -51,7 +51,7 @@ def build(
     ``max_bytes`` next to its key and headers; ``whole``: always build the Digest model too
     (hooks see it). ``now`` is when the timeline is closed (next_delivery_at). ``checked``:
     the records' bytes are the ingest's, checked moments ago (the leading edge), not read
-    back from Redis: their timestamps are taken as stored."""
+    back from the store: their timestamps are taken as stored."""
     if not whole:
         stored = one_part(scheduled, digest, policy, now, max_bytes, output, checked)
         if stored is not None:
