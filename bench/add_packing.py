@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     client = redis.Redis.from_url(stack().redis_url)
     store = RedisStore(client, namespace=unique("pack"))
     recorder = Recorder()
-    store.calls.client = cast(redis.Redis, recorder)  # the client every part calls through
+    store.calls.client = cast(redis.Redis, recorder)  # the client the store calls through
     connection = client.connection_pool.get_connection()
     payload = os.urandom(200)
     try:

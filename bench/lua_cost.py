@@ -48,7 +48,7 @@ import redis
 from bench.common import T0, delete_namespace, stack, unique
 from digest_stream.store import NewRecord, TimelinePolicy
 from digest_stream.store.redis import RedisStore
-from digest_stream.store.redis.digests import MANY_CHUNK
+from digest_stream.store.redis.calls import MANY_CHUNK
 
 RECORDS = 1_000
 #: (label, timelines per call of RECORDS records): 1, 20 and 1,000 records per timeline.

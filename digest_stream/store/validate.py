@@ -11,6 +11,7 @@ from digest_stream.store.base import (
     DIGEST_ID_PATTERN,
     NAMESPACE_PATTERN,
     OPEN_NONCE_PATTERN,
+    DigestTarget,
     NewRecord,
 )
 from digest_stream.store.errors import InvalidArgument
@@ -94,6 +95,17 @@ def open_nonce(value: object, what: str = "open nonce") -> str | None:
             f"{what} must be {OPEN_NONCE_LENGTH} lowercase hex characters, got {value!r}"
         )
     return value
+
+
+def leading_targets(nonce: object, targets: Sequence[DigestTarget]) -> str:
+    """close_leading's nonce (the add's open nonce, required) and its targets: one add's
+    digests, so of one partition."""
+    checked = open_nonce(nonce, "nonce")
+    if checked is None:
+        raise InvalidArgument("close_leading needs the nonce of the add that led them")
+    if any(target[0] != targets[0][0] for target in targets):
+        raise InvalidArgument("close_leading closes the digests of one add: one partition")
+    return checked
 
 
 def offset(value: object) -> int:

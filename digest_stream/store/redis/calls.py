@@ -1,4 +1,5 @@
-"""RedisCalls: what every RedisStore call stands on: the client, the library check, one FCALL.
+"""RedisCalls: the call transport of RedisStore: the client, the library on every primary,
+one FCALL of a declared command, and the many-target calls pipelined by node.
 
 Works unchanged over ``redis.Redis`` and ``redis.cluster.RedisCluster``: every call touches
 the keys of one input partition (one hash tag, one slot) and is routed by that tag.
@@ -12,26 +13,21 @@ from redis.cluster import ClusterNode
 from redis.exceptions import NoPermissionError, ResponseError
 
 from digest_stream.store import validate
+from digest_stream.store.base import DigestTarget
 from digest_stream.store.errors import InvalidArgument, LibraryVersionMismatch
-from digest_stream.store.limits import INLINE_MAX_RECORDS
-from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 from digest_stream.store.redis import acl, keys, library, protocol, routing
-from digest_stream.store.redis.replies import Reply, arg, map_error, text
-from digest_stream.store.redis.routing import RedisClient
+from digest_stream.store.redis.replies import Reply, array, map_error, text
+from digest_stream.store.redis.routing import Call, RedisClient
 
-#: Timelines with up to this many records live in one compact string (see lua/containers.lua):
-#: most timelines hold a handful of records, and one allocation each saves the per-entry
-#: overhead of a hash. Past it (or past 8 KiB) a timeline becomes a hash. An append costs the
-#: same at any size (it never reads the records), so the limit is set by the reads that do
-#: (an open, a trim, a cancel: all O(records) anyway) and by memory: 32 keeps a timeline of
-#: 20 events of 200 B inline, where the move to a hash cost one add about 20 adds' time.
-DEFAULT_INLINE_RECORDS = 32
+#: Targets per ds_open_many / ds_close_many call: one partition's share of a delivery batch
+#: in one call, yet a bound on how long one call (with large digests) holds Redis.
+MANY_CHUNK = 256
 
 
 def library_versions(client: RedisClient) -> dict[str, str | None]:
     """The library version on every primary ("redis" for a single node); None: not loaded.
 
-    Read-only (FCALL_RO ds_version): the one check behind RedisStore.ensure_library and /readyz.
+    Read-only (FCALL_RO ds_version): the one check behind ``ensure_library`` and /readyz.
     """
     found: dict[str, str | None] = {}
     for node in routing.primaries(client):
@@ -47,39 +43,15 @@ def library_versions(client: RedisClient) -> dict[str, str | None]:
 
 
 class RedisCalls:
-    """The client, its namespace and policies, the library check, and one FCALL with retry.
+    """The client and the namespace its calls' keys are in, the library check, one FCALL with
+    the library loaded again where a primary lost it, and pipelined FCALLs."""
 
-    What every part of RedisStore (``RedisWrites``, ``RedisDigests``, ``RedisAdmin``) is
-    given and calls through.
-    """
-
-    def __init__(
-        self,
-        client: RedisClient,
-        *,
-        namespace: str = "d",
-        policy: TimelinePolicy | None = None,
-        resolver: PolicyResolver | None = None,
-        load_library: bool = True,
-        inline_records: int = DEFAULT_INLINE_RECORDS,
-    ) -> None:
+    def __init__(self, client: RedisClient, *, namespace: str, load_library: bool) -> None:
         if client.get_connection_kwargs().get("decode_responses"):
             raise InvalidArgument("the Redis client must not decode responses: payloads are bytes")
         self.client = client
         self.namespace = validate.namespace(namespace)
-        self.policy, self.resolver = validate.policies(policy, resolver)
-        #: The partition_ttl argument of the writing calls: the default policy's ttl, formatted
-        #: once (it is fixed for the store's life).
-        self.partition_ttl = arg(self.policy.ttl)
         self._load_library = load_library
-        if isinstance(inline_records, bool) or not isinstance(inline_records, int):
-            raise InvalidArgument(f"inline_records must be an int, got {inline_records!r}")
-        if not 0 <= inline_records <= INLINE_MAX_RECORDS:
-            raise InvalidArgument(
-                f"inline_records must be in [0, {INLINE_MAX_RECORDS}], got {inline_records}"
-            )
-        self.inline_records = inline_records
-        self.ensure_library()
 
     def ensure_library(self) -> None:
         """Load (when allowed, and only where it is missing or differs) and verify the library
@@ -197,6 +169,49 @@ class RedisCalls:
         """The hash tag of a partition's keys in this namespace."""
         return keys.partition_tag(self.namespace, validate.partition(partition))
 
-    def timeline_policy(self, timeline: str) -> TimelinePolicy:
-        """The checked policy of one timeline."""
-        return validate.policy(self.resolver(timeline), timeline)
+    def many(
+        self,
+        command: protocol.Command,
+        targets: Sequence[DigestTarget],
+        head: list[str | bytes],
+        packed: Sequence[bytes],
+    ) -> list[Reply]:
+        """One FCALL per partition (at most MANY_CHUNK targets each, packed into its last
+        argument), pipelined by node; the per-target replies in target order."""
+        groups: dict[int, list[int]] = {}
+        for index, (partition, _, _) in enumerate(targets):
+            groups.setdefault(partition, []).append(index)
+        calls: list[Call] = []
+        members: list[list[int]] = []
+        for partition, indexes in groups.items():
+            call_keys = keys.command_keys(command, self.tag(partition))
+            for first in range(0, len(indexes), MANY_CHUNK):
+                chunk = indexes[first : first + MANY_CHUNK]
+                calls.append((call_keys, [*head, b"".join([packed[index] for index in chunk])]))
+                members.append(chunk)
+        out: list[Reply] = [None] * len(targets)
+        for chunk, reply in zip(members, self._pipelined(command.function, calls), strict=True):
+            for index, value in zip(chunk, array(reply), strict=True):
+                out[index] = value
+        return out
+
+    def _pipelined(self, function: str, calls: Sequence[Call]) -> list[Reply]:
+        """Pipelined FCALLs, one round trip per node, replies in call order.
+
+        A reply the pipeline cannot settle (the library missing on a node, a cluster
+        redirection while slots move) is redone by ``fcall``, which handles both.
+        """
+        found: list[Reply] = []
+        for call, reply in zip(
+            calls, routing.fcall_pipelined(self.client, function, calls), strict=True
+        ):
+            if isinstance(reply, ResponseError):
+                mapped = map_error(reply)
+                if mapped is not reply:
+                    raise mapped from reply
+                found.append(self.fcall(function, *call))
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                found.append(reply)
+        return found

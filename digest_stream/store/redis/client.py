@@ -8,9 +8,9 @@ import redis
 from redis.cluster import RedisCluster
 
 from digest_stream.store.backend import StoreSettings
-from digest_stream.store.redis.adapter import RedisStore
 from digest_stream.store.redis.errors import translated
 from digest_stream.store.redis.routing import RedisClient
+from digest_stream.store.redis.store import RedisStore
 
 # Redis socket timeouts: long enough for a 10,000-record digest, short enough to notice an outage.
 REDIS_SOCKET_TIMEOUT = 10.0

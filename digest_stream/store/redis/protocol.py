@@ -1,7 +1,7 @@
 """The store's wire protocol, declared once: every function of the Lua library, its keys, its
 arguments (with the packed formats) and its reply.
 
-Python packs and decodes from these declarations (``writes.py``, ``digests.py``, ``keys.py``,
+Python packs and decodes from these declarations (``packing.py``, ``store.py``, ``keys.py``,
 ``replies.py``); ``library.py`` writes what the Lua needs of them (formats, widths, key
 suffixes and layouts, reply positions) as constants at the top of the library, and registers
 each command's callback from ``COMMANDS``. Each command's Lua file (``lua/commands/``) opens

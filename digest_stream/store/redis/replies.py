@@ -1,8 +1,8 @@
-"""Arguments to and replies from the Lua library, as redis-py hands them over.
+"""Arguments to and replies from the Lua library (and Redis's TIME), as redis-py hands them over.
 
 Replies arrive as RESP2 or RESP3 values with ``decode_responses`` off: bytes, ints,
 lists, None. These helpers turn them into Python values and map the library's typed
-error replies to the store's exceptions.
+error replies to the store's exceptions; the packed arguments are ``packing``'s.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from redis.exceptions import ResponseError
 
 from digest_stream.store.base import (
     AddResult,
+    DigestTarget,
     DueBatch,
     DueTimeline,
     Fence,
@@ -129,6 +130,7 @@ _DUE = protocol.DUE_REPLY.at
 _INSPECT = protocol.INSPECT_REPLY.at
 _STATS = protocol.STATS_REPLY.at
 _FENCE = protocol.FENCE_REPLY.at
+_CLOSE_LEADING = protocol.CLOSE_LEADING_REPLY.at
 
 
 def add_result(
@@ -234,6 +236,24 @@ def fence(reply: Reply) -> Fence:
     return Fence(
         optional_integer(values[_FENCE["offset"]]), optional_text(values[_FENCE["topic_id"]])
     )
+
+
+def closed_leading(reply: Reply, targets: Sequence[DigestTarget]) -> list[bool]:
+    """``ds_close_leading`` (protocol.CLOSE_LEADING_REPLY): whether the batch form closed, and
+    each digest of the ordinary form by timeline {timeline, closed, ...}; one answer per target."""
+    values = array(reply)
+    batch_closed = integer(values[_CLOSE_LEADING["closed"]]) == 1
+    flat = array(values[_CLOSE_LEADING["ordinary"]])
+    ordinary = {text(flat[i]): integer(flat[i + 1]) == 1 for i in range(0, len(flat), 2)}
+    return [ordinary.get(timeline, batch_closed) for _, timeline, _ in targets]
+
+
+def server_time(reply: Reply) -> float:
+    """Redis's TIME, which redis-py parses into (seconds, microseconds), in seconds."""
+    if not isinstance(reply, list | tuple) or len(reply) != 2:
+        raise TypeError(f"unexpected TIME reply {reply!r}")
+    seconds, micros = (int(part) for part in reply)
+    return seconds + micros / 1e6
 
 
 def due_batch(reply: Reply) -> DueBatch:
