@@ -1,9 +1,9 @@
 """MemoryStore: the reference model, the executable spec both Redis setups are held to.
 
-``store`` (MemoryStore) holds ``state`` (its partitions, timelines and open digests, and the
-shared lookups) and hands each call to a part given that state: ``add`` (adding, with
-``controls``), ``digests`` (open/close) and ``admin`` (inspect, admin, the fence, and
-``expire``, which plays what a TTL or eviction does in Redis).
+``store`` (MemoryStore) writes each operation once over ``state`` (a partition's fence,
+schedule, timelines and open digests, and their lookups); ``add`` applies an add's batch in
+offset order (with ``controls``: flush, cancel). ``MemoryStore.expire`` plays what a TTL or
+eviction does in Redis.
 """
 
 from __future__ import annotations

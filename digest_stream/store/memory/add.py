@@ -1,94 +1,22 @@
-"""The model's add: one batch of a partition, fenced by offset, as the Lua's add part does it.
+"""The model's add, as the Lua's add part does it: the fence that refuses a batch, the batch's
+records and controls applied in offset order (``Batch``: each record stored, its timeline
+scheduled; each control ending a segment), and the fence moved after them.
 
-``add`` checks the call and the fence, ``_Batch`` applies the records and controls in offset
-order (each record stored, its timeline scheduled; each control ending a segment), then the
-fence moves and the leading edge opens its digests.
+``MemoryStore.add`` runs these steps in that order, then the leading edge opens its digests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from digest_stream.store import validate
-from digest_stream.store.base import (
-    AddResult,
-    NewRecord,
-    OpenDigest,
-    StoredRecord,
-    age_key,
-    leading_id,
-)
-from digest_stream.store.errors import InvalidArgument
+from digest_stream.store.base import AddResult, NewRecord, OpenDigest, StoredRecord, age_key
 from digest_stream.store.limits import FLUSH_AT_FLOOR
 from digest_stream.store.memory.controls import apply_control
-from digest_stream.store.memory.state import MemoryState, PartitionState, TimelineState
+from digest_stream.store.memory.state import PartitionState, TimelineState
 from digest_stream.store.policy import TimelinePolicy
 
-#: open(partition, timeline, digest id, now): how the leading edge opens a digest.
-Open = Callable[[int, str, str, float], OpenDigest]
 
-
-def add(
-    model: MemoryState,
-    open_digest: Open,
-    partition: int,
-    records: Sequence[NewRecord],
-    now: float,
-    *,
-    expected_fence: int | None = None,
-    through_offset: int | None = None,
-    topic_id: str | None = None,
-    open_nonce: str | None = None,
-) -> AddResult:
-    """``DigestStore.add`` over the model's state (``open_digest``: its ``open``)."""
-    state = model.partition(partition)
-    now, expected, through, topic, nonce = validate.add_arguments(
-        now, expected_fence, through_offset, topic_id, open_nonce
-    )
-    validate.records(records, through)
-    policies = {record.timeline: model.timeline_policy(record.timeline) for record in records}
-
-    fence_before, topic_before = state.fence, state.fence_topic
-    if _refused(state, expected, topic):
-        return AddResult([], 0, 0, 0, fence_before, fence_before, topic_before)
-    applied = -1 if fence_before is None else fence_before
-    if (
-        nonce in state.led_nonces
-        and all(record.control is None for record in records)
-        and any(record.offset > applied for record in records)
-    ):
-        raise InvalidArgument(
-            f"open nonce {nonce} is taken by an earlier add: each add that leads takes a fresh one"
-        )
-    batch = _Batch(model, state, policies, now)
-    fence = batch.apply(records, -1 if fence_before is None else fence_before)
-    _move_fence(state, fence_before, max(fence, -1 if through is None else through), topic)
-    opened: list[OpenDigest] = []
-    if nonce is not None:
-        # timeline k's digest id: the nonce and k, k its place among the call's timelines in
-        # the order its records name them (as RedisStore packs them)
-        numbers = {name: k for k, name in enumerate(dict.fromkeys(r.timeline for r in records), 1)}
-        for name in batch.led():
-            digest_id = leading_id(nonce, numbers[name])
-            # opened as ds_open would: the timeline stays READY until the close
-            opened.append(open_digest(partition, name, digest_id, now))
-            batch.ready.remove(name)
-        if opened:
-            state.led_nonces.add(nonce)
-    return AddResult(
-        batch.ready,
-        batch.added,
-        batch.skipped,
-        batch.dropped,
-        fence_before,
-        state.fence,
-        topic_before,
-        batch.cancelled,
-        opened,
-    )
-
-
-def _refused(state: PartitionState, expected: int | None, topic: str | None) -> bool:
+def refused(state: PartitionState, expected: int | None, topic: str | None) -> bool:
     """The fence says apply nothing: another topic's offsets (they fence nothing here; the
     caller decides), or the store lost writes the caller made (it replays)."""
     if topic is not None and state.fence_topic is not None and state.fence_topic != topic:
@@ -96,7 +24,7 @@ def _refused(state: PartitionState, expected: int | None, topic: str | None) -> 
     return expected is not None and (state.fence is None or state.fence < expected)
 
 
-def _move_fence(
+def move_fence(
     state: PartitionState, fence_before: int | None, fence: int, topic: str | None
 ) -> None:
     """Advance the partition's fence to ``fence`` (-1: none); a fence without a topic takes
@@ -108,17 +36,13 @@ def _move_fence(
         state.fence_topic = topic
 
 
-class _Batch:
+class Batch:
     """One add's records and controls applied in offset order, and what they did."""
 
     def __init__(
-        self,
-        model: MemoryState,
-        state: PartitionState,
-        policies: dict[str, TimelinePolicy],
-        now: float,
+        self, state: PartitionState, policies: dict[str, TimelinePolicy], now: float
     ) -> None:
-        self.model, self.state, self.policies, self.now = model, state, policies, now
+        self.state, self.policies, self.now = state, policies, now
         self.ready: list[str] = []
         # made READY with nothing stored before: led when asked (open_nonce), unless the
         # batch holds controls or the timeline's capacity trimmed it
@@ -149,6 +73,23 @@ class _Batch:
         self._finish()
         return fence
 
+    def result(
+        self, fence_before: int | None, topic_before: str | None, opened: list[OpenDigest]
+    ) -> AddResult:
+        """What the add did, its fence found before it (and that fence's topic) and the
+        digests its leading edge opened (no longer in ``ready``) given."""
+        return AddResult(
+            self.ready,
+            self.added,
+            self.skipped,
+            self.dropped,
+            fence_before,
+            self.state.fence,
+            topic_before,
+            self.cancelled,
+            opened,
+        )
+
     def led(self) -> list[str]:
         """The READY timelines the leading edge opens (none was trimmed by its capacity)."""
         timelines = self.state.timelines
@@ -178,7 +119,7 @@ class _Batch:
     def _wake(self, name: str) -> None:
         """A cooling timeline is WAITING for the rest of its cool-down, due when it ends (as
         if its close had scheduled it); once it is over, absent (a new timeline)."""
-        cooling = self.model.cooling(self.state, name)
+        cooling = self.state.cooling(name)
         policy = self.policies[name]
         if cooling is None or cooling.last_delivery is None or policy.schedule is not None:
             return
@@ -196,7 +137,7 @@ class _Batch:
         if name in state.waiting:
             if policy.schedule is not None:
                 return  # a calendar due time does not move
-            last = self.model.last_delivery(state, name)
+            last = state.last_delivery(name)
             due = state.waiting[name]
             if last is not None:
                 state.waiting[name] = min(due + policy.increment_delay, last + policy.maximum_delay)
@@ -233,7 +174,7 @@ class _Batch:
         state, now = self.state, self.now
         flush_at = policy.flush_at
         if flush_at is not None and name in state.waiting and len(timeline.records) >= flush_at:
-            last = self.model.last_delivery(state, name)
+            last = state.last_delivery(name)
             due = now if last is None else max(now, last + FLUSH_AT_FLOOR)
             if due < state.waiting[name]:
                 state.waiting[name] = due

@@ -1,12 +1,12 @@
-"""The reference model's state: partitions, timelines, open digests; the shared lookups."""
+"""The reference model's state: a partition's fence, schedule, timelines and open digests,
+with the lookups every operation shares."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from digest_stream.store import validate
-from digest_stream.store.base import DueBatch, StoredRecord
-from digest_stream.store.policy import PolicyResolver, TimelinePolicy
+from digest_stream.store.base import DueBatch, OpenDigest, StoredRecord, TimelineInfo, reason_of
+from digest_stream.store.due import NextDue
 
 
 def score_key(item: tuple[str, float]) -> tuple[float, bytes]:
@@ -38,6 +38,19 @@ class DigestState:
     expired: bool
     reason: str
 
+    def opened(self, timeline: str, rule: NextDue) -> OpenDigest:
+        """This digest as an open returns it, with its timeline's due rule."""
+        return OpenDigest(
+            self.id,
+            timeline,
+            list(self.records),
+            self.dropped,
+            self.opened_at,
+            self.expired,
+            self.reason,
+            rule,
+        )
+
 
 @dataclass
 class PartitionState:
@@ -54,50 +67,53 @@ class PartitionState:
     #: The open nonces of the adds that led a digest (another add may not take one again).
     led_nonces: set[str] = field(default_factory=set)
 
-
-class MemoryState:
-    """The partitions of a ``MemoryStore``, its policies and the lookups every call uses
-    (each part of the model is given this one object)."""
-
-    def __init__(
-        self,
-        *,
-        policy: TimelinePolicy | None = None,
-        resolver: PolicyResolver | None = None,
-    ) -> None:
-        self.policy, self._resolver = validate.policies(policy, resolver)
-        self._partitions: dict[int, PartitionState] = {}
-
-    def partition(self, partition: int) -> PartitionState:
-        """One partition's state (made empty on first use)."""
-        validate.partition(partition)
-        return self._partitions.setdefault(partition, PartitionState())
-
-    def timeline_policy(self, timeline: str) -> TimelinePolicy:
-        """The checked policy of one timeline."""
-        return validate.policy(self._resolver(timeline), timeline)
-
-    @staticmethod
-    def cooling(state: PartitionState, name: str) -> TimelineState | None:
+    def cooling(self, name: str) -> TimelineState | None:
         """The timeline's meta when it cools down: a meta alone (a close left nothing
         pending) in no set, with no digest open; None otherwise."""
-        timeline = state.timelines.get(name)
+        timeline = self.timelines.get(name)
         if (
             timeline is None
             or timeline.records
             or timeline.last_delivery is None
-            or name in state.ready
-            or name in state.waiting
-            or name in state.digests
+            or name in self.ready
+            or name in self.waiting
+            or name in self.digests
         ):
             return None
         return timeline
 
-    @staticmethod
-    def last_delivery(state: PartitionState, name: str) -> float | None:
+    def last_delivery(self, name: str) -> float | None:
         """When the timeline's last digest was closed (its records' or its digest's meta)."""
-        timeline = state.timelines.get(name)
+        timeline = self.timelines.get(name)
         if timeline is not None and timeline.last_delivery is not None:
             return timeline.last_delivery
-        digest = state.digests.get(name)
+        digest = self.digests.get(name)
         return digest.last_delivery if digest is not None else None
+
+    def info(self, timeline: str) -> TimelineInfo:
+        """What ds_inspect answers of the timeline: a cooling one's due left to the caller
+        (its policy's cool-down after its last delivery)."""
+        due: float | None = None
+        if timeline in self.ready:
+            status, due = "ready", self.ready[timeline]
+        elif timeline in self.waiting:
+            status, due = "waiting", self.waiting[timeline]
+        else:
+            status = "absent" if self.cooling(timeline) is None else "cooling"
+        pending = self.timelines.get(timeline)
+        digest = self.digests.get(timeline)
+        last_delivery = self.last_delivery(timeline)
+        cause = (pending.cause if pending is not None else None) or (
+            digest.reason if digest is not None else None
+        )
+        return TimelineInfo(
+            timeline=timeline,
+            state=status,
+            due=due,
+            last_delivery=last_delivery,
+            pending=len(pending.records) if pending is not None else 0,
+            open_digest=digest.id if digest is not None else None,
+            open_records=len(digest.records) if digest is not None else 0,
+            dropped=pending.dropped if pending is not None else 0,
+            reason=None if status == "absent" else reason_of(cause, last_delivery),
+        )
