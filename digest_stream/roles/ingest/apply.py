@@ -106,6 +106,7 @@ class Applier:
         announce: ScheduleEmitter,
         hooks: Hooks,
         now: Callable[[], float],
+        went_back: Callable[[Batch], bool],
         opened: Callable[[int, list[OpenDigest]], None] | None = None,
     ) -> None:
         self._store = store
@@ -120,6 +121,8 @@ class Applier:
         self._actions = actions
         self._announce = announce
         self._hooks = hooks
+        # Asked when the consumer went back by itself: False when the batch is dropped (read.py).
+        self._went_back = went_back
         # The leading edge, when on (lead.py): each add opens quiet timelines' digests under a
         # fresh nonce, and this takes them to publish.
         self._opened = opened
@@ -130,17 +133,28 @@ class Applier:
         """A list of batches is in the store worker's hands."""
         return self._worker.busy
 
-    def fence_batch(self, batch: Batch) -> None:
-        """Fence a batch for its store call by what is booked now (before ``submit``)."""
-        batch.expected = self._ledger.expected(batch.partition)
-        batch.topic = self._topics.topic.value
-        if self._opened is not None:
-            batch.nonce = new_nonce()
-        self._ledger.stored_under(batch.partition, batch.topic)
-
     def submit(self, batches: list[Batch]) -> None:
-        """Start the store calls of these fenced batches on the worker."""
-        self._worker.submit(batches)
+        """Start the store calls of a batch on the worker (fenced by what is booked now)."""
+        kept, ledger = [], self._ledger
+        for batch in batches:
+            if not ledger.owns(batch.partition):
+                continue  # revoked: the new owner reads it from the committed offset
+            target = ledger.moved_to(batch.partition)
+            if target is None:
+                went_back = ledger.taken(batch.partition, batch.first, batch.last)
+                if went_back and not self._went_back(batch):
+                    continue  # dropped: the decision moved the read position
+                batch.expected = ledger.expected(batch.partition)
+                batch.topic = self._topics.topic.value
+                if self._opened is not None:
+                    batch.nonce = new_nonce()
+                ledger.stored_under(batch.partition, batch.topic)
+                kept.append(batch)
+            elif 0 <= batch.first < target:
+                # Moved past part of this batch (a refused dead letter inside it): the
+                # batch is dropped, so read it again from its start.
+                self._actions.seek(batch.partition, batch.first)
+        self._worker.submit(kept)
 
     def collect(self) -> list[Batch]:
         """Wait for the store calls in flight; their batches, to book (empty when none)."""

@@ -233,6 +233,8 @@ class Checker:
         """Check messages, by partition (bad ones are dead-lettered here)."""
         if self._schemas is not None:
             messages = self._with_schemas(self._schemas, messages)
+            if not messages:
+                return []  # stopping, or all given away or moved during the wait
         now = self._now()  # after a registry outage's wait: the age is checked against now
         rules = self._rules
         carry = bool(rules.carry_headers)  # headers are read only when some are carried

@@ -1,4 +1,5 @@
-"""The fence rules, pure: where a partition starts, and what a fence found behind means.
+"""The fence (apply's rules): where a partition starts, what a fence found behind means, and
+what a decision does.
 
 The store keeps, per input partition, the last offset it applied (the fence) and the id of the
 topic incarnation those offsets belong to. This process remembers the fence it left

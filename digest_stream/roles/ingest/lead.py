@@ -1,5 +1,5 @@
-"""The leading edge: a quiet timeline's first digest, opened by the add and published by the
-ingest with the one publisher delivery uses too.
+"""Lead: the leading edge, a quiet timeline's first digest, opened by the add and published by
+the ingest with the one publisher delivery uses too.
 
 The add that finds a timeline with nothing stored opens its digest in the same call
 (``open_nonce``): the timeline is READY and the digest open, exactly as delivery's open

@@ -97,7 +97,8 @@ class Ingest:
             )
         self._apply = Applier(
             store, settings.on_state_loss, metrics, runner, ledger, actions, self._topics,
-            scheduler.emitter, hooks, clock.now, None if self._lead is None else self._lead.queue,
+            scheduler.emitter, hooks, clock.now, self._starts.went_back,
+            None if self._lead is None else self._lead.queue,
         )  # fmt: skip
         # Check: registry mode fetches the writer schemas a batch names first.
         writer_schemas = registry.writer_schemas(
@@ -155,7 +156,7 @@ class Ingest:
             self._scheduler.tick(self._ledger.owned)
         for batch in batches:  # the worker is idle here: its store calls and these don't mix
             self._moved.check(batch.partition, batch.records)
-        self._submit(batches)
+        self._apply.submit(batches)
         if self._lead is not None:
             # While the store runs that add: build and produce what the last one opened, and
             # close what the broker acknowledged.
@@ -172,25 +173,6 @@ class Ingest:
             self._lead.close()
 
     # ------------------------------------------------------------------ batches
-
-    def _submit(self, batches: list[Batch]) -> None:
-        """Start the store calls of the batches still current (fenced by what is booked now)."""
-        kept = []
-        for batch in batches:
-            if not self._ledger.owns(batch.partition):
-                continue  # revoked: the new owner reads it from the committed offset
-            target = self._ledger.moved_to(batch.partition)
-            if target is None:
-                went_back = self._ledger.taken(batch.partition, batch.first, batch.last)
-                if went_back and not self._starts.went_back(batch):
-                    continue  # dropped: the decision moved the read position
-                self._apply.fence_batch(batch)
-                kept.append(batch)
-            elif 0 <= batch.first < target:
-                # Moved past part of this batch (a refused dead letter inside it): the
-                # batch is dropped, so read it again from its start.
-                self._commits.seek(batch.partition, batch.first)
-        self._apply.submit(kept)
 
     def _finish(self, *, in_handler: bool = False, sync: bool = False) -> int:
         """Wait for the batch in flight, book its results and commit; returns records added.
