@@ -354,8 +354,10 @@ BUCKETS = (
     ("record checks and NewRecord (check)", ("ingest/check.py",)),
     ("store.add: validation and arguments", ("(digest_stream/store/",)),
     ("kafka: take a batch (poll, consume)", ("take_batch", "consume")),
-    ("booking: schedule entries, metrics, commit", ("_finish", "_commit")),
+    ("booking: schedule entries, metrics, commit", ("_finish", "ingest/commit.py")),
 )
+#: The store worker thread's frames: its module, on a stack that is not the role thread's.
+WORKER_FILE = "ingest/apply.py"
 STEP_REST = "rest of step"  # a sample under Ingest.step that no bucket above names
 WORKER_REST = "rest of the store call"  # the same for the store worker thread
 
@@ -395,9 +397,9 @@ def sample(env: Stack, client: redis.Redis, topic: str, count: int) -> dict[str,
     worker: dict[str, int] = {}
     for line in lines:
         stack_text, _, number = line.rpartition(" ")
-        if "ingest/worker.py" in stack_text:
+        if WORKER_FILE in stack_text and "run_ingest" not in stack_text:
             # The store worker thread (the ingest's store calls overlap the next batch).
-            part = stack_text.split("ingest/worker.py", 1)[1]
+            part = stack_text.split(WORKER_FILE, 1)[1]
             name = next(
                 (label for label, marks in BUCKETS[1:] if any(m in part for m in marks)),
                 WORKER_REST,

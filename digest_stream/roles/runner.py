@@ -13,7 +13,7 @@ without polling.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol, TypeVar
 
 from confluent_kafka import (
@@ -290,14 +290,6 @@ class Runner:
             return result
         finally:
             self.resume()
-
-
-def partitions_of(messages: Iterable[Message]) -> dict[int, list[Message]]:
-    """Messages grouped by partition, in arrival order."""
-    by_partition: dict[int, list[Message]] = {}
-    for message in messages:
-        by_partition.setdefault(message.partition() or 0, []).append(message)
-    return by_partition
 
 
 def highest_offsets(messages: Sequence[Message]) -> dict[int, int]:

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from digest_stream.roles.ingest import fence
-from digest_stream.roles.ingest.ledger import Ledger
+from digest_stream.roles.ingest.commit import Ledger
 from digest_stream.store import TimelinePolicy
 from digest_stream.store.base import FLUSH, NewRecord
 from digest_stream.store.redis import RedisStore

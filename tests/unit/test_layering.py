@@ -145,7 +145,7 @@ def test_no_role_imports_another_roles_internals() -> None:
     ]
     assert crossing == []
     # the rule is live: the leading edge and delivery both publish through roles.publish
-    assert "digest_stream.roles.publish" in GRAPH["digest_stream.roles.ingest.leading"]
+    assert "digest_stream.roles.publish" in GRAPH["digest_stream.roles.ingest.lead"]
     assert "digest_stream.roles.publish" in GRAPH["digest_stream.roles.delivery.retries"]
 
 

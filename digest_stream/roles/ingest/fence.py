@@ -1,4 +1,5 @@
-"""The fence rules, pure: where a partition starts, and what a fence found behind means.
+"""The fence (apply's rules): where a partition starts, what a fence found behind means, and
+what a decision does.
 
 The store keeps, per input partition, the last offset it applied (the fence) and the id of the
 topic incarnation those offsets belong to. This process remembers the fence it left
@@ -9,19 +10,27 @@ the settings, or is another cluster's: its topic id differs), or one beyond the 
 (its offsets were reset), fences nothing: it is a state loss for this topic, handled the same
 way, never a reason to skip. A topic id the broker could not confirm just now (the last one
 seen) is a guess: it never resets a fence that names another id; the ingest waits until the
-broker tells (see ``Decision.wait``). Nothing here talks to Kafka or the store: the loop acts on
-the decisions, so every branch has a unit test.
+broker tells (see ``Decision.wait``). The rules are pure functions, so every branch has a unit
+test; ``FenceActions`` carries their decisions out (the store, the read position, the ledger).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID
 
-from digest_stream.roles.ingest.topic import NO_TOPIC_ID, TopicId
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.ingest.commit import Commits, Ledger
+from digest_stream.roles.ingest.topic import NO_TOPIC_ID, TopicId, TopicProbe
+from digest_stream.roles.runner import Runner
+from digest_stream.store.base import DigestStore
+from digest_stream.store.errors import BackendError, unavailable
+
+log = logging.getLogger(__name__)
 
 StateLoss = Literal["replay", "continue"]
 Cause = Literal["fence_behind", "state_loss", "topic_changed", "offset_reset"]
@@ -281,3 +290,75 @@ def applied_unbooked(expected: int | None, first: int, fence_before: int | None)
     if fence_before is None or fence_before < first:
         return False
     return expected is None or fence_before > expected
+
+
+class FenceActions:
+    """Carries out fence decisions: counted and logged, a fence of another topic replaced, the
+    read position moved (role thread; at an assignment and after an add alike)."""
+
+    def __init__(
+        self,
+        store: DigestStore,
+        metrics: Metrics,
+        runner: Runner,
+        ledger: Ledger,
+        commits: Commits,
+        topics: TopicProbe,
+        restored: Callable[[Iterable[int]], None],
+    ) -> None:
+        self._store = store
+        self._metrics = metrics
+        self._runner = runner
+        self._ledger = ledger
+        #: Moves a read position; the ledger forgets what it had not committed (commit.py).
+        self.seek = commits.seek
+        self._topics = topics
+        # Told when the store turned out to have lost or rolled back a partition's state: READY
+        # timelines restored with it may have had their announcements consumed already.
+        self.restored = restored
+
+    def note(self, decision: Decision) -> None:
+        """Count and log a fence decision."""
+        if decision.cause is not None:
+            self._metrics.replays.labels(cause=decision.cause).inc()
+        if decision.message:
+            log.log(decision.level, "%s", decision.message)
+
+    def act(self, partition: int, decision: Decision) -> None:
+        """Carry out a fence decision about a running partition: note it, seek if it says so."""
+        self.note(decision)
+        if decision.cause is not None:
+            self.restored([partition])
+        if decision.reset:
+            self.reset_fence(partition, decision.expected, retry=True)
+        if decision.offset is not None:
+            self.seek(partition, decision.offset)
+        self._ledger.expect(partition, decision.expected)
+
+    def reset_fence(self, partition: int, offset: int | None, *, retry: bool) -> None:
+        """Replace a fence of another topic incarnation by one of the current topic.
+
+        ``retry``: wait out a store outage (serving the group); a rebalance handler may not
+        poll, so there one attempt is made, and a fence left in place is reported again by
+        the partition's first add.
+        """
+        topic = self._topics.topic.value  # fresh: a reset is decided only on a told id
+
+        def reset() -> None:
+            self._store.set_applied_offset(partition, offset, topic_id=topic)
+
+        try:
+            if not retry:
+                reset()
+                return
+            self._runner.while_store_down(
+                reset, give_up=self.gives_up(partition), errors=self._metrics.store_errors
+            )
+        except BackendError as exc:
+            if not unavailable(exc):
+                raise
+            log.error("partition %d: the fence could not be reset (%s)", partition, exc)
+
+    def gives_up(self, partition: int) -> Callable[[], bool]:
+        """When a wait for the store about this partition ends: stopping, or it left."""
+        return lambda: self._runner.stopping() or not self._ledger.owns(partition)

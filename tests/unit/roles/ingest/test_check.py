@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from digest_stream.roles.ingest.check import TOO_OLD, Rejected, Rules, check
-from digest_stream.roles.ingest.wiring import output_room
+from digest_stream.roles.ingest.check import TOO_OLD, Rejected, Rules, check, output_room
 from digest_stream.settings import Settings
 from digest_stream.store.base import NewRecord
 from digest_stream.store.limits import MAX_NAME_BYTES

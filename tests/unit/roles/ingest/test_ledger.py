@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from digest_stream.roles.ingest.ledger import Ledger
+from digest_stream.roles.ingest.commit import Ledger
 
 
 def test_booked_partitions_are_committed_once() -> None:

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest.moved import (
+from digest_stream.roles.ingest.topic import (
     CHECKS_PER_BATCH,
     HASHES_PER_BATCH,
     MIN_WATCH,
@@ -59,7 +59,7 @@ def test_a_timeline_whose_old_partition_holds_state_is_counted_once(
     held, gone = _moving(2, 2, 6)
     store.add(murmur2_choice(held.encode(), 2), [NewRecord(held, "a", T0, b"", 0)], T0)
     moved.counted(2)
-    with caplog.at_level(logging.INFO, logger="digest_stream.roles.ingest.moved"):
+    with caplog.at_level(logging.INFO, logger="digest_stream.roles.ingest.topic"):
         moved.counted(6)
         for timeline in (held, gone, held):
             moved.check(*_on_new(timeline, 6))

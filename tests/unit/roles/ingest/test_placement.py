@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from digest_stream.ops.metrics import Metrics
-from digest_stream.roles.ingest.placement import WARN_EVERY, PlacementCheck
+from digest_stream.roles.ingest.check import WARN_EVERY, PlacementCheck
 from digest_stream.wire.partitioner import Partitioner, partition_for
 from tests.support.fakes import FakeTopics, message
 

@@ -1,13 +1,30 @@
-"""The ingest's per-partition ledger: ownership, expected fences, positions and commits.
+"""Commit: the ingest's offsets, committed only behind what the store applied.
 
-One object keeps them in step: a partition that is
-released or sought forgets its position and its uncommitted mark together, so a commit can
-never name an offset the ledger no longer stands behind.
+- ``Ledger``: per-partition ownership, expected fences, positions and commits, kept in step: a
+  partition that is released or sought forgets its position and its uncommitted mark together,
+  so a commit can never name an offset the ledger no longer stands behind;
+- ``DeadLetterLane``: the dead letters the check sends, durable before the offset that skips
+  their source is committed; a refused one makes its partition read the source again;
+- ``Commits``: the commit itself, and the moves of a read position (``seek``) it stands behind.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from confluent_kafka import Message, Producer
+
+from digest_stream.ops.hooks import Hooks
+from digest_stream.ops.metrics import Metrics
+from digest_stream.roles.dlq import DeadLetters
+from digest_stream.roles.runner import Runner
+
+log = logging.getLogger(__name__)
+
+# Bounded so a rebalance handler (which may wait for this) stays inside the group's budget.
+FLUSH_TIMEOUT = 10.0
 
 
 @dataclass(slots=True)
@@ -129,3 +146,78 @@ class Ledger:
             part = self._parts.get(partition)
             if part is not None:
                 part.uncommitted = False
+
+
+class DeadLetterLane:
+    """The dead letters of one ingest: sent by the check, waited for by the commit."""
+
+    def __init__(self, producer: Producer, topic: str, metrics: Metrics, hooks: Hooks) -> None:
+        self._producer = producer
+        self._dlq = DeadLetters(producer, topic, metrics, hooks=hooks)
+        self._unflushed = False
+
+    def send(self, message: Message, reason: str, detail: str) -> None:
+        """Dead-letter a message the check refused."""
+        self._dlq.send(message, reason, detail)
+        self._unflushed = True
+
+    def durable(self) -> bool:
+        """Whether every dead letter sent so far is acknowledged (flushing them if needed)."""
+        if not self._unflushed:
+            return True
+        if self._producer.flush(FLUSH_TIMEOUT):
+            log.error("dead letters unacknowledged after %.0fs; not committing", FLUSH_TIMEOUT)
+            return False
+        self._unflushed = False
+        return True
+
+    def refused_partitions(self) -> set[int]:
+        """Partitions with a refused dead letter (looking does not take them)."""
+        return self._dlq.refused_partitions()
+
+    def refused_sources(self, partitions: Iterable[int]) -> dict[int, int]:
+        """Take the refused dead letters: the first offset to read again, by partition."""
+        wanted = set(partitions)
+        first: dict[int, int] = {}
+        for _, partition, offset in self._dlq.take_failures():
+            if partition in wanted:
+                first[partition] = min(offset, first.get(partition, offset))
+        return first
+
+    def flush(self) -> None:
+        """Wait (bounded) for everything the producer holds to be acknowledged."""
+        self._producer.flush(FLUSH_TIMEOUT)
+
+
+class Commits:
+    """Commits what the ledger says was applied, once its dead letters are durable (role
+    thread); moves a read position so that the ledger forgets what it no longer stands behind."""
+
+    def __init__(self, runner: Runner, ledger: Ledger, dead_letters: DeadLetterLane) -> None:
+        self._runner = runner
+        self._ledger = ledger
+        self._dead_letters = dead_letters
+
+    def seek(self, partition: int, offset: int) -> None:
+        """Move a partition's read position; the ledger forgets what it had not committed."""
+        self._runner.seek(partition, offset)
+        self._ledger.moved(partition, offset)
+
+    def commit(self, only: set[int] | None, *, sync: bool, in_handler: bool = False) -> None:
+        """Commit the applied, uncommitted partitions (``only``: of these)."""
+        offsets = self._ledger.to_commit(only)
+        if not offsets or not self._dead_letters.durable():
+            return
+        refusing = self._dead_letters.refused_partitions()
+        if refusing and in_handler:
+            # Nothing may seek inside a rebalance handler: leave these partitions
+            # uncommitted; the role thread (or the next owner) reads the sources again.
+            offsets = {p: o for p, o in offsets.items() if p not in refusing}
+        elif refusing:
+            # Read the refused sources again (the fence skips what was applied since).
+            owned = self._ledger.owned
+            for partition, offset in self._dead_letters.refused_sources(owned).items():
+                self.seek(partition, offset)
+            offsets = self._ledger.to_commit(set(offsets))
+        if self._runner.commit(offsets, sync=sync):
+            self._ledger.committed(set(offsets))

@@ -1,5 +1,5 @@
-"""The leading edge: a quiet timeline's first digest, opened by the add and published by the
-ingest with the one publisher delivery uses too.
+"""Lead: the leading edge, a quiet timeline's first digest, opened by the add and published by
+the ingest with the one publisher delivery uses too.
 
 The add that finds a timeline with nothing stored opens its digest in the same call
 (``open_nonce``): the timeline is READY and the digest open, exactly as delivery's open
@@ -35,7 +35,7 @@ from digest_stream.ops.metrics import Metrics
 from digest_stream.ops.threads import name_os_thread
 from digest_stream.roles.publish import DigestPublisher, Pending, close_targets
 from digest_stream.roles.scheduler import ScheduleEmitter
-from digest_stream.store.base import DigestStore, OpenDigest, new_nonce
+from digest_stream.store.base import DigestStore, OpenDigest
 from digest_stream.store.errors import BackendError, unavailable
 from digest_stream.store.limits import OPEN_NONCE_LENGTH
 from digest_stream.wire.models import ScheduleReason
@@ -78,11 +78,6 @@ class LeadingEdge:
         # each add's digests on their way out, in the order they were produced: the broker's
         # answers counted per add, not per digest (closed together once all came)
         self._adds: list[_Add] = []
-
-    @staticmethod
-    def nonce() -> str:
-        """A fresh nonce for one add call: its opened digests' ids start with it."""
-        return new_nonce()
 
     @property
     def in_flight(self) -> int:

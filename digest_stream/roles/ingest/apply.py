@@ -1,32 +1,98 @@
-"""Booking one partition batch's store call: outage retries, the fence decision, the ledger.
+"""Apply: each partition batch's one store add, fenced, and what it did booked.
 
-The store worker makes one attempt per batch; this piece, on the role thread, finishes what
-the attempt left: it retries through a store outage (serving the group), acts on a fence found
-behind (seek and replay, or accept a state loss) or found to be another topic's (replace it,
-as ``on_state_loss`` says), books what was applied and counts it.
+- ``StoreWorker``: the thread one partition batch's store call runs on while the next batch is
+  checked. At most one list of batches is in flight (one thread), so per-partition order
+  holds; it makes one attempt per partition and hands every failure back to the role thread;
+- ``Applier`` (role thread, but for ``timed_add``): sends batches to the worker under the fence
+  and topic id the ledger holds, and finishes what the attempt left: it retries through a store
+  outage (serving the group), acts on a fence found behind (seek and replay, or accept a state
+  loss) or found to be another topic's (replace it, as ``on_state_loss`` says), books what was
+  applied, counts it, tells the hooks and announces what became READY.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
+from digest_stream.ops.hooks import Hooks
 from digest_stream.ops.metrics import Metrics
+from digest_stream.ops.threads import name_os_thread
 from digest_stream.roles.ingest import fence
-from digest_stream.roles.ingest.ledger import Ledger
-from digest_stream.roles.ingest.outputs import Outputs
+from digest_stream.roles.ingest.commit import Ledger
 from digest_stream.roles.ingest.topic import TopicProbe
-from digest_stream.roles.ingest.worker import Batch
 from digest_stream.roles.runner import Runner
-from digest_stream.store.base import AddResult, DigestStore
+from digest_stream.roles.scheduler import ScheduleEmitter
+from digest_stream.store.base import AddResult, DigestStore, NewRecord, OpenDigest, new_nonce
 from digest_stream.store.errors import BackendError, unavailable
+from digest_stream.wire.models import ScheduleReason
 
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Batch:
+    """One partition's checked batch, ready for its store call (apply.py fills in the rest)."""
+
+    partition: int
+    records: list[NewRecord]
+    first: int  # the batch's first and last offsets (dead letters included)
+    last: int
+    now: float
+    expected: int | None = None  # the fence it was sent with
+    topic: str | None = None  # the topic id it was sent with (None: not known)
+    nonce: str | None = None  # the leading edge: open quiet timelines' digests (lead.py)
+    result: AddResult | None = None
+    error: BaseException | None = None
+
+
+class StoreWorker:
+    """Runs a list of batches' store calls on one thread; the role thread collects them."""
+
+    def __init__(self, call: Callable[[Batch], AddResult]) -> None:
+        self._call = call
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="ingest-store", initializer=name_os_thread
+        )
+        self._in_flight: Future[list[Batch]] | None = None
+
+    @property
+    def busy(self) -> bool:
+        """A list of batches was submitted and not collected yet."""
+        return self._in_flight is not None
+
+    def submit(self, batches: list[Batch]) -> None:
+        """Start the store calls of these batches (the previous ones must be collected)."""
+        assert self._in_flight is None, "collect() the batch in flight first"
+        if batches:
+            self._in_flight = self._pool.submit(self._run, batches)
+
+    def collect(self) -> list[Batch]:
+        """Wait for the calls in flight and return their batches (empty when none)."""
+        if self._in_flight is None:
+            return []
+        future, self._in_flight = self._in_flight, None
+        return future.result()
+
+    def shutdown(self) -> None:
+        """Stop the thread once the call in flight is done."""
+        self._pool.shutdown(wait=True)
+
+    def _run(self, batches: list[Batch]) -> list[Batch]:
+        for batch in batches:
+            try:
+                batch.result = self._call(batch)
+            except BaseException as exc:  # handled or re-raised on the role thread
+                batch.error = exc
+                break  # the partitions after it are stored on the role thread, in order
+        return batches
+
+
 class Applier:
-    """Applies and books partition batches for one ingest (role thread, except timed_add)."""
+    """Sends partition batches to the store and books what each add did, for one ingest
+    (role thread, except timed_add)."""
 
     def __init__(
         self,
@@ -35,24 +101,68 @@ class Applier:
         metrics: Metrics,
         runner: Runner,
         ledger: Ledger,
-        outputs: Outputs,
+        actions: fence.FenceActions,
         topics: TopicProbe,
-        restored: Callable[[Iterable[int]], None] = lambda _partitions: None,
-        now: Callable[[], float] = time.time,
+        announce: ScheduleEmitter,
+        hooks: Hooks,
+        now: Callable[[], float],
+        went_back: Callable[[Batch], bool],
+        opened: Callable[[int, list[OpenDigest]], None] | None = None,
     ) -> None:
         self._store = store
         # Read at each call, retries included: what the add starts (a READY time, an opened
         # digest) starts when the store runs it, not when the batch was read before an outage.
         self._now = now
-        # Told when the store turned out to have lost or rolled back a partition's state: READY
-        # timelines restored with it may have had their announcements consumed already.
-        self._restored = restored
         self._topics = topics
         self._on_state_loss = on_state_loss
         self._metrics = metrics
         self._runner = runner
         self._ledger = ledger
-        self._outputs = outputs
+        self._actions = actions
+        self._announce = announce
+        self._hooks = hooks
+        # Asked when the consumer went back by itself: False when the batch is dropped (read.py).
+        self._went_back = went_back
+        # The leading edge, when on (lead.py): each add opens quiet timelines' digests under a
+        # fresh nonce, and this takes them to publish.
+        self._opened = opened
+        self._worker = StoreWorker(self.timed_add)
+
+    @property
+    def busy(self) -> bool:
+        """A list of batches is in the store worker's hands."""
+        return self._worker.busy
+
+    def submit(self, batches: list[Batch]) -> None:
+        """Start the store calls of a batch on the worker (fenced by what is booked now)."""
+        kept, ledger = [], self._ledger
+        for batch in batches:
+            if not ledger.owns(batch.partition):
+                continue  # revoked: the new owner reads it from the committed offset
+            target = ledger.moved_to(batch.partition)
+            if target is None:
+                went_back = ledger.taken(batch.partition, batch.first, batch.last)
+                if went_back and not self._went_back(batch):
+                    continue  # dropped: the decision moved the read position
+                batch.expected = ledger.expected(batch.partition)
+                batch.topic = self._topics.topic.value
+                if self._opened is not None:
+                    batch.nonce = new_nonce()
+                ledger.stored_under(batch.partition, batch.topic)
+                kept.append(batch)
+            elif 0 <= batch.first < target:
+                # Moved past part of this batch (a refused dead letter inside it): the
+                # batch is dropped, so read it again from its start.
+                self._actions.seek(batch.partition, batch.first)
+        self._worker.submit(kept)
+
+    def collect(self) -> list[Batch]:
+        """Wait for the store calls in flight; their batches, to book (empty when none)."""
+        return self._worker.collect()
+
+    def shutdown(self) -> None:
+        """Stop the worker once the call in flight is done."""
+        self._worker.shutdown()
 
     def timed_add(self, batch: Batch) -> AddResult:
         """The batch's one store call, fenced by the fence it carries (the worker runs this)."""
@@ -102,7 +212,7 @@ class Applier:
                 batch.partition, batch.expected, result.fence_before, self._on_state_loss
             )
             if decision is not None:
-                self.act(batch.partition, decision)
+                self._actions.act(batch.partition, decision)
                 if not decision.apply_now:
                     return None
                 batch.expected = None
@@ -119,13 +229,33 @@ class Applier:
                 batch.last,
                 result.fence_before,
             )
-            self._restored([batch.partition])
+            self._actions.restored([batch.partition])
         last = batch.last
         self._ledger.book(
             batch.partition, last, result.fence_after if result.fence_after is not None else last
         )
-        self._outputs.applied(batch.partition, batch.records, result, batch.now)
+        self._applied(batch.partition, batch.records, result, batch.now)
         return result.added
+
+    def _applied(
+        self, partition: int, records: list[NewRecord], result: AddResult, now: float
+    ) -> None:
+        """Count one applied store call, tell the hooks, announce what became READY."""
+        self._metrics.events_ingested.inc(result.added)
+        if result.skipped:
+            self._metrics.events_skipped.inc(result.skipped)
+        if result.dropped:
+            self._metrics.events_dropped.labels(reason="capacity").inc(result.dropped)
+        if result.cancelled:
+            self._metrics.events_dropped.labels(reason="cancelled").inc(result.cancelled)
+        if self._hooks:
+            self._hooks.on_add(partition, records, result)
+        if result.opened and self._opened is not None:
+            self._opened(partition, result.opened)
+        if result.ready:
+            self._announce.emit(
+                partition, ((t, now) for t in result.ready), ScheduleReason.IMMEDIATE
+            )
 
     def _topic_changed(self, batch: Batch, result: AddResult) -> AddResult | None:
         """The store's fence names another topic id: ask the broker, act, store the batch again.
@@ -139,7 +269,7 @@ class Applier:
         if decision is not None and decision.wait:
             return None  # gave up waiting (stopping, or the partition left)
         if decision is not None:
-            self.act(batch.partition, decision)
+            self._actions.act(batch.partition, decision)
             if not decision.apply_now:
                 return None
             batch.expected = None
@@ -170,11 +300,11 @@ class Applier:
                 if decision is None or not decision.wait:
                     return decision
                 if not noted:
-                    self.note(decision)  # once per wait
+                    self._actions.note(decision)  # once per wait
                     noted = True
                 if self._runner.stopping() or not self._ledger.owns(batch.partition):
                     if self._ledger.owns(batch.partition):
-                        self.seek(batch.partition, batch.first)
+                        self._actions.seek(batch.partition, batch.first)
                     return decision
                 self._runner.wait_serving_group(delay)
                 delay = min(2 * delay, self._runner.settings.retry_backoff_max)
@@ -186,7 +316,7 @@ class Applier:
         try:
             return self._runner.while_store_down(
                 lambda: self.timed_add(batch),
-                give_up=lambda: self._runner.stopping() or not self._ledger.owns(batch.partition),
+                give_up=self._actions.gives_up(batch.partition),
                 errors=self._metrics.store_errors,
                 recovered=self._after_outage,
             )
@@ -195,63 +325,14 @@ class Applier:
                 raise
             if self._ledger.owns(batch.partition):
                 # Not applied but read: read it again, so nothing after it is applied first.
-                self.seek(batch.partition, batch.first)
+                self._actions.seek(batch.partition, batch.first)
             return None
 
     def _after_outage(self) -> None:
         # The store may have restarted from an older snapshot: its READY timelines may be ones
         # whose announcements were already consumed.
         for partition in sorted(self._ledger.owned):
-            self._restored([partition])
-
-    def note(self, decision: fence.Decision) -> None:
-        """Count and log a fence decision."""
-        if decision.cause is not None:
-            self._metrics.replays.labels(cause=decision.cause).inc()
-        if decision.message:
-            log.log(decision.level, "%s", decision.message)
-
-    def act(self, partition: int, decision: fence.Decision) -> None:
-        """Carry out a fence decision about a running partition: note it, seek if it says so."""
-        self.note(decision)
-        if decision.cause is not None:
-            self._restored([partition])
-        if decision.reset:
-            self.reset_fence(partition, decision.expected, retry=True)
-        if decision.offset is not None:
-            self.seek(partition, decision.offset)
-        self._ledger.expect(partition, decision.expected)
-
-    def reset_fence(self, partition: int, offset: int | None, *, retry: bool) -> None:
-        """Replace a fence of another topic incarnation by one of the current topic.
-
-        ``retry``: wait out a store outage (serving the group); a rebalance handler may not
-        poll, so there one attempt is made, and a fence left in place is reported again by
-        the partition's first add.
-        """
-        topic = self._topics.topic.value  # fresh: a reset is decided only on a told id
-
-        def reset() -> None:
-            self._store.set_applied_offset(partition, offset, topic_id=topic)
-
-        try:
-            if not retry:
-                reset()
-                return
-            self._runner.while_store_down(
-                reset,
-                give_up=lambda: self._runner.stopping() or not self._ledger.owns(partition),
-                errors=self._metrics.store_errors,
-            )
-        except BackendError as exc:
-            if not unavailable(exc):
-                raise
-            log.error("partition %d: the fence could not be reset (%s)", partition, exc)
-
-    def seek(self, partition: int, offset: int) -> None:
-        """Move a partition's read position; the ledger forgets what it had not committed."""
-        self._runner.seek(partition, offset)
-        self._ledger.moved(partition, offset)
+            self._actions.restored([partition])
 
 
 def _other_topic(batch: Batch, result: AddResult) -> bool:
