@@ -240,6 +240,9 @@ DigestTarget = tuple[int, str, str]
 class DigestStore(Protocol):
     """Timelines and their schedule, scoped by input partition; every call is atomic."""
 
+    #: Its name in the lines an operator reads ("Redis lost writes ..."): the backend's label.
+    label: str
+
     def add(
         self,
         partition: int,

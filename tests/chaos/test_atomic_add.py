@@ -68,7 +68,9 @@ def test_a_rollback_inside_a_batch_holding_a_control_is_noticed(
         last = records[-1].offset
         result = store.add(P, records, NOW, expected_fence=expected, through_offset=last)
         if expected is not None:
-            decision = fence.after_add(P, expected, result.fence_before, "replay")
+            decision = fence.after_add(
+                P, expected, result.fence_before, "replay", store=store.label
+            )
             if decision is not None:
                 return decision
         ledger.book(P, last, result.fence_after if result.fence_after is not None else last)

@@ -198,7 +198,7 @@ class Applier:
                 raise batch.error
             if batch.error is not None:
                 self._metrics.store_errors.inc()
-                log.warning("Redis call failed (%s); retrying", batch.error)
+                log.warning("%s call failed (%s); retrying", self._store.label, batch.error)
             # Stored here, with the retries that keep serving the group while the store is down.
             result = self._add_retrying(batch)
             if result is None:
@@ -209,7 +209,11 @@ class Applier:
                 return None
         if batch.expected is not None:
             decision = fence.after_add(
-                batch.partition, batch.expected, result.fence_before, self._on_state_loss
+                batch.partition,
+                batch.expected,
+                result.fence_before,
+                self._on_state_loss,
+                store=self._store.label,
             )
             if decision is not None:
                 self._actions.act(batch.partition, decision)
@@ -221,10 +225,11 @@ class Applier:
                     return None
         if fence.applied_unbooked(batch.expected, batch.first, result.fence_before):
             log.warning(
-                "partition %d: Redis had already applied this batch (offsets %d..%d) through "
+                "partition %d: %s had already applied this batch (offsets %d..%d) through "
                 "%d: a store call re-sent after its reply was lost; announcing READY timelines "
                 "again",
                 batch.partition,
+                self._store.label,
                 batch.first,
                 batch.last,
                 result.fence_before,

@@ -69,14 +69,18 @@ def state_lost(
     applied_through: int,
     resume_at: int | None,
     where: str,
+    store: str,
 ) -> Decision:
-    """The partition's fence is gone from the store: replay everything, or accept the loss."""
+    """The partition's fence is gone from the store: replay everything, or accept the loss.
+
+    ``store`` is the store's name in the line (``DigestStore.label``), as in every decision's.
+    """
     if on_state_loss == "replay":
         return Decision(
             OFFSET_BEGINNING,
             None,
             "state_loss",
-            f"partition {partition}: Redis lost all state of this partition ({where}; applied "
+            f"partition {partition}: {store} lost all state of this partition ({where}; applied "
             f"through {applied_through}); on_state_loss=replay: replaying from the earliest "
             "retained offset",
             logging.ERROR,
@@ -85,7 +89,7 @@ def state_lost(
         resume_at,
         None,
         "state_loss",
-        f"partition {partition}: Redis lost all state of this partition ({where}; applied "
+        f"partition {partition}: {store} lost all state of this partition ({where}; applied "
         f"through {applied_through}); on_state_loss=continue: records before "
         f"{'this batch' if resume_at is None else f'offset {resume_at}'} are LOST",
         logging.ERROR,
@@ -172,6 +176,7 @@ def start(
     fence: int | None,
     on_state_loss: StateLoss,
     *,
+    store: str,
     fence_topic: str | None = None,
     topic: TopicId = NO_TOPIC_ID,
     end: int | None = None,
@@ -195,12 +200,12 @@ def start(
     if changed is not None and changed.wait:
         # Start as if the fence were ours: the first add carries the id last seen, the store
         # refuses it if the fence names another, and the applier waits for the broker then.
-        usual = _start(partition, committed, fence, on_state_loss, fence_topic)
+        usual = _start(partition, committed, fence, on_state_loss, fence_topic, store)
         said = "; ".join(m for m in (usual.message, changed.message) if m)
         return replace(usual, message=said, level=max(usual.level, changed.level))
     if changed is not None:
         return changed
-    return _start(partition, committed, fence, on_state_loss, fence_topic)
+    return _start(partition, committed, fence, on_state_loss, fence_topic, store)
 
 
 def _start(
@@ -209,6 +214,7 @@ def _start(
     fence: int | None,
     on_state_loss: StateLoss,
     fence_topic: str | None,
+    store: str,
 ) -> Decision:
     """start() once the fence is known to be this topic's (or cannot be told apart)."""
     has_commit = committed >= 0
@@ -226,6 +232,7 @@ def _start(
             applied_through=committed - 1,
             resume_at=committed,
             where="no fence, but a committed offset",
+            store=store,
         )
     if not has_commit:
         return Decision(fence + 1, fence)
@@ -234,7 +241,7 @@ def _start(
             fence + 1,
             fence,
             "fence_behind",
-            f"partition {partition}: Redis fence {fence} is behind the committed offset "
+            f"partition {partition}: {store} fence {fence} is behind the committed offset "
             f"{committed}; replaying",
             logging.WARNING,
         )
@@ -259,7 +266,12 @@ def is_behind(expected: int, fence_before: int | None) -> bool:
 
 
 def after_add(
-    partition: int, expected: int, fence_before: int | None, on_state_loss: StateLoss
+    partition: int,
+    expected: int,
+    fence_before: int | None,
+    on_state_loss: StateLoss,
+    *,
+    store: str,
 ) -> Decision | None:
     """A store call found ``fence_before`` where ``expected`` was left: None if all is well."""
     if not is_behind(expected, fence_before):
@@ -271,12 +283,13 @@ def after_add(
             applied_through=expected,
             resume_at=None,
             where="fence missing",
+            store=store,
         )
     return Decision(
         fence_before + 1,
         fence_before,
         "fence_behind",
-        f"partition {partition}: Redis lost writes (fence {fence_before}, this process applied "
+        f"partition {partition}: {store} lost writes (fence {fence_before}, this process applied "
         f"through {expected}); replaying offsets {fence_before + 1}..{expected} from Kafka",
         logging.WARNING,
     )

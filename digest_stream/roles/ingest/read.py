@@ -281,6 +281,7 @@ class Starts:
             committed,
             found.offset,
             self._on_state_loss,
+            store=self._store.label,
             fence_topic=found.topic_id,
             topic=self._topics.topic,
             end=end,

@@ -48,6 +48,8 @@ from digest_stream.vocabulary import DigestReason
 class MemoryStore:
     """In-memory ``DigestStore`` with the exact semantics of ``RedisStore``."""
 
+    label = "the store model"
+
     def __init__(
         self,
         *,

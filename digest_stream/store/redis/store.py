@@ -35,7 +35,7 @@ from digest_stream.store.limits import INLINE_MAX_RECORDS
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
 from digest_stream.store.redis import library, packing, protocol, replies, routing
 from digest_stream.store.redis.calls import RedisCalls, library_versions
-from digest_stream.store.redis.errors import translated
+from digest_stream.store.redis.errors import BACKEND, translated
 from digest_stream.store.redis.policy_wire import pack
 from digest_stream.store.redis.replies import arg, integer
 from digest_stream.store.redis.routing import RedisClient
@@ -61,6 +61,8 @@ def _checked_inline_records(value: object) -> int:
 
 class RedisStore:
     """``DigestStore`` over Redis 7 Functions, single node or Redis Cluster."""
+
+    label = BACKEND
 
     @translated
     def __init__(
