@@ -22,7 +22,7 @@ from pydantic_settings import (
 )
 
 from digest_stream.store import calendar
-from digest_stream.store.backends import StoreSections
+from digest_stream.store.backends import StoreChoice, StoreSections
 from digest_stream.store.base import NAMESPACE_PATTERN
 from digest_stream.store.errors import InvalidArgument
 from digest_stream.store.policy import (
@@ -59,7 +59,30 @@ class ConfigFileError(ValueError):
     """The TOML settings file is unreadable or names something that is not a setting."""
 
 
-class Settings(StoreSections, BaseSettings):
+class _Sources(BaseSettings):
+    """Where settings come from: explicit values (CLI flags) > environment > TOML file >
+    defaults."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = config_file.get() or (
+            Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None
+        )
+        if path is None:
+            return (init_settings, env_settings)
+        return (init_settings, env_settings, InitSettingsSource(settings_cls, read_toml(path)))
+
+
+class Settings(StoreSections, _Sources):
     """Every knob of the service; each field is also an env var and a CLI flag. The store's
     come first: the ``store`` setting and each backend's section (``store.backends``)."""
 
@@ -227,23 +250,6 @@ class Settings(StoreSections, BaseSettings):
     def _upper_level(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Precedence: explicit values (CLI flags) > environment > TOML file > defaults.
-        path = config_file.get() or (
-            Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None
-        )
-        if path is None:
-            return (init_settings, env_settings)
-        return (init_settings, env_settings, InitSettingsSource(settings_cls, read_toml(path)))
-
     @model_validator(mode="after")
     def _check_policy(self) -> Settings:
         check_policies(self)
@@ -349,3 +355,14 @@ def read_toml(path: Path) -> dict[str, Any]:
 def env_name(field: str) -> str:
     """The environment variable that sets a field."""
     return f"{ENV_PREFIX}{field.upper()}"
+
+
+class _StoreAlone(StoreChoice, _Sources):
+    """The ``store`` setting alone, read from where the service reads it."""
+
+
+def chosen_store() -> str:
+    """The backend the ``store`` setting chooses, the other settings unread (the dev stack
+    needs no more, and a wrong other setting must not stop it); raises ValueError (pydantic's
+    ValidationError, ConfigFileError) for an unknown store or an unreadable TOML file."""
+    return _StoreAlone().store

@@ -1,11 +1,15 @@
-"""The local Redis servers: one standalone node and a 3-master cluster, from redis-server."""
+"""The local Redis servers: one standalone node and a 3-master cluster, from redis-server.
+
+``PART`` is the Redis store's part of the local stack (``RedisBackend.dev_part`` names this
+module; dev/parts.py, ``DevPart``).
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from digest_stream.dev.process import (
@@ -26,6 +30,7 @@ CLUSTER_PORTS = tuple(
     int(os.environ.get("DIGEST_STREAM_DEV_CLUSTER_PORT", "17001")) + i for i in range(3)
 )
 CLUSTER_NODES = tuple(f"{HOST}:{p}" for p in CLUSTER_PORTS)
+REDIS_URL = f"redis://{HOST}:{REDIS_PORT}/0"
 REDIS_READY_TIMEOUT = 20.0
 
 
@@ -143,3 +148,44 @@ def redis_down() -> None:
 def cluster_running() -> bool:
     """Whether the cluster nodes of this stack answer."""
     return all(redis_ping(p, cluster=True) for p in CLUSTER_PORTS)
+
+
+class RedisPart:
+    """The Redis store's part of the local stack (a ``DevPart``): the single node, and the
+    cluster with --cluster."""
+
+    label = "Redis"
+    cluster_help = "Also start a 3-master Redis Cluster."
+
+    def up(self, cluster: bool) -> None:
+        """Start the single node and, with cluster, the cluster."""
+        redis_up()
+        if cluster:
+            cluster_up()
+
+    def down(self) -> None:
+        """Stop every Redis this stack started."""
+        redis_down()
+
+    def status(self) -> dict[str, bool]:
+        """The single node ("redis") and the cluster ("redis-cluster")."""
+        return {"redis": redis_ping(REDIS_PORT), "redis-cluster": cluster_running()}
+
+    def cluster_running(self) -> bool:
+        """Whether the cluster nodes answer."""
+        return cluster_running()
+
+    def exports(self, cluster: bool) -> list[str]:
+        """The URL setting and, with the cluster, its nodes (read by the test fixtures only:
+        the service reaches a cluster through one seed node and redis_cluster)."""
+        lines = [f"export DIGEST_STREAM_REDIS_URL={REDIS_URL}"]
+        if cluster:
+            lines.append(f"export DIGEST_STREAM_REDIS_CLUSTER_NODES={','.join(CLUSTER_NODES)}")
+        return lines
+
+    def ready(self, states: Mapping[str, bool]) -> bool:
+        """The single node answers (the cluster is optional)."""
+        return states["redis"]
+
+
+PART = RedisPart()

@@ -56,6 +56,15 @@ SECURE_ENV = "DIGEST_STREAM_DEV_SECURE_STACK"
 #: Every command the stack grants its service user: all roles and commands of ops/acls.py.
 SERVICE_USES = (*RUN_ROLES, "topics-create", "flush-cancel", "replay", "tail")
 CERT_DAYS = 30
+#: The help of `dev up --secure` and `dev env --secure` (the secured stack's words are its own).
+UP_HELP = (
+    "Also start a secured Kafka (SASL_SSL, SCRAM, ACLs) and a TLS-only Redis with ACL "
+    "users (ports 19192 and 16380; `dev env --secure` prints their settings)."
+)
+ENV_HELP = (
+    "The settings of the secured stack instead: SASL_SSL Kafka as the service's user, "
+    "rediss:// Redis as the README's ACL user, the library loaded by admin."
+)
 
 
 def home() -> Path:
@@ -308,8 +317,8 @@ def _redis_config() -> Path:
     return config
 
 
-def secure_redis_up() -> None:
-    """Start the TLS-only Redis and load the Functions library as admin."""
+def secure_store_up() -> None:
+    """The secured store: start the TLS-only Redis and load the Functions library as admin."""
     certificates()
     redis_start(
         "secure/redis",

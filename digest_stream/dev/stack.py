@@ -1,28 +1,23 @@
-"""A real local stack without Docker: Apache Kafka (KRaft) from Maven Central, Redis from apt,
-and (with --registry) Apicurio Registry from Maven Central as the Schema Registry.
+"""A real local stack without Docker: Apache Kafka (KRaft) from Maven Central, the chosen
+store backend's servers, and (with --registry) Apicurio Registry from Maven Central as the
+Schema Registry.
 
 `digest-stream dev up|down|env|status` is the one entry point. Everything it starts is
 recorded in pid files under the stack directory, so `down` stops exactly those processes.
-The parts live next to this module: `kafka` (the broker), `redis` (single node and cluster),
-`registry` (the schema registry), `process` (pid files, waits, ports).
+The parts live next to this module: `kafka` (the broker), the store's part (`parts`: the
+backend the `store` setting chooses names its module, `redis` for Redis: single node and
+cluster), `registry` (the schema registry), `process` (pid files, waits, ports).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from digest_stream.dev.kafka import KAFKA_PORT, kafka_answers, kafka_down, kafka_launch, kafka_wait
+from digest_stream.dev.parts import DevPart, chosen_part, every_part
 from digest_stream.dev.process import HOST, StackError, say
-from digest_stream.dev.redis import (
-    CLUSTER_NODES,
-    REDIS_PORT,
-    cluster_running,
-    cluster_up,
-    redis_down,
-    redis_ping,
-    redis_up,
-)
 from digest_stream.dev.registry import (
     REGISTRY_URL,
     registry_down,
@@ -35,8 +30,8 @@ from digest_stream.dev.secure import (
     secure_exports,
     secure_kafka_launch,
     secure_kafka_ready,
-    secure_redis_up,
     secure_running,
+    secure_store_up,
     secure_up_finish,
     stack_file,
 )
@@ -47,18 +42,16 @@ class Endpoints:
     """Addresses of the local stack, as exported by `dev env`."""
 
     kafka: str = f"{HOST}:{KAFKA_PORT}"
-    redis_url: str = f"redis://{HOST}:{REDIS_PORT}/0"
-    cluster_nodes: tuple[str, ...] = CLUSTER_NODES
+    #: The chosen store's part, which writes its own exports.
+    store: DevPart = field(default_factory=chosen_part)
     registry_url: str = REGISTRY_URL
 
     def exports(self, cluster: bool, registry: bool = False, secure: bool = False) -> list[str]:
         """Shell export lines for the settings (and the test harness)."""
         lines = [
             f"export DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS={self.kafka}",
-            f"export DIGEST_STREAM_REDIS_URL={self.redis_url}",
+            *self.store.exports(cluster),
         ]
-        if cluster:
-            lines.append(f"export DIGEST_STREAM_REDIS_CLUSTER_NODES={','.join(self.cluster_nodes)}")
         if registry:
             # Not DIGEST_STREAM_SCHEMA_REGISTRY_URL: that would switch every command of the
             # shell (and every test) to schema registry mode. Opt in with
@@ -80,20 +73,19 @@ def up(
 ) -> Endpoints:
     """Bring the stack up (idempotent) and return its endpoints.
 
-    secure: also the secured broker and TLS Redis (dev/secure.py); the two brokers start side
+    secure: also the secured broker and store (dev/secure.py); the two brokers start side
     by side.
     """
     started = time.monotonic()
-    redis_up()
-    if cluster:
-        cluster_up()
+    store = chosen_part()
+    store.up(cluster)
     # Both brokers format and start in the background; the rest is done while they do.
     if secure:
         secure_kafka_launch()
     if kafka:
         kafka_launch()
     if secure:
-        secure_redis_up()
+        secure_store_up()
     if kafka:
         kafka_wait()
     if secure:
@@ -102,15 +94,16 @@ def up(
     if registry:
         registry_up()
     say(f"stack up in {time.monotonic() - started:.1f}s")
-    return Endpoints()
+    return Endpoints(store=store)
 
 
 def down() -> None:
-    """Stop exactly what `up` started."""
+    """Stop exactly what `up` started (every backend's part: the setting may have changed)."""
     registry_down()
     secure_down()
     kafka_down()
-    redis_down()
+    for part in every_part():
+        part.down()
     say("stack down")
 
 
@@ -118,11 +111,15 @@ def status() -> dict[str, bool]:
     """Which parts of the stack answer right now."""
     return {
         "kafka": kafka_answers(),
-        "redis": redis_ping(REDIS_PORT),
-        "redis-cluster": cluster_running(),
+        **chosen_part().status(),
         "schema-registry": registry_running(),
         "secured": secure_running(),
     }
+
+
+def ready(states: Mapping[str, bool]) -> bool:
+    """Whether the stack `status` found can serve: the broker and the chosen store."""
+    return states["kafka"] and chosen_part().ready(states)
 
 
 __all__ = [
@@ -130,8 +127,8 @@ __all__ = [
     "SECURE_ENV",
     "Endpoints",
     "StackError",
-    "cluster_running",
     "down",
+    "ready",
     "registry_running",
     "secure_exports",
     "secure_running",

@@ -3,7 +3,8 @@
 A backend lives in ``store/<name>/`` and hands the service one ``StoreBackend``: how to
 connect it, which of its client's exceptions are its errors, the one line that explains each
 failure to an operator (which of them mean "wait"), what /readyz says when its nodes run
-other server-side code, the settings whose values are secrets; and one ``BackendSection``, its
+other server-side code, the settings whose values are secrets, the module of ``dev/`` that
+runs its servers in the local stack; and one ``BackendSection``, its
 settings (plain pydantic fields, so each is an env var, a TOML key and a flag like any other).
 ``store/backends.py`` lists the sections; the ``store`` setting chooses among their backends.
 """
@@ -66,6 +67,9 @@ class StoreBackend(Protocol):
     name: str
     #: Its name in the lines an operator reads ("Redis").
     label: str
+    #: The module of its part of the local stack (``digest-stream dev``), by name: ``dev/``
+    #: sits above the store, so the store names it and imports nothing of it.
+    dev_part: str
 
     def connect(self, settings: StoreSettings) -> DigestStore:
         """The store of the settings, connected and checked; raises the store's errors."""

@@ -207,13 +207,15 @@ def test_the_vocabulary_sits_below_store_and_wire() -> None:
 
 
 #: Where a backend's own words belong (issue 38, item 1): the Redis store's package; the list
-#: of backends, which names each one's settings section (store/backends.py); and the dev
-#: stack that starts the servers (dev/, and the CLI's `dev` commands that drive it).
+#: of backends, which names each one's settings section (store/backends.py); the Redis part
+#: of the dev stack (dev/redis.py, which the backend names as its ``dev_part``) and the
+#: secured stack's TLS Redis (dev/secure.py). The stack itself (dev/stack.py, dev/parts.py)
+#: and the CLI's `dev` commands speak of the store's part, whichever backend it is.
 REDIS_WORDS_AT_HOME = (
     REDIS_STORE,
     f"{ROOT}.store.backends",
-    f"{ROOT}.dev",
-    f"{ROOT}.cli.devstack",
+    f"{ROOT}.dev.redis",
+    f"{ROOT}.dev.secure",
 )
 
 #: The names outside those homes that keep the word because users rely on them: the metric
@@ -290,3 +292,25 @@ def test_the_redis_names_rule_is_live() -> None:
     assert {"redis", "translate", "REDIS_DOWN", "BACKEND"} <= seen
     dev = f"{ROOT}.dev.redis"
     assert any("redis" in name for _line, name in _names(dev, MODULES[dev]))
+
+
+#: The dev stack's backend-neutral modules: they reach a backend's servers only through its
+#: part (dev/parts.py), so a second backend adds dev/<name>.py and touches none of them.
+NEUTRAL_DEV = (f"{ROOT}.dev.stack", f"{ROOT}.dev.parts", f"{ROOT}.cli.devstack")
+
+
+def test_the_dev_stack_reaches_a_backend_only_through_its_part() -> None:
+    # No import of a backend's dev module (the store's part is loaded by the name its
+    # StoreBackend gives) nor of a backend's store package.
+    backend_modules = (f"{ROOT}.dev.redis", REDIS_STORE)
+    reaching = [
+        f"{module} imports {target}"
+        for module in NEUTRAL_DEV
+        for target in sorted(GRAPH[module])
+        if any(_inside(target, part) for part in backend_modules)
+    ]
+    assert reaching == []
+    # the rule is live: the stack is read, and it imports the parts' protocol
+    assert f"{ROOT}.dev.parts" in GRAPH[f"{ROOT}.dev.stack"]
+    assert f"{ROOT}.dev.parts" in GRAPH[f"{ROOT}.cli.devstack"]
+    assert not any(_inside(module, home) for module in NEUTRAL_DEV for home in REDIS_WORDS_AT_HOME)

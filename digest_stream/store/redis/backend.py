@@ -19,10 +19,11 @@ def _section(settings: StoreSettings) -> RedisSettings:
 
 
 class RedisBackend:
-    """The Redis store: connecting it, its errors and their lines, its secrets."""
+    """The Redis store: connecting it, its errors and their lines, its secrets, its dev part."""
 
     name = "redis"
     label = errors.BACKEND
+    dev_part = "digest_stream.dev.redis"
 
     def connect(self, settings: StoreSettings) -> DigestStore:
         """The Redis store of the settings, its Functions library loaded and checked."""

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from digest_stream.cli import main
 from digest_stream.dev import process
 from digest_stream.dev import stack as devstack
+from digest_stream.dev.redis import REDIS_URL
 
 
 def test_env_prints_the_settings_exports() -> None:
@@ -18,7 +19,7 @@ def test_env_prints_the_settings_exports() -> None:
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert f"export DIGEST_STREAM_KAFKA_BOOTSTRAP_SERVERS={devstack.Endpoints().kafka}" in lines
-    assert f"export DIGEST_STREAM_REDIS_URL={devstack.Endpoints().redis_url}" in lines
+    assert f"export DIGEST_STREAM_REDIS_URL={REDIS_URL}" in lines
 
 
 def test_missing_tool_fails_with_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
