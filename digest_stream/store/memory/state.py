@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from digest_stream.store.base import DueBatch, OpenDigest, StoredRecord, TimelineInfo, reason_of
 from digest_stream.store.due import NextDue
+from digest_stream.vocabulary import State
 
 
 def score_key(item: tuple[str, float]) -> tuple[float, bytes]:
@@ -95,11 +96,11 @@ class PartitionState:
         (its policy's cool-down after its last delivery)."""
         due: float | None = None
         if timeline in self.ready:
-            status, due = "ready", self.ready[timeline]
+            status, due = State.READY, self.ready[timeline]
         elif timeline in self.waiting:
-            status, due = "waiting", self.waiting[timeline]
+            status, due = State.WAITING, self.waiting[timeline]
         else:
-            status = "absent" if self.cooling(timeline) is None else "cooling"
+            status = State.ABSENT if self.cooling(timeline) is None else State.COOLING
         pending = self.timelines.get(timeline)
         digest = self.digests.get(timeline)
         last_delivery = self.last_delivery(timeline)
@@ -115,5 +116,5 @@ class PartitionState:
             open_digest=digest.id if digest is not None else None,
             open_records=len(digest.records) if digest is not None else 0,
             dropped=pending.dropped if pending is not None else 0,
-            reason=None if status == "absent" else reason_of(cause, last_delivery),
+            reason=None if status is State.ABSENT else reason_of(cause, last_delivery),
         )

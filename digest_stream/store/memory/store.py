@@ -42,7 +42,7 @@ from digest_stream.store.memory.state import (
     score_key,
 )
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
-from digest_stream.vocabulary import DigestReason
+from digest_stream.vocabulary import DigestReason, State
 
 
 class MemoryStore:
@@ -239,7 +239,7 @@ class MemoryStore:
         state = self._partition(partition)
         validate.name(timeline, "timeline")
         info = state.info(timeline)
-        if info.state == "cooling" and info.last_delivery is not None:
+        if info.state == State.COOLING and info.last_delivery is not None:
             # due when the cool-down ends, as RedisStore.inspect adds it
             delay = self._policy(timeline).minimum_delay
             return dataclasses.replace(info, due=info.last_delivery + delay)

@@ -130,8 +130,8 @@ RECORD = Packed(
 )
 #: A control operation of an add: how many of the call's records come before it, its offset,
 #: its operation (CONTROL_CODES, from 1), its timeline's policy (index from 1, as a TIMELINE's:
-#: a cancel may put back the cool-down a flush cut short), its timeline, the record id it
-#: cancels ("" = none).
+#: a cancel may put back the cool-down a flush cut short), its timeline, its argument (as
+#: ``NewRecord.id`` carries it: a cancel's record id; the Lua reads it by CONTROL_ARGUMENTS).
 CONTROL = Packed(
     "CONTROL",
     (
@@ -140,7 +140,7 @@ CONTROL = Packed(
         ("operation", "u8"),
         ("policy", "u32"),
         ("timeline", "str16"),
-        ("id", "str16"),
+        ("argument", "str16"),
     ),
 )
 
@@ -150,7 +150,7 @@ CONTROL = Packed(
 TARGET = Packed("TARGET", (("policy", "u32"), ("timeline", "str16"), ("digest_id", "str16")))
 
 #: Operation codes of CONTROL: each control's position in CONTROLS, from 1 (the Lua's
-#: CONTROL_CODES is written from the same tuple, library.py).
+#: CONTROL_ARGUMENTS and CONTROL_HANDLERS are written in the same order, library.py).
 CONTROL_CODES: dict[str, int] = {control: code for code, control in enumerate(CONTROLS, start=1)}
 
 # Commands ---------------------------------------------------------------------------------

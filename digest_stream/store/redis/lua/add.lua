@@ -2,7 +2,7 @@
 -- records (and applies a batch's controls), once add_args.lua has read its arguments.
 -- Holds: read_schedule, begin_timelines, schedule_record, apply_flush_at, apply_record,
 --   write_back, advance_fence, add_applied, add_run, fresh_timelines, add_with_controls.
--- Needs: CAUSES, FLUSH_AT_FLOOR (Python); apply_control (controls); batches (batches);
+-- Needs: CAUSES, FLUSH_AT_FLOOR (Python); CONTROL_HANDLERS (controls); batches (batches);
 --   call_chunked, call_listed, write_fence (helpers); digest_key, ready_key, waiting_key
 --   (keys); float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
 --   parse_timeline_meta (encoding); held_count, read_head (containers); last_delivery_of,
@@ -320,7 +320,7 @@ local function fresh_timelines(call, records, first, last)
 end
 
 -- A batch holding controls, in ONE call (so Redis cannot lose part of it and keep the rest):
--- each run of records as a plain add does it, each control with apply_control, in offset
+-- each run of records as a plain add does it, each control with its handler, in offset
 -- order, each fenced the same way. Returns the fence after the last.
 local function add_with_controls(call, fence, totals)
     local records, done = call.records, 0
@@ -336,8 +336,8 @@ local function add_with_controls(call, fence, totals)
             fence = control.offset
             -- the control's timeline as every path but the close sees it (batches.lua)
             batches.settle(call.tag, {control.timeline}, {control.policy}, call.now, 'full')
-            local ready_change, cancelled = apply_control(call.tag, control.operation,
-                control.timeline, control.id, control.policy, call.now)
+            local ready_change, cancelled = CONTROL_HANDLERS[control.code](call.tag,
+                control.timeline, control.argument, control.policy, call.now)
             if ready_change == 1 then
                 totals.ready[#totals.ready + 1] = control.timeline
             elseif ready_change == -1 then

@@ -2,7 +2,7 @@
 -- KEYS: timeline, digest, waiting, ready
 -- ARGV: timeline
 -- Reply: state, due, last_delivery, pending, digest_id, open_records, dropped, cause
--- Needs: CAUSES, INSPECT_REPLY (Python); batches (batches); digest_key, ready_key,
+-- Needs: CAUSES, INSPECT_REPLY, STATES (Python); batches (batches); digest_key, ready_key,
 --   timeline_key, waiting_key (keys); format_float, parse_digest_meta, parse_timeline_meta
 --   (encoding); last_delivery_of (container_writes); read_meta, record_count (containers);
 --   timeline_keys (digests).
@@ -13,32 +13,32 @@
 local function inspect(keys, args)
     local tag, timeline = timeline_keys(keys, args)
     local source = timeline_key(tag, timeline)
-    local state, due = 'absent', nil
+    local state, due = STATES.absent, nil
     local ready_since = redis.call('ZSCORE', ready_key(tag), timeline)
     local waiting_due = redis.call('ZSCORE', waiting_key(tag), timeline)
     if ready_since ~= false then
-        state, due = 'ready', ready_since
+        state, due = STATES.ready, ready_since
     elseif waiting_due ~= false then
-        state, due = 'waiting', waiting_due
+        state, due = STATES.waiting, waiting_due
     end
     local meta = parse_timeline_meta(read_meta(source))
     local digest = parse_digest_meta(read_meta(digest_key(tag, timeline)))
     -- (a last delivery read off the timeline's meta: its container exists)
-    if state == 'absent' and digest == nil and meta.last_delivery ~= nil
+    if state == STATES.absent and digest == nil and meta.last_delivery ~= nil
             and record_count(source) == 0 then
         -- a meta alone, in no set: cooling down (close_found); its due time is the
         -- policy's to tell (the caller adds minimum_delay to last_delivery)
-        state = 'cooling'
+        state = STATES.cooling
     end
     local last_delivery = last_delivery_of(tag, timeline, meta, digest or false)
     local batch_id, batch_cause = nil, nil
-    if state == 'absent' and digest == nil and meta.last_delivery == nil then
+    if state == STATES.absent and digest == nil and meta.last_delivery == nil then
         -- the leading edge's batch form (batches.lua): READY with its digest open, or cooling
         local view, id, at = batches.index_view(tag, timeline)
-        if view == 'ready' then
-            state, due, batch_id, batch_cause = 'ready', format_float(at), id, CAUSES.immediate
-        elseif view == 'cooling' then
-            state, last_delivery, batch_cause = 'cooling', at, CAUSES.cooldown
+        if view == STATES.ready then
+            state, due, batch_id, batch_cause = view, format_float(at), id, CAUSES.immediate
+        elseif view == STATES.cooling then
+            state, last_delivery, batch_cause = view, at, CAUSES.cooldown
         end
     end
     if last_delivery ~= nil then
