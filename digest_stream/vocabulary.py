@@ -64,6 +64,10 @@ class Control(StrEnum):
     """Remove the pending record ``id``."""
     CANCEL_ALL = "cancel_all"
     """Remove every pending record (``id`` is unused)."""
+    SNOOZE = "snooze"
+    """Nothing goes out before the time ``id`` carries; records go on accumulating."""
+    UNSNOOZE = "unsnooze"
+    """End the timeline's snooze now (``id`` is unused)."""
 
 
 class State(StrEnum):
@@ -128,6 +132,10 @@ class ControlSpec:
     confirm: str = ""
     #: What the CLI adds after "<op> of ... sent to ...", "" for nothing.
     outcome: str = ""
+    #: With no partition holding the timeline's state, the CLI sends it where the
+    #: partitioner puts the timeline's events (a snooze of a quiet timeline) instead of
+    #: refusing (nothing to act on).
+    without_state: bool = False
 
     def carried(self, argument: str | float | None) -> str | None:
         """The argument as the store receives it (``NewRecord.id``; None: the placeholder)."""
@@ -172,6 +180,28 @@ CONTROL_SPECS: Final[Mapping[Control, ControlSpec]] = {
             does="remove every pending record",
             help="Remove TIMELINE's pending records (or one), after the events sent before this.",
             confirm=_CANCEL_WHAT,
+        ),
+        ControlSpec(
+            Control.SNOOZE,
+            sent_as="snooze",
+            argument=Argument.TIME,
+            field="until",
+            does="nothing goes out before that time (records go on accumulating, capacity and "
+            "TTL apply), then one digest",
+            help="Hold TIMELINE's digests until UNTIL (or --for DURATION from now): its records "
+            "go on accumulating, then go out as one digest.",
+            outcome="nothing goes out before then",
+            without_state=True,
+        ),
+        ControlSpec(
+            Control.UNSNOOZE,
+            sent_as="unsnooze",
+            argument=Argument.NONE,
+            does="end the snooze now: what it held is due now",
+            help="End TIMELINE's snooze now: what it held goes out (after the events sent "
+            "before this).",
+            outcome="what the snooze held is due now",
+            without_state=True,
         ),
     )
 }

@@ -10,6 +10,7 @@ nothing (exit 1) instead of printing a success that changes nothing.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from datetime import UTC, datetime
@@ -30,8 +31,15 @@ _PARTITION_HELP = (
 )
 
 
-def _targets(command: str, timeline: str, settings: Settings, partition: int | None) -> list[int]:
-    """The partitions to send the control to; exits 1 when no partition holds the timeline."""
+def _targets(
+    command: str,
+    timeline: str,
+    settings: Settings,
+    partition: int | None,
+    without_state: bool = False,
+) -> list[int]:
+    """The partitions to send the control to; exits 1 when no partition holds the timeline
+    (``without_state``: then the partitioner's, where its next events go)."""
     from digest_stream.ops.admin import find_timeline
     from digest_stream.store import connect
 
@@ -55,6 +63,14 @@ def _targets(command: str, timeline: str, settings: Settings, partition: int | N
         )
         sys.exit(1)
     chosen = partition_for(settings.partitioner, timeline.encode("utf-8"), len(partitions))
+    if not found and without_state:
+        click.echo(
+            f"note: no partition of {settings.events_topic} holds state for timeline "
+            f"{timeline}: sent to partition {chosen}, where {env_name('partitioner')}="
+            f"{settings.partitioner} puts its events",
+            err=True,
+        )
+        return [chosen]
     if not found:
         click.echo(
             f"digest-stream {command}: no partition of {settings.events_topic} holds state for "
@@ -126,6 +142,21 @@ def _time(value: str, name: str) -> float:
     return moment.timestamp()
 
 
+#: Seconds per unit of a --for duration, and the duration's form.
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+
+
+def _duration(value: str) -> float:
+    """A duration: a number of seconds, or one with a unit (90s, 15m, 2h, 7d, 1w)."""
+    found = _DURATION.match(value.strip())
+    if found is None:
+        raise click.BadParameter(
+            f"{value!r} is not a duration (90, 90s, 15m, 2h, 7d)", param_hint="--for"
+        )
+    return float(found.group(1)) * _UNITS[found.group(2)]
+
+
 def _shown(argument: str | float) -> str:
     """An argument as the command's messages show it (a time in ISO 8601, UTC)."""
     if isinstance(argument, float):
@@ -149,6 +180,7 @@ def control_command(op: str) -> click.Command:
         if carrying is not None and carrying.argument is Argument.TIME:
             argument = None if argument is None else _time(argument, carrying.field)
             later = flags.pop("for_seconds", None)
+            later = None if later is None else _duration(later)
             if (argument is None) == (later is None) and bare is None:
                 raise click.UsageError(f"give {carrying.field.upper()} or --for, one of them")
             if later is not None:
@@ -162,7 +194,7 @@ def control_command(op: str) -> click.Command:
                 what = f"{spec.field} {_shown(argument)} of {what}"
         settings = load_settings(flags)
         # Looked up first: asking to confirm a control that would find nothing helps nobody.
-        targets = _targets(op, timeline, settings, partition)
+        targets = _targets(op, timeline, settings, partition, specs[0].without_state)
         if confirm and not yes:
             click.confirm(confirm.format(what=what), abort=True)
         _send(op, timeline, settings, argument, targets)
@@ -176,8 +208,8 @@ def control_command(op: str) -> click.Command:
     if carrying is not None:
         if carrying.argument is Argument.TIME:
             command = click.option(
-                "--for", "for_seconds", type=click.FloatRange(min=0), default=None,
-                help=f"{carrying.field.upper()} this many seconds from now.",
+                "--for", "for_seconds", metavar="DURATION", default=None,
+                help=f"{carrying.field.upper()} this long from now (90, 90s, 15m, 2h, 7d).",
             )(command)  # fmt: skip
         if bare is not None:
             command = click.option(f"--{carrying.field}", help=carrying.help)(command)

@@ -33,7 +33,12 @@ def find_timeline(
     found = {}
     for partition in partitions:
         info = store.inspect(partition, timeline)
-        if info.state != State.ABSENT or info.pending or info.open_digest is not None:
+        if (
+            info.state != State.ABSENT
+            or info.pending
+            or info.open_digest is not None
+            or info.snoozed_until is not None
+        ):
             found[partition] = info
     return found
 

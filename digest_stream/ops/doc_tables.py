@@ -34,7 +34,7 @@ def _command(spec: ControlSpec) -> str:
         if bare:
             usage += f" --{spec.field} {name}"
         elif spec.argument is Argument.TIME:
-            usage += f" {name}|--for SECONDS"
+            usage += f" {name}` or `--for DURATION"
         else:
             usage += f" {name}"
     return f"`{usage}`" + (" (asks first; `--yes`)" if spec.confirm else "")

@@ -193,6 +193,9 @@ class TimelineInfo:
     dropped: int  # dropped since the last digest was opened
     #: Why it is due (one of REASONS); None when absent.
     reason: str | None = None
+    #: Its snooze's end (nothing goes out before it), None: not snoozed. As stored: one that
+    #: has ended may be shown until the store next reads it (compare with the clock).
+    snoozed_until: float | None = None
 
 
 def reason_of(cause: str | None, last_delivery: float | None) -> str:

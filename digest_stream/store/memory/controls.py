@@ -17,7 +17,15 @@ EARLY_CAUSES = ("FLUSHED", "FLUSH_AT")
 #: A control's handler: (state, timeline name, its state, its argument, policy, now, the
 #: call's ready list) -> the pending records it cancelled. As the Lua's control_<value>.
 Handler = Callable[
-    [PartitionState, str, TimelineState, str | float | None, TimelinePolicy, float, list[str]],
+    [
+        PartitionState,
+        str,
+        TimelineState | None,
+        str | float | None,
+        TimelinePolicy,
+        float,
+        list[str],
+    ],
     int,
 ]
 
@@ -31,9 +39,7 @@ def apply_control(
 ) -> int:
     """Apply one control operation; returns the pending records it cancelled."""
     name = record.timeline
-    timeline = state.timelines.get(name)
-    if timeline is None:
-        return 0
+    timeline = state.timelines.get(name)  # None: no records nor meta stored
     control = Control(record.control or "")  # a control: add.Batch sends no record here
     argument = CONTROL_SPECS[control].parsed(record.id)
     return HANDLERS[control](state, name, timeline, argument, policy, now, ready)
@@ -42,14 +48,16 @@ def apply_control(
 def _flush(
     state: PartitionState,
     name: str,
-    timeline: TimelineState,
+    timeline: TimelineState | None,
     _argument: str | float | None,
     _policy: TimelinePolicy,
     now: float,
     ready: list[str],
 ) -> int:
     """A flush: a WAITING timeline with pending records is READY now."""
-    if not timeline.records:
+    if state.snooze_end(name, now) is not None:
+        return 0  # the snooze holds it: nothing goes out before its end
+    if timeline is None or not timeline.records:
         return 0  # nothing pending: an open digest already holds what was asked for
     if name in state.waiting:
         del state.waiting[name]
@@ -67,13 +75,15 @@ def _flush(
 def _cancel(
     state: PartitionState,
     name: str,
-    timeline: TimelineState,
+    timeline: TimelineState | None,
     argument: str | float | None,
     policy: TimelinePolicy,
     now: float,
     ready: list[str],
 ) -> int:
     """A cancel of the pending record ``argument``, or (None) of every one."""
+    if timeline is None:
+        return 0
     if argument is None:
         count = len(timeline.records)
         timeline.records.clear()
@@ -88,12 +98,45 @@ def _cancel(
     return count
 
 
+def _snooze(
+    state: PartitionState,
+    name: str,
+    _timeline: TimelineState | None,
+    argument: str | float | None,
+    _policy: TimelinePolicy,
+    now: float,
+    ready: list[str],
+) -> int:
+    """A snooze until ``argument`` (None: an unsnooze, the snooze ends now), as the Lua's
+    snoozes.set: a WAITING timeline the previous snooze held (due at or after its end) is
+    due at the new end (now), one due sooner than the new end waits for it; a READY one
+    with no digest open waits for the end."""
+    ends = None if argument is None else float(argument)
+    previous = state.snoozes.pop(name, None)
+    if ends is not None:
+        state.snoozes[name] = ends
+    if name in state.waiting:
+        due = state.waiting[name]
+        if previous is not None and due >= previous:
+            state.waiting[name] = now if ends is None else ends
+        elif ends is not None and due < ends:
+            state.waiting[name] = ends
+    elif ends is not None and name in state.ready and name not in state.digests:
+        del state.ready[name]
+        state.waiting[name] = ends
+        if name in ready:
+            ready.remove(name)  # made READY in this call: not announced
+    return 0
+
+
 #: Each control's handler (every member of Control: checked below, as library.py checks
 #: the Lua's).
 HANDLERS: dict[Control, Handler] = {
     Control.FLUSH: _flush,
     Control.CANCEL: _cancel,
     Control.CANCEL_ALL: _cancel,  # its argument is None
+    Control.SNOOZE: _snooze,
+    Control.UNSNOOZE: _snooze,  # its argument is None
 }
 if set(HANDLERS) != set(Control):
     raise ValueError(f"the model has no handler for {sorted(set(Control) - set(HANDLERS))}")

@@ -67,6 +67,17 @@ class PartitionState:
     last_schedule: tuple[str, DueBatch] | None = None
     #: The open nonces of the adds that led a digest (another add may not take one again).
     led_nonces: set[str] = field(default_factory=set)
+    #: Each snoozed timeline's snooze's end (the Lua's T:z; one that ended is removed where
+    #: it is read, as there).
+    snoozes: dict[str, float] = field(default_factory=dict)
+
+    def snooze_end(self, name: str, now: float) -> float | None:
+        """Until when the timeline is snoozed at ``now``, or None (an ended one removed)."""
+        ends = self.snoozes.get(name)
+        if ends is not None and ends <= now:
+            del self.snoozes[name]
+            return None
+        return ends
 
     def cooling(self, name: str) -> TimelineState | None:
         """The timeline's meta when it cools down: a meta alone (a close left nothing
@@ -117,4 +128,5 @@ class PartitionState:
             open_records=len(digest.records) if digest is not None else 0,
             dropped=pending.dropped if pending is not None else 0,
             reason=None if status is State.ABSENT else reason_of(cause, last_delivery),
+            snoozed_until=self.snoozes.get(timeline),
         )

@@ -37,6 +37,7 @@ PARTS = (
     "keys",
     "encoding",
     "helpers",
+    "snoozes",
     "containers",
     "container_writes",
     "controls",

@@ -39,6 +39,7 @@ KEY_SUFFIXES = {
     "batches": "b",  # zset: the open batches: nonce -> time their add opened them
     "batch": "n",  # string T:n:<nonce>: one add's batch-form digests
     "batch_digests": "x",  # list T:x:<nonce>: that add's digests in the ordinary form
+    "snoozes": "z",  # hash: timeline -> its snooze's end (lua/snoozes.lua)
 }
 #: Keys that name a timeline (``T:<suffix>:<timeline>``); the others are the partition's.
 TIMELINE_KEYS = ("timeline", "digest")
@@ -225,7 +226,17 @@ OPEN_REPLY = Reply("OPEN_REPLY", ("id", "opened_at", "dropped", "records", "expi
 DUE_REPLY = Reply("DUE_REPLY", ("moved", "more"))
 INSPECT_REPLY = Reply(
     "INSPECT_REPLY",
-    ("state", "due", "last_delivery", "pending", "digest_id", "open_records", "dropped", "cause"),
+    (
+        "state",
+        "due",
+        "last_delivery",
+        "pending",
+        "digest_id",
+        "open_records",
+        "dropped",
+        "cause",
+        "snoozed",
+    ),
 )
 STATS_REPLY = Reply("STATS_REPLY", ("waiting", "ready", "oldest_due", "fence"))
 FENCE_REPLY = Reply("FENCE_REPLY", ("offset", "topic_id"))

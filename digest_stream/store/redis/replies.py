@@ -306,6 +306,7 @@ def timeline_info(timeline: str, reply: Reply) -> TimelineInfo:
         reason=None
         if state is State.ABSENT
         else reason_of(cause(values[_INSPECT["cause"]]), last_delivery),
+        snoozed_until=optional_number(values[_INSPECT["snoozed"]]),
     )
 
 

@@ -5,7 +5,7 @@
 -- Needs: CAUSES, FLUSH_AT_FLOOR (Python); CONTROL_HANDLERS (controls); batches (batches);
 --   call_chunked, call_listed, write_fence (helpers); digest_key, ready_key, waiting_key
 --   (keys); float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
---   parse_timeline_meta (encoding); held_count, read_head (containers); last_delivery_of,
+--   parse_timeline_meta (encoding); snoozes (snoozes); held_count, read_head (containers); last_delivery_of,
 --   mark_cause, store_batch (container_writes); lead (leading); new_timeline (add_args);
 --   zadd_batch (digests).
 
@@ -69,11 +69,14 @@ local function begin_timelines(tag, touched, names, keys, now, known)
         end
     end
     local cooling, settled = batches.settle(tag, absent_names, absent_policies, now, 'add')
+    local snoozed = #absent > 0 and snoozes.any(tag)
     for i, timeline in ipairs(absent) do
         if settled[i] then
             timeline.ready = true -- its digest made ordinary (or lost): READY as any
         end
         timeline.cooled_at = cooling[i]
+        -- the snooze's end, which an absent timeline waits for instead of being READY
+        timeline.snoozed = snoozed and snoozes.end_of(tag, timeline.timeline, now) or nil
     end
     -- the one read of each container's head this batch (write_back writes from it): an
     -- inline container's first bytes only (a list's meta), never its records (a push needs
@@ -173,7 +176,8 @@ end
 --   READY   -> READY    delivery is already on its way
 --   WAITING -> WAITING  due = min(due + increment, last_delivery + maximum),
 --                       or min(due, timestamp) with no last delivery known
---   absent  -> READY    listed in `ready` (immediately ready)
+--   absent  -> READY    listed in `ready` (immediately ready); snoozed: WAITING, due at
+--                       the snooze's end
 local function apply_record(timeline, record, ready)
     local batch = timeline.batch
     batch[#batch + 1] = record
@@ -184,7 +188,10 @@ local function apply_record(timeline, record, ready)
         schedule_record(timeline)
         return
     end
-    if timeline.due == nil then
+    if timeline.due == nil and timeline.snoozed ~= nil then
+        timeline.due, timeline.due_changed = timeline.snoozed, true -- snoozed: WAITING
+        return
+    elseif timeline.due == nil then
         timeline.ready = true
         timeline.became_ready = true
         ready[#ready + 1] = timeline.timeline

@@ -6,8 +6,8 @@
 --   CONTROL_HANDLERS (each handler by its control's code).
 -- Needs: CAUSES (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
 --   format_float, format_timeline_meta, parse_timeline_meta (encoding); call_chunked
---   (helpers); encode_inline, META, read_container, record_count (containers); mark_cause
---   (container_writes).
+--   (helpers); snoozes (snoozes); encode_inline, META, read_container, record_count
+--   (containers); mark_cause (container_writes).
 
 local controls = {}
 do
@@ -114,6 +114,9 @@ do
     -- and the records it cancelled. The assembler writes CONTROL_HANDLERS (by code) after them.
 
     function controls.flush(tag, timeline, _, _, now)
+        if snoozes.end_of(tag, timeline, now) ~= nil then
+            return 0, 0 -- the snooze holds it: nothing goes out before its end
+        end
         return flush_timeline(tag, timeline, now), 0
     end
 
@@ -124,5 +127,13 @@ do
 
     function controls.cancel_all(tag, timeline, _, policy, now)
         return controls.cancel(tag, timeline, nil, policy, now)
+    end
+
+    function controls.snooze(tag, timeline, ends, policy, now)
+        return -snoozes.set(tag, timeline, ends, now, policy.ttl), 0
+    end
+
+    function controls.unsnooze(tag, timeline, _, policy, now)
+        return -snoozes.set(tag, timeline, nil, now, policy.ttl), 0
     end
 end

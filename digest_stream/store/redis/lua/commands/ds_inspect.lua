@@ -1,14 +1,15 @@
 -- ds_inspect: describes one timeline (read-only).
 -- KEYS: timeline, digest, waiting, ready
 -- ARGV: timeline
--- Reply: state, due, last_delivery, pending, digest_id, open_records, dropped, cause
+-- Reply: state, due, last_delivery, pending, digest_id, open_records, dropped, cause, snoozed
 -- Needs: CAUSES, INSPECT_REPLY, STATES (Python); batches (batches); digest_key, ready_key,
 --   timeline_key, waiting_key (keys); format_float, parse_digest_meta, parse_timeline_meta
 --   (encoding); last_delivery_of (container_writes); read_meta, record_count (containers);
---   timeline_keys (digests).
+--   snoozes (snoozes); timeline_keys (digests).
 --
--- Reply: due, last_delivery, digest_id and cause nil when none; cause is the letter recorded
--- with its records, else with its open digest.
+-- Reply: due, last_delivery, digest_id, cause and snoozed nil when none; cause is the letter
+-- recorded with its records, else with its open digest; snoozed: its snooze's end as stored
+-- (one that has ended may still be there: the caller compares it with its clock).
 
 local function inspect(keys, args)
     local tag, timeline = timeline_keys(keys, args)
@@ -44,6 +45,7 @@ local function inspect(keys, args)
     if last_delivery ~= nil then
         last_delivery = format_float(last_delivery)
     end
+    local snooze = snoozes.held(tag, timeline)
     return {
         [INSPECT_REPLY.state] = state,
         [INSPECT_REPLY.due] = due or false,
@@ -53,5 +55,6 @@ local function inspect(keys, args)
         [INSPECT_REPLY.open_records] = digest and digest.records or (batch_id and 1) or 0,
         [INSPECT_REPLY.dropped] = meta.dropped,
         [INSPECT_REPLY.cause] = meta.cause or (digest and digest.cause) or batch_cause or false,
+        [INSPECT_REPLY.snoozed] = snooze ~= nil and format_float(snooze) or false,
     }
 end
