@@ -11,7 +11,7 @@ from digest_stream.cli.acls import acls_command
 from digest_stream.cli.admin import delete, inspect, replay, stats
 from digest_stream.cli.common import COMMAND_KEY, DEBUG_ENV, DEBUG_KEY, SETTINGS_KEY
 from digest_stream.cli.config import config_group
-from digest_stream.cli.control import cancel, flush
+from digest_stream.cli.control import CONTROL_COMMANDS
 from digest_stream.cli.devstack import dev
 from digest_stream.cli.service import run
 from digest_stream.cli.streams import produce, tail, topics
@@ -64,8 +64,8 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 for command in (
-    dev, run, topics, produce, tail, delete, replay, config_group, inspect, stats, flush, cancel,
-    acls_command,
+    dev, run, topics, produce, tail, delete, replay, config_group, inspect, stats,
+    *CONTROL_COMMANDS, acls_command,
 ):  # fmt: skip
     main.add_command(command)
 

@@ -114,6 +114,8 @@ def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
         click.echo(f"pending        {info.pending} records")
         click.echo(f"open digest    {info.open_digest or '-'} ({info.open_records} records)")
         click.echo(f"dropped        {info.dropped}")
+        if info.snoozed_until is not None and info.snoozed_until > time.time():
+            click.echo(f"snoozed until  {when(info.snoozed_until)} (nothing goes out before)")
 
 
 @click.command()

@@ -1,4 +1,5 @@
-"""`digest-stream flush` and `cancel`: control messages, in order with a timeline's events.
+"""`digest-stream flush` and `cancel`: control messages, in order with a timeline's events,
+one command per control message (``control_command``), built from ``vocabulary.CONTROL_SPECS``.
 
 A control acts only on the input partition it is read from, and a timeline's state lives on
 the partition its events arrived on, which the producers' partitioner chose. So the control
@@ -9,7 +10,10 @@ nothing (exit 1) instead of printing a success that changes nothing.
 
 from __future__ import annotations
 
+import re
 import sys
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -18,6 +22,7 @@ from digest_stream.cli.common import event_partitions, load_settings, settings_o
 from digest_stream.ops.failures import one_line
 from digest_stream.settings import Settings, env_name
 from digest_stream.store.errors import BackendError, LibraryVersionMismatch
+from digest_stream.vocabulary import CONTROL_MESSAGES, Argument, control_of
 from digest_stream.wire.partitioner import partition_for
 
 _PARTITION_HELP = (
@@ -26,8 +31,15 @@ _PARTITION_HELP = (
 )
 
 
-def _targets(command: str, timeline: str, settings: Settings, partition: int | None) -> list[int]:
-    """The partitions to send the control to; exits 1 when no partition holds the timeline."""
+def _targets(
+    command: str,
+    timeline: str,
+    settings: Settings,
+    partition: int | None,
+    without_state: bool = False,
+) -> list[int]:
+    """The partitions to send the control to; exits 1 when no partition holds the timeline
+    (``without_state``: then the partitioner's, where its next events go)."""
     from digest_stream.ops.admin import find_timeline
     from digest_stream.store import connect
 
@@ -51,6 +63,14 @@ def _targets(command: str, timeline: str, settings: Settings, partition: int | N
         )
         sys.exit(1)
     chosen = partition_for(settings.partitioner, timeline.encode("utf-8"), len(partitions))
+    if not found and without_state:
+        click.echo(
+            f"note: no partition of {settings.events_topic} holds state for timeline "
+            f"{timeline}: sent to partition {chosen}, where {env_name('partitioner')}="
+            f"{settings.partitioner} puts its events",
+            err=True,
+        )
+        return [chosen]
     if not found:
         click.echo(
             f"digest-stream {command}: no partition of {settings.events_topic} holds state for "
@@ -76,7 +96,11 @@ def _targets(command: str, timeline: str, settings: Settings, partition: int | N
 
 
 def _send(
-    command: str, timeline: str, settings: Settings, record: str | None, targets: list[int]
+    op: str,
+    timeline: str,
+    settings: Settings,
+    argument: str | float | None,
+    targets: list[int],
 ) -> None:
     """Send the control to every target partition."""
     from digest_stream.client import EventProducer
@@ -91,46 +115,109 @@ def _send(
         **overrides,
     ) as producer:
         for target in targets:
-            if command == "flush":
-                producer.flush_timeline(timeline, partition=target)
-            else:
-                producer.cancel(timeline, record, partition=target)
+            producer.control(op, timeline, argument, partition=target)
 
 
 def _where(targets: list[int]) -> str:
     return ("partition " if len(targets) == 1 else "partitions ") + ", ".join(map(str, targets))
 
 
-@click.command()
-@click.argument("timeline")
-@click.option("--partition", type=int, default=None, help=_PARTITION_HELP)
-@settings_options
-def flush(timeline: str, partition: int | None, **flags: Any) -> None:
-    """Deliver TIMELINE's pending records now (after the events sent before this)."""
-    settings = load_settings(flags)
-    targets = _targets("flush", timeline, settings, partition)
-    _send("flush", timeline, settings, None, targets)
-    click.echo(
-        f"flush of timeline {timeline} sent to {_where(targets)}; "
-        "its pending records go out as one digest"
-    )
+def _time(value: str, name: str) -> float:
+    """A time argument: seconds since the epoch, or ISO 8601 with its UTC offset
+    (2026-12-24T09:00+01:00)."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise click.BadParameter(
+            f"{value!r} is neither seconds since the epoch nor ISO 8601 with a UTC offset "
+            "(2026-12-24T09:00+01:00, or Z)",
+            param_hint=name.upper(),
+        )
+    return moment.timestamp()
 
 
-@click.command()
-@click.argument("timeline")
-@click.option("--record", default=None, help="Cancel only this pending record (default: all).")
-@click.option("--partition", type=int, default=None, help=_PARTITION_HELP)
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@settings_options
-def cancel(
-    timeline: str, record: str | None, partition: int | None, yes: bool, **flags: Any
-) -> None:
-    """Remove TIMELINE's pending records (or one), after the events sent before this."""
-    what = f"record {record} of timeline {timeline}" if record else f"timeline {timeline}"
-    settings = load_settings(flags)
-    # Looked up first: asking to confirm a cancel that would find nothing helps nobody.
-    targets = _targets("cancel", timeline, settings, partition)
-    if not yes:
-        click.confirm(f"Cancel the pending records of {what}? They are never delivered", abort=True)
-    _send("cancel", timeline, settings, record, targets)
-    click.echo(f"cancel of {what} sent to {_where(targets)}")
+#: Seconds per unit of a --for duration, and the duration's form.
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+
+
+def _duration(value: str) -> float:
+    """A duration: a number of seconds, or one with a unit (90s, 15m, 2h, 7d, 1w)."""
+    found = _DURATION.match(value.strip())
+    if found is None:
+        raise click.BadParameter(
+            f"{value!r} is not a duration (90, 90s, 15m, 2h, 7d)", param_hint="--for"
+        )
+    return float(found.group(1)) * _UNITS[found.group(2)]
+
+
+def _shown(argument: str | float) -> str:
+    """An argument as the command's messages show it (a time in ISO 8601, UTC)."""
+    if isinstance(argument, float):
+        return datetime.fromtimestamp(argument, UTC).isoformat(timespec="seconds")
+    return argument
+
+
+def control_command(op: str) -> click.Command:
+    """The command ``digest-stream <op>``, built from the declaration of the controls it sends
+    (``vocabulary.CONTROL_MESSAGES[op]``): TIMELINE, the argument (an option when the
+    control also goes without one, else a positional argument; a time also as ``--for
+    SECONDS`` from now), ``--partition``, ``--yes`` when it asks first, the settings."""
+    specs = CONTROL_MESSAGES[op]
+    bare = next((s for s in specs if s.argument is Argument.NONE), None)
+    carrying = next((s for s in specs if s.argument is not Argument.NONE), None)
+    confirm, help_text = specs[0].confirm, (bare or specs[0]).help
+
+    def send(timeline: str, partition: int | None, **flags: Any) -> None:
+        yes = flags.pop("yes", False)
+        argument = flags.pop(carrying.field, None) if carrying else None
+        if carrying is not None and carrying.argument is Argument.TIME:
+            argument = None if argument is None else _time(argument, carrying.field)
+            later = flags.pop("for_seconds", None)
+            later = None if later is None else _duration(later)
+            if (argument is None) == (later is None) and bare is None:
+                raise click.UsageError(f"give {carrying.field.upper()} or --for, one of them")
+            if later is not None:
+                argument = time.time() + later
+        spec = control_of(op, argument is not None)
+        what = f"timeline {timeline}"
+        if argument is not None:
+            if spec.argument is Argument.TIME:
+                what += f" {spec.field} {_shown(argument)}"
+            else:
+                what = f"{spec.field} {_shown(argument)} of {what}"
+        settings = load_settings(flags)
+        # Looked up first: asking to confirm a control that would find nothing helps nobody.
+        targets = _targets(op, timeline, settings, partition, specs[0].without_state)
+        if confirm and not yes:
+            click.confirm(confirm.format(what=what), abort=True)
+        _send(op, timeline, settings, argument, targets)
+        outcome = f"; {spec.outcome}" if spec.outcome else ""
+        click.echo(f"{op} of {what} sent to {_where(targets)}{outcome}")
+
+    command: Any = settings_options(send)
+    if confirm:
+        command = click.option("--yes", is_flag=True, help="Do not ask for confirmation.")(command)
+    command = click.option("--partition", type=int, default=None, help=_PARTITION_HELP)(command)
+    if carrying is not None:
+        if carrying.argument is Argument.TIME:
+            command = click.option(
+                "--for", "for_seconds", metavar="DURATION", default=None,
+                help=f"{carrying.field.upper()} this long from now (90, 90s, 15m, 2h, 7d).",
+            )(command)  # fmt: skip
+        if bare is not None:
+            command = click.option(f"--{carrying.field}", help=carrying.help)(command)
+        else:
+            command = click.argument(carrying.field, required=False)(command)
+    command = click.argument("timeline")(command)
+    return click.command(op, help=help_text)(command)
+
+
+#: One command per control message, in declaration order (``digest-stream flush``, ...).
+CONTROL_COMMANDS: list[click.Command] = [control_command(op) for op in CONTROL_MESSAGES]

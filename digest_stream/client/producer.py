@@ -13,6 +13,7 @@ from typing import Any, Final, Self
 from confluent_kafka import KafkaError, Message, Producer
 
 from digest_stream.client.defaults import EVENTS_TOPIC, PRODUCER_DEFAULTS
+from digest_stream.vocabulary import CONTROL_MESSAGES, Argument
 from digest_stream.wire import control
 from digest_stream.wire.codec import EVENT_SCHEMA, encode_event
 from digest_stream.wire.models import Event, validate_timeline
@@ -169,34 +170,55 @@ class EventProducer:
                 producer.poll(0.1)
         producer.poll(0)
 
-    def cancel(
-        self, timeline: str, record_id: str | None = None, *, partition: int | None = None
+    def control(
+        self,
+        op: str,
+        timeline: str,
+        argument: str | float | None = None,
+        *,
+        partition: int | None = None,
     ) -> None:
-        """Queue a cancel of the timeline's pending records (all, or the one ``record_id``).
+        """Queue the control ``op`` of ``timeline`` (one of ``wire.control.OPERATIONS``, with
+        its argument when it takes one: a cancel's record id; a time in seconds since the
+        epoch), delivered asynchronously like ``send``.
 
         It travels on the events topic keyed by the timeline, to the partition this producer's
         partitioner puts the timeline's events on (or to ``partition``, the one holding the
         timeline's state when its events came from a producer partitioning otherwise), so the
-        service applies it after every event of that timeline sent there before it. Records
-        already in a digest being delivered are not recalled. Delivered asynchronously.
+        service applies it after every event of that timeline sent there before it.
         """
+        message = control.Control(op, argument)
+        spec = message.spec  # ValueError: no such op, or not with (or without) an argument
+        if not spec.client:
+            raise ValueError(f"control {op!r} is not sent by EventProducer")
+        if spec.argument is Argument.NAME and not (isinstance(argument, str) and argument):
+            raise ValueError(f"{spec.field} must be a non-empty name, got {argument!r}")
+        if spec.argument is Argument.TIME and not control.is_argument(spec.argument, argument):
+            raise ValueError(f"{spec.field} must be seconds since the epoch, got {argument!r}")
+        key = validate_timeline(timeline).encode("utf-8")
+        # how a failure names it: "flush", "cancel r-1", "cancel *" (all)
+        takes = any(s.argument is not Argument.NONE for s in CONTROL_MESSAGES[op])
+        what = f"{op} {'*' if argument is None else argument}" if takes else op
+        value = control.encode(message)
+        self._produce(self._open_producer(), timeline, key, value, what, _index(partition))
+
+    def cancel(
+        self, timeline: str, record_id: str | None = None, *, partition: int | None = None
+    ) -> None:
+        """Queue a cancel of the timeline's pending records (all, or the one ``record_id``),
+        sent as ``control`` sends it. Records already in a digest being delivered are not
+        recalled. Delivered asynchronously."""
         if record_id is not None and not record_id:
             raise ValueError("record_id must be a non-empty record id, or None for all")
-        key = validate_timeline(timeline).encode("utf-8")
-        value = control.encode(control.Control("cancel", record_id))
-        what = f"cancel {record_id or '*'}"
-        self._produce(self._open_producer(), timeline, key, value, what, _index(partition))
+        self.control("cancel", timeline, record_id, partition=partition)
 
     def flush_timeline(
         self, timeline: str, timeout: float = 30.0, *, partition: int | None = None
     ) -> None:
         """Queue a flush of ``timeline`` (deliver what is pending now, in order after its
-        events sent before), then wait like ``flush``; it goes where ``cancel`` goes
+        events sent before), then wait like ``flush``; it goes where ``control`` sends it
         (``partition`` likewise)."""
-        producer = self._open_producer()
-        key = validate_timeline(timeline).encode("utf-8")
-        value = control.encode(control.Control("flush"))
-        self._produce(producer, timeline, key, value, "flush", _index(partition))
+        self.control("flush", timeline, partition=partition)
         self.flush(timeout)
 
     def flush(self, timeout: str | float = 30.0, *, partition: int | None = None) -> None:

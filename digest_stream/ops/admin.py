@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 from digest_stream.kafka import admin_config
 from digest_stream.settings import Settings
 from digest_stream.store.base import DigestStore, TimelineInfo
+from digest_stream.vocabulary import State
 
 # Admin requests are small; past this the broker is not answering.
 ADMIN_TIMEOUT = 30.0
@@ -32,7 +33,12 @@ def find_timeline(
     found = {}
     for partition in partitions:
         info = store.inspect(partition, timeline)
-        if info.state != "absent" or info.pending or info.open_digest is not None:
+        if (
+            info.state != State.ABSENT
+            or info.pending
+            or info.open_digest is not None
+            or info.snoozed_until is not None
+        ):
             found[partition] = info
     return found
 

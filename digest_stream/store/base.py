@@ -16,7 +16,7 @@ from digest_stream.store.due import NextDue
 from digest_stream.store.errors import InvalidState
 from digest_stream.store.limits import CAUSES, DIGEST_ID_LENGTH, OPEN_NONCE_LENGTH
 from digest_stream.store.policy import TimelinePolicy
-from digest_stream.vocabulary import Control
+from digest_stream.vocabulary import Control, State
 
 #: Why a timeline is (or was) due: the ``reason`` of its next digest, as the store knows it.
 #: The delivery role adds RECOVERED (a digest re-announced by maintenance or a take-over).
@@ -58,7 +58,9 @@ class NewRecord(NamedTuple):
 
     With ``control`` set (one of CONTROLS) it is no record but a control operation on its
     timeline, applied in offset order with the records around it: FLUSH, CANCEL (of the
-    pending record ``id``) or CANCEL_ALL; its payload is ignored.
+    pending record ``id``) or CANCEL_ALL; ``id`` carries its argument
+    (``vocabulary.ControlSpec.carried``: a name as it is, a time as its text; none: any
+    name), its payload is ignored.
 
     A named tuple, not a frozen dataclass: the ingest builds one per event, and a frozen
     dataclass's __init__ (one object.__setattr__ per field) costs three times as much
@@ -182,9 +184,7 @@ class TimelineInfo:
     """Read-only view of one timeline."""
 
     timeline: str
-    #: "absent" | "waiting" | "ready" | "cooling" (its last digest closed with nothing
-    #: pending: in no set until a record comes within the cool-down, ``due`` its end)
-    state: str
+    state: State
     due: float | None
     last_delivery: float | None
     pending: int  # records waiting for the next digest
@@ -193,6 +193,9 @@ class TimelineInfo:
     dropped: int  # dropped since the last digest was opened
     #: Why it is due (one of REASONS); None when absent.
     reason: str | None = None
+    #: Its snooze's end (nothing goes out before it), None: not snoozed. As stored: one that
+    #: has ended may be shown until the store next reads it (compare with the clock).
+    snoozed_until: float | None = None
 
 
 def reason_of(cause: str | None, last_delivery: float | None) -> str:

@@ -24,6 +24,7 @@ from digest_stream.store.limits import (
     OPEN_NONCE_LENGTH,
 )
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
+from digest_stream.vocabulary import CONTROL_SPECS, Argument, Control
 
 #: Partitions are Kafka partition numbers (int32).
 MAX_PARTITION = 2**31 - 1
@@ -161,8 +162,19 @@ def records(values: Sequence[NewRecord], through: int | None = None) -> bool:
         if record.control is not None:
             if record.control not in CONTROLS:
                 raise InvalidArgument(f"control must be one of {CONTROLS}, got {record.control!r}")
+            if CONTROL_SPECS[Control(record.control)].argument is Argument.TIME:
+                _carried_time(record.id)
             controls = True
     return controls
+
+
+def _carried_time(carried: str) -> float:
+    """A time control's argument as it is carried (``NewRecord.id``: the time's text)."""
+    try:
+        number = float(carried)
+    except ValueError:
+        raise InvalidArgument(f"a time control's id must be its time, got {carried!r}") from None
+    return time_value(number, "control time")
 
 
 #: A Kafka topic id is a UUID in base64 (22 characters); the library accepts these

@@ -28,8 +28,9 @@ from digest_stream.roles.retry import backoff
 from digest_stream.roles.runner import Runner
 from digest_stream.settings import MESSAGE_OVERHEAD_BYTES, Settings, env_name
 from digest_stream.store import limits, validate
-from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, NewRecord
+from digest_stream.store.base import NewRecord
 from digest_stream.store.errors import InvalidArgument
+from digest_stream.vocabulary import Argument
 from digest_stream.wire import codec, control, envelope, formats
 from digest_stream.wire.event_head import EventHead, decode_event_head
 from digest_stream.wire.models import MAX_TIMELINE_LENGTH, Event, validate_timeline
@@ -179,17 +180,13 @@ def _control(timeline: str, value: bytes, offset: int, now: float) -> NewRecord 
     """A control message: a store control operation at its offset, or a rejection."""
     try:
         parsed = control.decode(value)
-        if parsed.record is not None:
-            validate.name(parsed.record, "record id")
+        spec = parsed.spec
+        carried = spec.carried(parsed.argument)
+        if spec.argument is Argument.NAME:  # (a time is checked by decode)
+            validate.name(carried, f"{spec.field} id")
     except (ValueError, InvalidArgument) as exc:
         return Rejected("invalid-control", str(exc))
-    if parsed.op == "flush":
-        operation, record_id = FLUSH, CONTROL_ID
-    elif parsed.record is None:
-        operation, record_id = CANCEL_ALL, CONTROL_ID
-    else:
-        operation, record_id = CANCEL, parsed.record
-    return NewRecord(timeline, record_id, now, b"", offset, operation)
+    return NewRecord(timeline, carried or CONTROL_ID, now, b"", offset, spec.control)
 
 
 def output_room(settings: Settings) -> OutputRoom:

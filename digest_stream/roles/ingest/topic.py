@@ -38,6 +38,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec  # not re-exported for
 from digest_stream.ops.metrics import Metrics
 from digest_stream.store.base import DigestStore, NewRecord
 from digest_stream.store.errors import BackendError
+from digest_stream.vocabulary import State
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +249,7 @@ class MovedTimelines:
                 state = self._store.inspect(old, timeline).state
             except BackendError:
                 return  # accounting only: the add's own retries handle an outage
-            if state != "absent":
+            if state != State.ABSENT:
                 self._moved(timeline, old, partition)
 
     def _moved(self, timeline: str, old: int, new: int) -> None:

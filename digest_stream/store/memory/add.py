@@ -99,6 +99,10 @@ class Batch:
         """Store one record and schedule its timeline."""
         self.added += 1
         state, name = self.state, record.timeline
+        if name not in state.ready and name not in state.waiting:
+            # absent or cooling: its snooze read (an ended one removed), as the Lua's
+            # begin_timelines reads it for such a timeline
+            state.snooze_end(name, self.now)
         self._wake(name)
         if name not in state.timelines:
             # Scheduled without records: they are in its open digest, or expired.
@@ -147,6 +151,8 @@ class Batch:
             # No leading edge: the first record waits for the schedule's next fire.
             state.waiting[name] = policy.next_fire(self.now) or self.now
             timeline.cause = "SCHEDULE"
+        elif (ends := state.snooze_end(name, self.now)) is not None:
+            state.waiting[name] = ends  # snoozed: waits for the snooze's end
         else:
             state.ready[name] = self.now
             self.ready.append(name)

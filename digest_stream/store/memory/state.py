@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from digest_stream.store.base import DueBatch, OpenDigest, StoredRecord, TimelineInfo, reason_of
 from digest_stream.store.due import NextDue
+from digest_stream.vocabulary import State
 
 
 def score_key(item: tuple[str, float]) -> tuple[float, bytes]:
@@ -66,6 +67,17 @@ class PartitionState:
     last_schedule: tuple[str, DueBatch] | None = None
     #: The open nonces of the adds that led a digest (another add may not take one again).
     led_nonces: set[str] = field(default_factory=set)
+    #: Each snoozed timeline's snooze's end (the Lua's T:z; one that ended is removed where
+    #: it is read, as there).
+    snoozes: dict[str, float] = field(default_factory=dict)
+
+    def snooze_end(self, name: str, now: float) -> float | None:
+        """Until when the timeline is snoozed at ``now``, or None (an ended one removed)."""
+        ends = self.snoozes.get(name)
+        if ends is not None and ends <= now:
+            del self.snoozes[name]
+            return None
+        return ends
 
     def cooling(self, name: str) -> TimelineState | None:
         """The timeline's meta when it cools down: a meta alone (a close left nothing
@@ -95,11 +107,11 @@ class PartitionState:
         (its policy's cool-down after its last delivery)."""
         due: float | None = None
         if timeline in self.ready:
-            status, due = "ready", self.ready[timeline]
+            status, due = State.READY, self.ready[timeline]
         elif timeline in self.waiting:
-            status, due = "waiting", self.waiting[timeline]
+            status, due = State.WAITING, self.waiting[timeline]
         else:
-            status = "absent" if self.cooling(timeline) is None else "cooling"
+            status = State.ABSENT if self.cooling(timeline) is None else State.COOLING
         pending = self.timelines.get(timeline)
         digest = self.digests.get(timeline)
         last_delivery = self.last_delivery(timeline)
@@ -115,5 +127,6 @@ class PartitionState:
             open_digest=digest.id if digest is not None else None,
             open_records=len(digest.records) if digest is not None else 0,
             dropped=pending.dropped if pending is not None else 0,
-            reason=None if status == "absent" else reason_of(cause, last_delivery),
+            reason=None if status is State.ABSENT else reason_of(cause, last_delivery),
+            snoozed_until=self.snoozes.get(timeline),
         )

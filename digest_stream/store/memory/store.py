@@ -42,7 +42,7 @@ from digest_stream.store.memory.state import (
     score_key,
 )
 from digest_stream.store.policy import PolicyResolver, TimelinePolicy
-from digest_stream.vocabulary import DigestReason
+from digest_stream.vocabulary import DigestReason, State
 
 
 class MemoryStore:
@@ -134,10 +134,16 @@ class MemoryStore:
             if kept_nonce == nonce:
                 return DueBatch(kept, more=kept.more)
         due = sorted(((name, at) for name, at in state.waiting.items() if at <= now), key=score_key)
-        for name, _ in due[:limit]:
+        moved_names = []
+        for name, at in due[:limit]:
+            ends = state.snooze_end(name, now)
+            if ends is not None:  # snoozed: waits for the snooze's end
+                state.waiting[name] = ends
+                continue
             del state.waiting[name]
             state.ready[name] = now
-        moved = DueBatch((DueTimeline(name, at) for name, at in due[:limit]), more=len(due) > limit)
+            moved_names.append((name, at))
+        moved = DueBatch((DueTimeline(name, at) for name, at in moved_names), more=len(due) > limit)
         if nonce is not None and moved:
             state.last_schedule = (nonce, moved)
         return moved
@@ -231,6 +237,7 @@ class MemoryStore:
             state.digests.pop(timeline, None),
             state.ready.pop(timeline, None),
             state.waiting.pop(timeline, None),
+            state.snoozes.pop(timeline, None),
         ]
         return any(item is not None for item in found)
 
@@ -239,7 +246,7 @@ class MemoryStore:
         state = self._partition(partition)
         validate.name(timeline, "timeline")
         info = state.info(timeline)
-        if info.state == "cooling" and info.last_delivery is not None:
+        if info.state == State.COOLING and info.last_delivery is not None:
             # due when the cool-down ends, as RedisStore.inspect adds it
             delay = self._policy(timeline).minimum_delay
             return dataclasses.replace(info, due=info.last_delivery + delay)

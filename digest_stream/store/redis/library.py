@@ -22,12 +22,13 @@ from digest_stream.store import limits
 from digest_stream.store.base import CONTROLS
 from digest_stream.store.redis import protocol
 from digest_stream.store.redis.policy_wire import POLICY_FIELDS
+from digest_stream.vocabulary import CONTROL_SPECS, Argument, State
 
 #: The library's name on the server (``FUNCTION LIST LIBRARYNAME``).
 NAME = "digest_stream"
 #: Version of the library this code expects on the server (``ds_version`` answers it): bump it
 #: with any change of the Lua, so a node running other code is told apart by version first.
-VERSION = "33"
+VERSION = "34"
 
 #: The parts of ``store/redis/lua/``, in the order they are joined: each uses only names that the
 #: constants or the parts before it define (a local not yet declared would be read as a global).
@@ -36,6 +37,7 @@ PARTS = (
     "keys",
     "encoding",
     "helpers",
+    "snoozes",
     "containers",
     "container_writes",
     "controls",
@@ -71,10 +73,13 @@ LUA_CONSTANTS: dict[str, object] = {
     "SCHEDULE_REPLY_TTL": limits.SCHEDULE_REPLY_TTL,
     # the letter a meta records, by the reason's name in lower case (CAUSES.flush_at)
     "CAUSES": {reason.lower(): letter for reason, letter in limits.CAUSES.items()},
-    # the operation of each code of ds_add's packed controls: its position, from 1
-    "CONTROL_CODES": CONTROLS,
-    # each operation by its member name in lower case (CONTROLS.flush)
-    "CONTROLS": {control.name.lower(): control.value for control in CONTROLS},
+    # by code, the kind of the control's argument (none, name, time) and what an error calls it
+    "CONTROL_ARGUMENTS": tuple(
+        (spec.argument.value, f"{spec.field} id" if spec.argument is Argument.NAME else spec.field)
+        for spec in CONTROL_SPECS.values()
+    ),
+    # the timeline states ds_inspect answers, by member name in lower case (STATES.cooling)
+    "STATES": {state.name.lower(): state.value for state in State},
     # each packed policy option's name and guard, in the packed order (policy_wire.py)
     "POLICY_FIELDS": POLICY_FIELDS,
     # the wire protocol: formats, widths, key suffixes and layouts, reply positions
@@ -116,6 +121,24 @@ def lua_literal(value: object) -> str:
     raise TypeError(f"no Lua literal for {value!r}")
 
 
+#: The part that defines the control handlers; CONTROL_HANDLERS follows it.
+HANDLERS_PART = "controls"
+
+
+def handler(control: str) -> str:
+    """The Lua function that applies a control (``controls.<value>``, in ``lua/controls.lua``)."""
+    return f"controls.{control}"
+
+
+def handler_table(part: str) -> str:
+    """``CONTROL_HANDLERS``: each control's handler by its code (its position in CONTROLS,
+    from 1), written after the part that defines them, which must define every one."""
+    missing = [handler(c) for c in CONTROLS if f"function {handler(c)}(" not in part]
+    if missing:
+        raise ValueError(f"lua/{HANDLERS_PART}.lua defines no {', '.join(missing)}")
+    return f"local CONTROL_HANDLERS = {{{', '.join(handler(c) for c in CONTROLS)}}}\n"
+
+
 def part_source(name: str) -> str:
     """The text of one part of ``store/redis/lua/`` (``commands/<function>``: a command's)."""
     folder = resources.files("digest_stream.store.redis").joinpath("lua")
@@ -139,12 +162,17 @@ def registrations() -> str:
 
 
 def assemble(parts: Mapping[str, str], commands: Mapping[str, str]) -> str:
-    """The library: the ``#!lua`` line, the constants, ``parts`` in ``PARTS`` order, the
-    ``commands`` in ``COMMANDS`` order, then their registrations."""
+    """The library: the ``#!lua`` line, the constants, ``parts`` in ``PARTS`` order (the
+    control handlers' table after theirs), the ``commands`` in ``COMMANDS`` order, then
+    their registrations."""
     constants = "".join(
         f"local {name} = {lua_literal(value)}\n" for name, value in LUA_CONSTANTS.items()
     )
-    body = "\n".join([*(parts[name] for name in PARTS), *(commands[name] for name in COMMANDS)])
+    texts = [
+        parts[name] + (handler_table(parts[name]) if name == HANDLERS_PART else "")
+        for name in PARTS
+    ]
+    body = "\n".join([*texts, *(commands[name] for name in COMMANDS)])
     return f"#!lua name={NAME}\n{_INTRO}\n{constants}\n{body}\n{registrations()}"
 
 

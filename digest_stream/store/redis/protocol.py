@@ -39,6 +39,7 @@ KEY_SUFFIXES = {
     "batches": "b",  # zset: the open batches: nonce -> time their add opened them
     "batch": "n",  # string T:n:<nonce>: one add's batch-form digests
     "batch_digests": "x",  # list T:x:<nonce>: that add's digests in the ordinary form
+    "snoozes": "z",  # hash: timeline -> its snooze's end (lua/snoozes.lua)
 }
 #: Keys that name a timeline (``T:<suffix>:<timeline>``); the others are the partition's.
 TIMELINE_KEYS = ("timeline", "digest")
@@ -130,8 +131,8 @@ RECORD = Packed(
 )
 #: A control operation of an add: how many of the call's records come before it, its offset,
 #: its operation (CONTROL_CODES, from 1), its timeline's policy (index from 1, as a TIMELINE's:
-#: a cancel may put back the cool-down a flush cut short), its timeline, the record id it
-#: cancels ("" = none).
+#: a cancel may put back the cool-down a flush cut short), its timeline, its argument (as
+#: ``NewRecord.id`` carries it: a cancel's record id; the Lua reads it by CONTROL_ARGUMENTS).
 CONTROL = Packed(
     "CONTROL",
     (
@@ -140,7 +141,7 @@ CONTROL = Packed(
         ("operation", "u8"),
         ("policy", "u32"),
         ("timeline", "str16"),
-        ("id", "str16"),
+        ("argument", "str16"),
     ),
 )
 
@@ -150,7 +151,7 @@ CONTROL = Packed(
 TARGET = Packed("TARGET", (("policy", "u32"), ("timeline", "str16"), ("digest_id", "str16")))
 
 #: Operation codes of CONTROL: each control's position in CONTROLS, from 1 (the Lua's
-#: CONTROL_CODES is written from the same tuple, library.py).
+#: CONTROL_ARGUMENTS and CONTROL_HANDLERS are written in the same order, library.py).
 CONTROL_CODES: dict[str, int] = {control: code for code, control in enumerate(CONTROLS, start=1)}
 
 # Commands ---------------------------------------------------------------------------------
@@ -225,7 +226,17 @@ OPEN_REPLY = Reply("OPEN_REPLY", ("id", "opened_at", "dropped", "records", "expi
 DUE_REPLY = Reply("DUE_REPLY", ("moved", "more"))
 INSPECT_REPLY = Reply(
     "INSPECT_REPLY",
-    ("state", "due", "last_delivery", "pending", "digest_id", "open_records", "dropped", "cause"),
+    (
+        "state",
+        "due",
+        "last_delivery",
+        "pending",
+        "digest_id",
+        "open_records",
+        "dropped",
+        "cause",
+        "snoozed",
+    ),
 )
 STATS_REPLY = Reply("STATS_REPLY", ("waiting", "ready", "oldest_due", "fence"))
 FENCE_REPLY = Reply("FENCE_REPLY", ("offset", "topic_id"))

@@ -32,6 +32,7 @@ from digest_stream.store.errors import InvalidArgument, InvalidState
 from digest_stream.store.limits import CAUSES
 from digest_stream.store.policy import TimelinePolicy
 from digest_stream.store.redis import protocol
+from digest_stream.vocabulary import State
 
 #: A reply piece, before it is checked.
 Reply = object
@@ -291,7 +292,7 @@ def timeline_info(timeline: str, reply: Reply) -> TimelineInfo:
     """``ds_inspect`` (protocol.INSPECT_REPLY)."""
     values = array(reply)
     digest = values[_INSPECT["digest_id"]]
-    state = text(values[_INSPECT["state"]])
+    state = State(text(values[_INSPECT["state"]]))
     last_delivery = optional_number(values[_INSPECT["last_delivery"]])
     return TimelineInfo(
         timeline=timeline,
@@ -303,8 +304,9 @@ def timeline_info(timeline: str, reply: Reply) -> TimelineInfo:
         open_records=integer(values[_INSPECT["open_records"]]),
         dropped=integer(values[_INSPECT["dropped"]]),
         reason=None
-        if state == "absent"
+        if state is State.ABSENT
         else reason_of(cause(values[_INSPECT["cause"]]), last_delivery),
+        snoozed_until=optional_number(values[_INSPECT["snoozed"]]),
     )
 
 

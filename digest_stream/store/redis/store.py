@@ -39,6 +39,7 @@ from digest_stream.store.redis.errors import BACKEND, translated
 from digest_stream.store.redis.policy_wire import pack
 from digest_stream.store.redis.replies import arg, integer
 from digest_stream.store.redis.routing import RedisClient
+from digest_stream.vocabulary import State
 
 #: Timelines with up to this many records live inline (a string, a list from two records; see
 #: lua/containers.lua): most timelines hold a handful of records, and an inline container saves
@@ -250,7 +251,7 @@ class RedisStore:
         validate.name(timeline, "timeline")
         reply = self.calls.call(protocol.DS_INSPECT, tag, [timeline], timeline)
         info = replies.timeline_info(timeline, reply)
-        if info.state == "cooling" and info.last_delivery is not None:
+        if info.state == State.COOLING and info.last_delivery is not None:
             # due when the cool-down ends: the policy's, which the library is not told
             delay = self._policy(timeline).minimum_delay
             return dataclasses.replace(info, due=info.last_delivery + delay)

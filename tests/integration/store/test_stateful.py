@@ -30,6 +30,7 @@ from digest_stream.store import (
 from digest_stream.store.base import CANCEL, CANCEL_ALL, FLUSH, AddResult
 from digest_stream.store.redis import RedisStore
 from digest_stream.store.redis.keys import partition_tag
+from digest_stream.vocabulary import Control
 from tests.support import new_id, unique
 
 T = TypeVar("T")
@@ -214,6 +215,24 @@ class StoreComparison(RuleBasedStateMachine):
         ]
         self.next_offset[partition] = first + len(records)
         self.both(lambda store: store.add(partition, records, now))
+
+    @rule(
+        pick=st.integers(0, 4),
+        timeline=timelines,
+        partition=partitions,
+        # a snooze's length from now; None: an unsnooze
+        seconds=st.sampled_from([None, 0.0, 1.0, 5.0, 30.0, 600.0, 4000.0]),
+    )
+    def snooze(self, pick: int, timeline: str, partition: int, seconds: float | None) -> None:
+        # Issue 39 item 4: held against adds, the schedule, flushes and closes; as control,
+        # mostly at a timeline with a digest opened lately (an open digest goes out).
+        if pick < len(self.opened):
+            partition, timeline, _ = self.opened[-1 - pick]
+        if seconds is None:
+            self._feed(partition, [(timeline, "control", Control.UNSNOOZE)])
+        else:
+            until = repr(self.clock.now() + seconds)
+            self._feed(partition, [(timeline, until, Control.SNOOZE)])
 
     @rule(
         pick=st.integers(0, 4),

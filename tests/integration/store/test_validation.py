@@ -15,6 +15,7 @@ from digest_stream.store import (
     NewRecord,
     TimelinePolicy,
 )
+from digest_stream.store.base import CONTROLS
 from digest_stream.store.policy import PACKED
 from digest_stream.store.redis import RedisStore, protocol
 from digest_stream.store.redis.keys import (
@@ -234,7 +235,8 @@ def packed_controls(*controls: tuple[int, float, int, str, str], policy: int = 1
 @pytest.mark.parametrize(
     ("controls", "expected"),
     [
-        (packed_controls((1, 1, 4, "t", "x")), "unknown control operation code"),
+        # the first code past the declared controls
+        (packed_controls((1, 1, len(CONTROLS) + 1, "t", "x")), "unknown control operation code"),
         (packed_controls((2, 1, 1, "t", "x")), "records before a control must be"),
         (packed_controls((1, 2, 1, "t", "x"), (0, 3, 1, "t", "x")), "records before a control"),
         (packed_controls((1, 9, 1, "t", "x")), "offset must be an integer"),  # past through

@@ -13,6 +13,7 @@ from digest_stream.store import limits
 from digest_stream.store.base import CONTROLS
 from digest_stream.store.policy import PACKED
 from digest_stream.store.redis import library, protocol
+from digest_stream.vocabulary import CONTROL_SPECS, Control, State
 
 #: Lua 5.1 allows 200 local variables per function, the library's top level included.
 LUA_MAX_LOCALS = 200
@@ -57,8 +58,13 @@ def test_the_source_opens_with_its_name_then_pythons_constants() -> None:
         f"local OPEN_NONCE_LENGTH = {limits.OPEN_NONCE_LENGTH}",
         f"local SCHEDULE_REPLY_TTL = {limits.SCHEDULE_REPLY_TTL!r}",
         "local CAUSES = {" + causes + "}",
-        "local CONTROL_CODES = {" + ", ".join(f"'{c}'" for c in CONTROLS) + "}",
-        "local CONTROLS = {" + ", ".join(f"{c.name.lower()} = '{c}'" for c in CONTROLS) + "}",
+        "local CONTROL_ARGUMENTS = {"
+        + ", ".join(
+            f"{{'{s.argument}', '{s.field + ' id' if s.argument == 'name' else s.field}'}}"
+            for s in CONTROL_SPECS.values()
+        )
+        + "}",
+        "local STATES = {" + ", ".join(f"{s.name.lower()} = '{s}'" for s in State) + "}",
         "local POLICY_FIELDS = {"
         + ", ".join(f"{{'{spec.name}', '{spec.kind.packed}'}}" for spec in PACKED)
         + "}",
@@ -89,7 +95,11 @@ def test_the_files_follow_in_their_order_each_once() -> None:
     commands = {entry.name.removesuffix(".lua") for entry in folder.joinpath("commands").iterdir()}
     assert sorted(library.COMMANDS) == sorted(commands)  # a file per command, no other
     texts = [text for _, text in _files()]
-    assert library.SOURCE[_first_part_at() :] == "\n".join(texts) + "\n" + library.registrations()
+    # the control handlers' table right after the part that defines them
+    at = library.PARTS.index(library.HANDLERS_PART)
+    handlers = "local CONTROL_HANDLERS = {" + ", ".join(f"controls.{c}" for c in CONTROLS) + "}\n"
+    joined = [*texts[:at], texts[at] + handlers, *texts[at + 1 :]]
+    assert library.SOURCE[_first_part_at() :] == "\n".join(joined) + "\n" + library.registrations()
     for name, text in zip(library.PARTS, texts, strict=False):
         assert text.startswith(f"-- {name}.lua: "), f"{name}.lua opens without its header"
     for name, text in zip(library.COMMANDS, texts[len(library.PARTS) :], strict=True):
@@ -183,6 +193,8 @@ def test_each_files_needs_are_what_it_reads_of_the_files_before_it() -> None:
         )
         for local in _top_level_locals(text):
             declared[local] = name
+        if name == library.HANDLERS_PART:
+            declared["CONTROL_HANDLERS"] = name  # written after it by the assembler
 
 
 def test_no_part_defines_a_constant_python_writes() -> None:
@@ -244,3 +256,14 @@ def test_the_head_read_range_is_its_length() -> None:
     length = _source_line(r"^local HEAD_READ = (\d+)$")
     bounds = _source_line(r"^local HEAD_READ_FIRST, HEAD_READ_LAST = '(\d+)', '(\d+)'$")
     assert (int(bounds.group(1)), int(bounds.group(2))) == (0, int(length.group(1)) - 1)
+
+
+def test_every_control_has_its_handler_or_the_library_is_not_assembled() -> None:
+    # A control declared in vocabulary.py without its controls.<value> in controls.lua would
+    # be a nil in CONTROL_HANDLERS: refused when the library is assembled instead.
+    part = library.part_source(library.HANDLERS_PART)
+    for control in Control:
+        assert re.search(rf"^    function controls\.{control}\(", part, re.MULTILINE)
+    without = part.replace("function controls.flush(", "function controls.flushed(")
+    with pytest.raises(ValueError, match=r"defines no controls\.flush"):
+        library.handler_table(without)

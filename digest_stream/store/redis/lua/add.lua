@@ -2,10 +2,10 @@
 -- records (and applies a batch's controls), once add_args.lua has read its arguments.
 -- Holds: read_schedule, begin_timelines, schedule_record, apply_flush_at, apply_record,
 --   write_back, advance_fence, add_applied, add_run, fresh_timelines, add_with_controls.
--- Needs: CAUSES, FLUSH_AT_FLOOR (Python); apply_control (controls); batches (batches);
+-- Needs: CAUSES, FLUSH_AT_FLOOR (Python); CONTROL_HANDLERS (controls); batches (batches);
 --   call_chunked, call_listed, write_fence (helpers); digest_key, ready_key, waiting_key
 --   (keys); float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
---   parse_timeline_meta (encoding); held_count, read_head (containers); last_delivery_of,
+--   parse_timeline_meta (encoding); snoozes (snoozes); held_count, read_head (containers); last_delivery_of,
 --   mark_cause, store_batch (container_writes); lead (leading); new_timeline (add_args);
 --   zadd_batch (digests).
 
@@ -69,11 +69,14 @@ local function begin_timelines(tag, touched, names, keys, now, known)
         end
     end
     local cooling, settled = batches.settle(tag, absent_names, absent_policies, now, 'add')
+    local snoozed = #absent > 0 and snoozes.any(tag)
     for i, timeline in ipairs(absent) do
         if settled[i] then
             timeline.ready = true -- its digest made ordinary (or lost): READY as any
         end
         timeline.cooled_at = cooling[i]
+        -- the snooze's end, which an absent timeline waits for instead of being READY
+        timeline.snoozed = snoozed and snoozes.end_of(tag, timeline.timeline, now) or nil
     end
     -- the one read of each container's head this batch (write_back writes from it): an
     -- inline container's first bytes only (a list's meta), never its records (a push needs
@@ -173,7 +176,8 @@ end
 --   READY   -> READY    delivery is already on its way
 --   WAITING -> WAITING  due = min(due + increment, last_delivery + maximum),
 --                       or min(due, timestamp) with no last delivery known
---   absent  -> READY    listed in `ready` (immediately ready)
+--   absent  -> READY    listed in `ready` (immediately ready); snoozed: WAITING, due at
+--                       the snooze's end
 local function apply_record(timeline, record, ready)
     local batch = timeline.batch
     batch[#batch + 1] = record
@@ -184,7 +188,10 @@ local function apply_record(timeline, record, ready)
         schedule_record(timeline)
         return
     end
-    if timeline.due == nil then
+    if timeline.due == nil and timeline.snoozed ~= nil then
+        timeline.due, timeline.due_changed = timeline.snoozed, true -- snoozed: WAITING
+        return
+    elseif timeline.due == nil then
         timeline.ready = true
         timeline.became_ready = true
         ready[#ready + 1] = timeline.timeline
@@ -320,7 +327,7 @@ local function fresh_timelines(call, records, first, last)
 end
 
 -- A batch holding controls, in ONE call (so Redis cannot lose part of it and keep the rest):
--- each run of records as a plain add does it, each control with apply_control, in offset
+-- each run of records as a plain add does it, each control with its handler, in offset
 -- order, each fenced the same way. Returns the fence after the last.
 local function add_with_controls(call, fence, totals)
     local records, done = call.records, 0
@@ -336,8 +343,8 @@ local function add_with_controls(call, fence, totals)
             fence = control.offset
             -- the control's timeline as every path but the close sees it (batches.lua)
             batches.settle(call.tag, {control.timeline}, {control.policy}, call.now, 'full')
-            local ready_change, cancelled = apply_control(call.tag, control.operation,
-                control.timeline, control.id, control.policy, call.now)
+            local ready_change, cancelled = CONTROL_HANDLERS[control.code](call.tag,
+                control.timeline, control.argument, control.policy, call.now)
             if ready_change == 1 then
                 totals.ready[#totals.ready + 1] = control.timeline
             elseif ready_change == -1 then

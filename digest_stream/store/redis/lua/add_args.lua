@@ -1,8 +1,8 @@
 -- add_args.lua: reading ds_add's packed arguments (its timelines, records and controls),
 -- every one checked before anything is written.
 -- Holds: new_timeline, parse_timelines, parse_records, record_tables, parse_controls.
--- Needs: CONTROL_CODES, CONTROL_FORMAT, MAX_NAME_BYTES, MAX_OFFSET, RECORD_FORMAT,
---   TIMELINE_FORMAT (Python); format_integer (encoding); invalid_argument, parse_integer,
+-- Needs: CONTROL_ARGUMENTS, CONTROL_FORMAT, MAX_NAME_BYTES, MAX_OFFSET,
+--   RECORD_FORMAT, TIMELINE_FORMAT (Python); format_integer (encoding); invalid_argument, parse_integer,
 --   parse_name, parse_time, unpacked (guards).
 
 -- ds_add takes its timelines, its records and its controls each as ONE packed argument
@@ -145,29 +145,40 @@ local function record_tables(call, selected, timelines)
     return records
 end
 
--- The control operations of an add call (one packed argument, in order): each with the
--- number of records before it, so the call applies both in their offset order, and its
--- timeline's policy (one of `policies`: a cancel may put back the timeline's cool-down).
+-- The control operations of an add call (one packed argument, in order): each with its
+-- code, its argument, the number of records before it, so the call applies both in their
+-- offset order, and its timeline's policy (one of `policies`: a cancel may put back the
+-- timeline's cool-down).
 local function parse_controls(packed, record_count, through_offset, policies)
     local controls, previous = {}, 0
+    -- a control's argument as its code's kind says (CONTROL_ARGUMENTS: the kind and what an
+    -- error calls it): none (nil), a name, a time (its text, as NewRecord.id carries it)
+    local function argument_of(reads, argument)
+        if reads[1] == 'name' then
+            return parse_name(argument, reads[2])
+        elseif reads[1] == 'time' then
+            return parse_time(argument, reads[2])
+        end
+        return nil
+    end
     unpacked(function()
         local position, size = 1, #packed
         while position <= size do
-            local before, offset, code, index, timeline, id
-            before, offset, code, index, timeline, id, position =
+            local before, offset, code, index, timeline, argument
+            before, offset, code, index, timeline, argument, position =
                 struct.unpack(CONTROL_FORMAT, packed, position)
             parse_integer(before, 'records before a control', previous, record_count)
             previous = before
             parse_integer(offset, 'offset', 0, through_offset or MAX_OFFSET)
-            local operation = CONTROL_CODES[code]
-            if operation == nil then
+            local reads = CONTROL_ARGUMENTS[code]
+            if reads == nil then
                 invalid_argument('unknown control operation code: ' .. tostring(code))
             end
             parse_name(timeline, 'timeline')
             controls[#controls + 1] = {
-                before = before, offset = offset, operation = operation, timeline = timeline,
+                before = before, offset = offset, code = code, timeline = timeline,
                 policy = policies[parse_integer(index, 'policy index', 1, #policies)],
-                id = operation == 'cancel' and parse_name(id, 'record id') or nil,
+                argument = argument_of(reads, argument),
             }
         end
     end, 'controls')

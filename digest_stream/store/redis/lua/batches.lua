@@ -10,7 +10,7 @@
 --   index_view, forget, nonce_in_use, index_entries, leading_ready_count, batch_digests_key,
 --   and for batch_writes.lua the layout (BATCH_HEAD, INDEX_SENTINEL, the keys),
 --   read_batch_head and dissolve.
--- Needs: CAUSES, COOLING_MARGIN, KEY_SUFFIXES, OPEN_NONCE_LENGTH, RECORD_FORMAT,
+-- Needs: CAUSES, COOLING_MARGIN, KEY_SUFFIXES, OPEN_NONCE_LENGTH, RECORD_FORMAT, STATES,
 --   TIMELINE_FORMAT (Python); invalid_state (guards); digest_key, ready_key, timeline_key
 --   (keys); format_digest_meta, format_float, format_integer, format_timeline_meta, ttl_ms
 --   (encoding); call_chunked, call_listed, extend_ttl (helpers); encode_inline (containers);
@@ -276,8 +276,9 @@ do
         return count
     end
 
-    -- What the index says of `timeline`, without writing (ds_inspect): 'ready' and its digest
-    -- id and opened_at (an open batch), 'cooling' and its close's time (a closed one), or nil.
+    -- What the index says of `timeline`, without writing (ds_inspect): STATES.ready and its
+    -- digest id and opened_at (an open batch), STATES.cooling and its close's time (a closed
+    -- one), or nil.
     local function index_view(tag, timeline)
         local entries = index_entries(tag, {timeline})
         local entry = entries[1]
@@ -288,9 +289,9 @@ do
         if head == nil then
             return nil
         elseif head.state == 'o' then
-            return 'ready', entry, head.at
+            return STATES.ready, entry, head.at
         end
-        return 'cooling', entry, head.at
+        return STATES.cooling, entry, head.at
     end
 
     -- Whether an add with open nonce `nonce` would lead under a nonce an earlier add led

@@ -9,8 +9,8 @@
 --   RECORD_FORMAT (Python); append_lane (append_lane); POLICY_WIDTH, invalid_argument,
 --   parse_integer, parse_nonce, parse_policies, parse_time, parse_topic_id, parse_ttl
 --   (guards); add_run, add_with_controls, advance_fence, read_schedule (add); batches
---   (batches); begin_leading, end_leading (leading); call_tag, timeline_key (keys);
---   format_integer, ttl_ms (encoding); lead_lane (leading_lane); new_timeline,
+--   (batches); begin_leading, end_leading (leading); call_tag, timeline_key (keys); snoozes
+--   (snoozes); format_integer, ttl_ms (encoding); lead_lane (leading_lane); new_timeline,
 --   parse_controls, parse_records, parse_timelines, record_tables (add_args); read_fence,
 --   refresh_partition_ttl (helpers).
 --
@@ -99,7 +99,8 @@ local function parse_add(keys, args)
                 break
             end
         end
-        if absent and call.open_nonce ~= nil then
+        if absent and call.open_nonce ~= nil and not snoozes.any(tag) then
+            -- (a snoozed absent timeline waits: the tables' path, apply_record)
             call.lane = 'lead'
         elseif not absent and #names > 1 then
             -- record 2 names timeline 2: no record before it shares its timeline (the

@@ -3,9 +3,9 @@
 -- ARGV: timeline
 -- Reply: removed
 -- Needs: batches (batches); digest_key, ready_key, timeline_key, waiting_key (keys);
---   timeline_keys (digests).
+--   snoozes (snoozes); timeline_keys (digests).
 --
--- Reply: 1 when anything of the timeline existed, else 0.
+-- Reply: 1 when anything of the timeline existed (its snooze included), else 0.
 
 local function delete(keys, args)
     local tag, timeline = timeline_keys(keys, args)
@@ -13,7 +13,7 @@ local function delete(keys, args)
     local indexed = batches.forget(tag, timeline)
     local removed = indexed + redis.call('DEL', timeline_key(tag, timeline), digest_key(tag, timeline))
         + redis.call('ZREM', ready_key(tag), timeline)
-        + redis.call('ZREM', waiting_key(tag), timeline)
+        + redis.call('ZREM', waiting_key(tag), timeline) + snoozes.forget(tag, timeline)
     if removed > 0 then
         return 1
     end

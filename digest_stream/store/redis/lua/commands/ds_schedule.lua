@@ -6,7 +6,7 @@
 -- Needs: DUE_REPLY, MAX_SLICE, SCHEDULE_REPLY_TTL (Python); parse_integer, parse_nonce,
 --   parse_time, parse_ttl (guards); call_tag, moved_key, ready_key, waiting_key (keys);
 --   format_float, format_integer, ttl_ms (encoding); move_range, refresh_partition_ttl
---   (helpers); adopt_leading_18 (upgrades).
+--   (helpers); snoozes (snoozes); adopt_leading_18 (upgrades).
 --
 -- Reply: moved: {timeline, due, ...}, up to `limit` timelines moved WAITING -> READY
 -- (earliest due first); more = 1 when further due ones remain for the next call.
@@ -37,6 +37,7 @@ local function schedule(keys, args)
     local moved, more = move_range(waiting_key(tag), ready_key(tag), ready_at, function()
         return ready_at
     end, limit)
+    moved = snoozes.hold_due(tag, moved, now) -- a snoozed one waits for its snooze's end
     refresh_partition_ttl(tag, partition_ttl)
     local reply = {[DUE_REPLY.moved] = moved, [DUE_REPLY.more] = more and 1 or 0}
     if nonce ~= nil and #moved > 0 then

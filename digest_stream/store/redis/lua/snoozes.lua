@@ -1,0 +1,102 @@
+-- snoozes.lua: a timeline's snooze (the snooze and unsnooze controls): until when nothing of
+-- it goes out. One hash per partition, T:z (timeline -> the snooze's end), read only where a
+-- timeline would come due: an add making an absent timeline READY (add.lua's apply_record),
+-- the schedule's move to READY (ds_schedule) and a flush; the rest of the due rule runs as
+-- ever and the snooze holds its result back. A partition without snoozes pays one EXISTS
+-- per add (ds_add: the leading lane is not taken when it holds any) and per schedule call.
+-- Holds: snoozes (one table: the library's top level is near Lua's 200 locals): any,
+--   end_of, hold_due, set, held, forget.
+-- Needs: KEY_SUFFIXES (Python); digest_key, ready_key, waiting_key (keys); format_float,
+--   ttl_ms (encoding); extend_ttl (helpers).
+
+local snoozes = {}
+do
+    local SUFFIX = ':' .. KEY_SUFFIXES.snoozes
+    local function snoozes_key(tag) return tag .. SUFFIX end
+
+    -- Whether the partition holds any snooze (one EXISTS).
+    function snoozes.any(tag)
+        return redis.call('EXISTS', snoozes_key(tag)) == 1
+    end
+
+    -- Until when `timeline` is snoozed at `now`, or nil; a snooze that has ended is removed.
+    function snoozes.end_of(tag, timeline, now)
+        local found = redis.call('HGET', snoozes_key(tag), timeline)
+        if found == false then
+            return nil
+        end
+        local ends = tonumber(found)
+        if ends <= now then
+            redis.call('HDEL', snoozes_key(tag), timeline)
+            return nil
+        end
+        return ends
+    end
+
+    -- Of the timelines `moved` WAITING -> READY (flat: timeline, due, ...), the snoozed ones
+    -- go back to WAITING at their snooze's end (ds_schedule); returns the others, as moved.
+    function snoozes.hold_due(tag, moved, now)
+        if #moved == 0 or not snoozes.any(tag) then
+            return moved
+        end
+        local kept = {}
+        for i = 1, #moved, 2 do
+            local timeline = moved[i]
+            local ends = snoozes.end_of(tag, timeline, now)
+            if ends == nil then
+                kept[#kept + 1], kept[#kept + 2] = timeline, moved[i + 1]
+            else
+                redis.call('ZREM', ready_key(tag), timeline)
+                redis.call('ZADD', waiting_key(tag), format_float(ends), timeline)
+            end
+        end
+        return kept
+    end
+
+    -- The snooze control (`ends`), or the unsnooze (nil: it ends now): the entry set or
+    -- removed; a WAITING timeline the previous snooze held (due at or after its end) is due
+    -- at the new end (now, for an unsnooze), one due sooner than the new end waits for it;
+    -- a READY one with no digest open waits for the end (an open digest goes out: it is
+    -- under way). Returns 1 when it took a READY timeline back to WAITING.
+    function snoozes.set(tag, timeline, ends, now, ttl)
+        local key = snoozes_key(tag)
+        local previous = redis.call('HGET', key, timeline)
+        previous = previous ~= false and tonumber(previous) or nil
+        if ends ~= nil then
+            redis.call('HSET', key, timeline, format_float(ends))
+            extend_ttl(key, ttl_ms(ends - now + ttl))
+        else
+            redis.call('HDEL', key, timeline)
+        end
+        local due = redis.call('ZSCORE', waiting_key(tag), timeline)
+        if due ~= false then
+            due = tonumber(due)
+            if previous ~= nil and due >= previous then
+                due = ends or now
+            elseif ends ~= nil and due < ends then
+                due = ends
+            end
+            redis.call('ZADD', waiting_key(tag), format_float(due), timeline)
+            return 0
+        end
+        if ends ~= nil and redis.call('ZSCORE', ready_key(tag), timeline) ~= false
+                and redis.call('EXISTS', digest_key(tag, timeline)) == 0 then
+            redis.call('ZREM', ready_key(tag), timeline)
+            redis.call('ZADD', waiting_key(tag), format_float(ends), timeline)
+            return 1
+        end
+        return 0
+    end
+
+    -- The snooze's end as stored (ds_inspect, read-only: one that has ended but was not
+    -- removed yet is returned too), else nil.
+    function snoozes.held(tag, timeline)
+        local found = redis.call('HGET', snoozes_key(tag), timeline)
+        return found ~= false and tonumber(found) or nil
+    end
+
+    -- The timeline's snooze removed (ds_delete): 1 when it had one.
+    function snoozes.forget(tag, timeline)
+        return redis.call('HDEL', snoozes_key(tag), timeline)
+    end
+end
