@@ -1,10 +1,10 @@
 -- controls.lua: the control operations a batch may hold (flush, cancel, cancel_all),
 -- applied by ds_add at their place among the records.
 -- Holds: EARLY_CAUSES, undue_early, cancel_records, flush_timeline, apply_control.
--- Needs: CAUSES, CONTROLS (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
---   format_float, format_timeline_meta, parse_timeline_meta (encoding); call_chunked
---   (helpers); encode_inline, META, read_container, record_count (containers); mark_cause
---   (container_writes).
+-- Needs: CAUSES, CONTROLS (Python); quiet_until (guards); digest_key, ready_key, timeline_key,
+--   waiting_key (keys); format_float, format_timeline_meta, parse_timeline_meta (encoding);
+--   call_chunked (helpers); encode_inline, META, read_container, record_count (containers);
+--   mark_cause (container_writes).
 
 -- The causes that make a timeline due before its cool-down ends (or its schedule's fire):
 -- a flush, flush_at records. They ask for the records pending then.
@@ -30,7 +30,8 @@ local function undue_early(tag, timeline, meta, policy, now)
     if policy.schedule ~= nil then
         due, meta.cause = policy.schedule, CAUSES.schedule
     elseif meta.last_delivery ~= nil and now < meta.last_delivery + policy.minimum_delay then
-        due, meta.cause = meta.last_delivery + policy.minimum_delay, CAUSES.cooldown
+        due = quiet_until(policy, meta.last_delivery + policy.minimum_delay, now)
+        meta.cause = CAUSES.cooldown
     else
         return 0
     end
