@@ -316,21 +316,28 @@ def _check_recovery(settings: Settings, pattern: str) -> None:
     policy = settings.policy_for(pattern) if pattern else settings.policy()
     where = f" (in {env_name('overrides')} {pattern!r})" if pattern else ""
     maximum, ttl = env_name("maximum_delay"), env_name("ttl")
-    bound = policy.maximum_delay + settings.maintenance_timeout + settings.maintenance_interval
+    # Quiet hours hold a due time for up to their longest window.
+    held, quiet = 0.0, ""
+    if policy.quiet_hours is not None:
+        held = calendar.longest_quiet(policy.quiet_hours, policy.timezone, time.time())
+        quiet = f" + the longest window of {env_name('quiet_hours')} ({held:.0f} s)"
+    bound = (
+        policy.maximum_delay + held + settings.maintenance_timeout + settings.maintenance_interval
+    )
     if policy.ttl <= bound:
         raise ValueError(
-            f"{ttl} ({policy.ttl}) must exceed {maximum} + "
+            f"{ttl} ({policy.ttl}) must exceed {maximum}{quiet} + "
             f"{env_name('maintenance_timeout')} + {env_name('maintenance_interval')} "
             f"({bound}){where}, or records expire before maintenance re-announces them"
         )
     if policy.schedule is not None:
         # A calendar timeline waits up to the longest gap between two fires.
         gap = calendar.longest_gap(policy.schedule, policy.timezone, time.time())
-        bound = gap + settings.maintenance_timeout + settings.maintenance_interval
+        bound = gap + held + settings.maintenance_timeout + settings.maintenance_interval
         if policy.ttl <= bound:
             raise ValueError(
                 f"{ttl} ({policy.ttl}) must exceed the longest gap of "
-                f"{env_name('schedule')} {policy.schedule!r} ({gap:.0f} s) + "
+                f"{env_name('schedule')} {policy.schedule!r} ({gap:.0f} s){quiet} + "
                 f"{env_name('maintenance_timeout')} + {env_name('maintenance_interval')} "
                 f"({bound:.0f}){where}, or records expire before their digest"
             )

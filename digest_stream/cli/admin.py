@@ -108,7 +108,10 @@ def inspect(timeline: str, partition: int | None, **flags: Any) -> None:
         click.echo(f"state          {info.state}")
         # READY: the time it became ready; WAITING: when it becomes due; COOLING: when its
         # cool-down ends (nothing pending: an event before then waits for it, after is immediate).
-        why = f" ({info.reason})" if info.reason else ""
+        # Quiet hours are no reason of their own: they hold the reason's due time to their end.
+        held = info.due is not None and policy.held_until(info.due)
+        quiet = f", held by quiet hours {policy.quiet_hours} {policy.timezone}" if held else ""
+        why = f" ({info.reason}{quiet})" if info.reason else ""
         click.echo(f"due            {when(info.due)}{why}")
         click.echo(f"last delivery  {when(info.last_delivery)}")
         click.echo(f"pending        {info.pending} records")

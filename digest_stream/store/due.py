@@ -35,33 +35,54 @@ class NextDue:
     _lead: float | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        if self.policy.schedule is None:  # due(t) - t is the same for every t
-            object.__setattr__(self, "_lead", self.due(0.0, self.policy.flush_at is not None))
+        policy = self.policy
+        if policy.schedule is None and policy.quiet_hours is None:  # due(t) - t is constant
+            object.__setattr__(self, "_lead", self.due(0.0, self._soonest))
 
-    def due(self, closed_at: float, soon: bool = False) -> float:
+    @property
+    def _soonest(self) -> DigestReason | None:
+        """What can make the timeline due soonest without anyone asking: flush_at records."""
+        return None if self.policy.flush_at is None else DigestReason.FLUSH_AT
+
+    def due(self, closed_at: float, soon: DigestReason | None = None) -> float:
         """When the timeline is due again once a digest closed at ``closed_at``: the
-        calendar's next fire, else the cool-down; ``soon`` (a flush, or flush_at records,
-        came while the digest was open): no later than FLUSH_AT_FLOOR after the close."""
+        calendar's next fire, else the cool-down, held to the end of the quiet hours it
+        falls in; ``soon`` (a flush, or flush_at records, came while the digest was open): no
+        later than FLUSH_AT_FLOOR after the close (flush_at's also held by quiet hours; a
+        flush passes them: someone asked for it)."""
         policy = self.policy
         fire = policy.next_fire(closed_at)
-        due = closed_at + policy.minimum_delay if fire is None else fire
+        if fire is None:
+            due = policy.quiet_until(closed_at + policy.minimum_delay, closed_at)
+        else:
+            due = fire
+        if soon is None:
+            return due
         floor = closed_at + FLUSH_AT_FLOOR
-        return floor if soon and floor < due else due
+        if soon is not DigestReason.FLUSHED:
+            floor = policy.quiet_until(floor, closed_at)
+        return floor if floor < due else due
 
     def after(self, closed_at: float, soon: DigestReason | None = None) -> tuple[float, str]:
         """``due`` with the cause the timeline then waits for: ``soon`` (FLUSHED or FLUSH_AT)
         when it made the timeline due sooner, else SCHEDULE or COOLDOWN."""
-        due = self.due(closed_at, soon is not None)
+        due = self.due(closed_at, soon)
         if soon is not None and due < self.due(closed_at):
             return due, soon.value
         return due, "COOLDOWN" if self.policy.schedule is None else "SCHEDULE"
+
+    def cooled(self, last_delivery: float) -> float:
+        """When a cooling timeline (closed at ``last_delivery`` with nothing pending) can go
+        out again: its cool-down's end, held to the end of the quiet hours it falls in."""
+        policy = self.policy
+        return policy.quiet_until(last_delivery + policy.minimum_delay, last_delivery)
 
     def next_delivery_at(self, closed_at: float) -> int:
         """What a digest closed at ``closed_at`` names as the earliest its next one can go
         out (ms): the due time, as soon as flush_at records could make it."""
         if self._lead is not None:  # the publish path's common case: one addition
             return int((closed_at + self._lead) * 1000)
-        return int(self.due(closed_at, self.policy.flush_at is not None) * 1000)
+        return int(self.due(closed_at, self._soonest) * 1000)
 
 
 @lru_cache(maxsize=1024)

@@ -35,6 +35,11 @@ DEFAULT_TTL = 7 * 24 * 3600.0
 #: ``capacity=None`` lifts the bound (opening then costs O(n log n) in Redis's C code).
 DEFAULT_CAPACITY = 10_000
 
+#: The longest maximum_delay a policy with quiet hours may have (seven days): the store
+#: receives the quiet windows a due time it sets can fall in, those up to maximum_delay
+#: ahead (store/redis/policy_wire.py), so this bounds them to a few per policy and call.
+QUIET_HORIZON = 7 * 24 * 3600.0
+
 
 @dataclass(frozen=True, slots=True)
 class Kind:
@@ -89,6 +94,9 @@ ZONE = Kind(str, {}, packed=None)
 #: A 5-field cron expression: packed as its next fire time, which the caller computes (the
 #: Lua has no cron), "" when unset.
 CRON = Kind(str, {}, packed="fire")
+#: A daily window of wall time, "HH:MM-HH:MM" (checked by calendar.quiet_bounds): packed as
+#: its windows in real time ahead, which the caller computes (the Lua has no time zones).
+QUIET = Kind(str, {}, packed="quiet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +169,16 @@ class TimelinePolicy:
         '(no leading edge), e.g. `"0 9 * * *"`; unset = off.',
         unset="off",
     )
-    timezone: str = option("UTC", ZONE, "IANA timezone of `schedule` (e.g. Europe/Berlin).")
+    timezone: str = option(
+        "UTC", ZONE, "IANA timezone of `schedule` and `quiet_hours` (e.g. Europe/Berlin)."
+    )
+    quiet_hours: str | None = option(
+        None,
+        QUIET,
+        'Daily window in `timezone`, e.g. `"22:00-07:00"` (may cross midnight): a digest due '
+        "inside it, the first event's included, waits until it ends; unset = off.",
+        unset="off",
+    )
     collapse_by: str | None = option(
         None,
         ATTRIBUTE,
@@ -192,12 +209,33 @@ class TimelinePolicy:
         calendar.zone(self.timezone)
         if self.schedule is not None:
             calendar.check(self.schedule, self.timezone)
+        if self.quiet_hours is not None:
+            calendar.quiet_bounds(self.quiet_hours)
+            if self.maximum_delay > QUIET_HORIZON:
+                raise InvalidArgument(
+                    f"maximum_delay ({self.maximum_delay}) must be at most {QUIET_HORIZON:g} "
+                    f"(7 days) with quiet_hours ({self.quiet_hours!r})"
+                )
 
     def next_fire(self, now: float) -> float | None:
-        """The schedule's first fire time after ``now``; None without a schedule."""
+        """The schedule's first fire time after ``now`` (held to the end of the quiet hours it
+        falls in); None without a schedule."""
         if self.schedule is None:
             return None
-        return calendar.next_fire(self.schedule, self.timezone, now)
+        return self.quiet_until(calendar.next_fire(self.schedule, self.timezone, now), now)
+
+    def held_until(self, due: float) -> bool:
+        """Whether ``due`` is where the quiet hours held a due time: the end of a window."""
+        if self.quiet_hours is None:
+            return False
+        return calendar.quiet_ends_at(self.quiet_hours, self.timezone, due)
+
+    def quiet_until(self, due: float, now: float) -> float:
+        """When a timeline due at ``due`` (seen at ``now``) may go out: the end of the quiet
+        hours that hold it, else ``due``."""
+        if self.quiet_hours is None:
+            return due
+        return calendar.quiet_until(self.quiet_hours, self.timezone, due, now)
 
 
 def _options() -> tuple[Option, ...]:

@@ -24,7 +24,7 @@ from digest_stream.store.calendar import next_fire
 from digest_stream.wire.models import Digest, DigestReason
 from tests.support import wait_until
 from tests.support.kafka import Collector
-from tests.support.pipeline import PipelineFactory, cli_flags
+from tests.support.pipeline import PipelineFactory, cli_flags, inspected
 
 T = 1_700_000_000_000  # event times (ms), increasing per record
 
@@ -258,13 +258,10 @@ def test_the_cli_flushes_cancels_after_asking_and_inspect_explains(
         producer.send("cli", "b", b"{}", timestamp_ms=T + 1)
         producer.flush()
 
-    def inspected() -> str:
-        result = runner.invoke(main, ["inspect", "cli", *flags])
-        assert result.exit_code == 0, result.output
-        return result.output
-
-    wait_until(lambda: "pending        2 records" in inspected(), 20, "two pending records")
-    shown = inspected()
+    wait_until(
+        lambda: "pending        2 records" in inspected("cli", flags), 20, "two pending records"
+    )
+    shown = inspected("cli", flags)
     assert "minimum_delay 60s, increment_delay 30s, maximum_delay 60s, " in shown
     assert ", flush_at 50, schedule off, " in shown
     assert "(COOLDOWN)" in shown

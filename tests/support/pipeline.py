@@ -148,5 +148,16 @@ def cli_flags(settings: Settings) -> list[str]:
     ]  # fmt: skip
 
 
+def inspected(timeline: str, flags: Sequence[str]) -> str:
+    """What ``digest-stream inspect TIMELINE`` prints (it must succeed)."""
+    from click.testing import CliRunner
+
+    from digest_stream.cli import main
+
+    result = CliRunner().invoke(main, ["inspect", timeline, *flags])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 PipelineFactory = Callable[..., Pipeline]
 """The `pipeline_factory` fixture: `make(partitions=4, **setting_changes) -> Pipeline`."""

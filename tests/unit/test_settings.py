@@ -215,3 +215,13 @@ def test_the_redis_section_keeps_the_variables_users_set(monkeypatch: pytest.Mon
         "/c.key",
     )
     assert {env_name(name) for name in Settings.model_fields} >= set(values)
+
+
+def test_settings_refuse_a_ttl_that_quiet_hours_could_outwait() -> None:
+    with pytest.raises(ValidationError, match="the longest window of DIGEST_STREAM_QUIET_HOURS"):
+        Settings(quiet_hours="22:00-21:00", ttl=20 * 3600)
+    with pytest.raises(ValidationError, match="DIGEST_STREAM_QUIET_HOURS '22:00' must be"):
+        Settings(quiet_hours="22:00")
+    with pytest.raises(ValidationError, match=r"DIGEST_STREAM_OVERRIDES 'n:\*'.*quiet_hours"):
+        Settings(overrides={"n:*": {"quiet_hours": "7:00-8:00"}})
+    Settings(quiet_hours="22:00-07:00", overrides={"n:*": {"quiet_hours": "23:00-06:00"}})

@@ -129,12 +129,13 @@ class Batch:
             return
         ends = cooling.last_delivery + policy.minimum_delay
         if self.now < ends:
-            self.state.waiting[name] = ends
+            self.state.waiting[name] = policy.quiet_until(ends, self.now)
         else:
             del self.state.timelines[name]
 
     def _schedule(self, name: str, timeline: TimelineState, timestamp: float) -> None:
-        """A new record's effect on its timeline's due time."""
+        """A new record's effect on its timeline's due time (each held to the end of the
+        quiet hours it falls in, as the Lua's quiet_until holds it)."""
         state, policy = self.state, self.policies[name]
         if name in state.ready:
             return
@@ -144,15 +145,20 @@ class Batch:
             last = state.last_delivery(name)
             due = state.waiting[name]
             if last is not None:
-                state.waiting[name] = min(due + policy.increment_delay, last + policy.maximum_delay)
+                due = min(due + policy.increment_delay, last + policy.maximum_delay)
             else:
-                state.waiting[name] = min(due, timestamp)
+                due = min(due, timestamp)
+            state.waiting[name] = policy.quiet_until(due, self.now)
         elif policy.schedule is not None:
             # No leading edge: the first record waits for the schedule's next fire.
             state.waiting[name] = policy.next_fire(self.now) or self.now
             timeline.cause = "SCHEDULE"
         elif (ends := state.snooze_end(name, self.now)) is not None:
-            state.waiting[name] = ends  # snoozed: waits for the snooze's end
+            # snoozed: waits for the snooze's end, exactly (not held by quiet hours)
+            state.waiting[name] = ends
+        elif (held := policy.quiet_until(self.now, self.now)) != self.now:
+            # In its quiet hours: WAITING until they end, not led.
+            state.waiting[name] = held
         else:
             state.ready[name] = self.now
             self.ready.append(name)
@@ -182,6 +188,7 @@ class Batch:
         if flush_at is not None and name in state.waiting and len(timeline.records) >= flush_at:
             last = state.last_delivery(name)
             due = now if last is None else max(now, last + FLUSH_AT_FLOOR)
+            due = policy.quiet_until(due, now)
             if due < state.waiting[name]:
                 state.waiting[name] = due
                 timeline.cause = "FLUSH_AT"

@@ -159,7 +159,7 @@ def _undue_early(
     if fire is not None:
         due, timeline.cause = fire, "SCHEDULE"
     elif last is not None and now < last + policy.minimum_delay:
-        due, timeline.cause = last + policy.minimum_delay, "COOLDOWN"
+        due, timeline.cause = policy.quiet_until(last + policy.minimum_delay, now), "COOLDOWN"
     else:
         return False
     state.waiting[name] = due

@@ -248,8 +248,8 @@ class MemoryStore:
         info = state.info(timeline)
         if info.state == State.COOLING and info.last_delivery is not None:
             # due when the cool-down ends, as RedisStore.inspect adds it
-            delay = self._policy(timeline).minimum_delay
-            return dataclasses.replace(info, due=info.last_delivery + delay)
+            due = next_due(self._policy(timeline)).cooled(info.last_delivery)
+            return dataclasses.replace(info, due=due)
         return info
 
     def stats(self, partition: int) -> PartitionStats:

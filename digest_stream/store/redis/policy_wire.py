@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from digest_stream.store import validate
+from digest_stream.store import calendar, validate
 from digest_stream.store.policy import PACKED, TimelinePolicy
 from digest_stream.store.redis.replies import arg
 
@@ -27,12 +27,29 @@ def _fire(value: object, policy: TimelinePolicy, now: float) -> str:
     return "" if fire is None else arg(fire)
 
 
+def _quiet(value: object, policy: TimelinePolicy, now: float) -> str:
+    # the quiet windows [from, to) a due time this call sets can fall in: from the one now is
+    # in (or the next) to the last that begins by now + maximum_delay (no rule of the store
+    # sets a due time later; a schedule's fire is held in Python, _fire), and an hour past
+    # it for a close whose caller's clock runs ahead; "" when unset (the Lua has no zones)
+    if value is None:
+        return ""
+    assert isinstance(value, str)  # a TimelinePolicy checked it
+    ahead = now + policy.maximum_delay + _QUIET_SKEW
+    windows = calendar.quiet_windows(value, policy.timezone, now, ahead)
+    return ",".join(arg(bound) for window in windows for bound in window)
+
+
+#: How far past maximum_delay the packed quiet windows reach (seconds).
+_QUIET_SKEW = 3600.0
+
 #: How a value of each packed kind is written (Kind.packed), by the Lua guard that reads it.
 _WRITERS: dict[str, Callable[[object, TimelinePolicy, float], str]] = {
     "time": _seconds,
     "ttl": _seconds,
     "count": lambda value, _policy, _now: str(value or 0),  # unset is 0
     "fire": _fire,
+    "quiet": _quiet,
 }
 
 #: The library's POLICY_FIELDS: each packed option's name and the guard that reads it.

@@ -253,8 +253,8 @@ class RedisStore:
         info = replies.timeline_info(timeline, reply)
         if info.state == State.COOLING and info.last_delivery is not None:
             # due when the cool-down ends: the policy's, which the library is not told
-            delay = self._policy(timeline).minimum_delay
-            return dataclasses.replace(info, due=info.last_delivery + delay)
+            due = next_due(self._policy(timeline)).cooled(info.last_delivery)
+            return dataclasses.replace(info, due=due)
         return info
 
     @translated

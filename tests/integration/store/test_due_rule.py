@@ -54,6 +54,15 @@ DAILY = TimelinePolicy(schedule="0 9 * * *", timezone="Europe/Berlin")
 DAILY_AT2 = replace(DAILY, flush_at=2)
 #: Fires at T0 + 60: within a second of CLOSE, sooner than the flush floor.
 MINUTELY = TimelinePolicy(schedule="* * * * *", timezone="Europe/Berlin")
+#: Quiet hours from 10:01 to 10:05 Berlin: the cool-down's end (CLOSE + 60) and the flush
+#: floor (CLOSE + 1) fall inside them, the leading edge (T0) before them.
+QUIET = replace(COOL, quiet_hours="10:01-10:05", timezone="Europe/Berlin")
+QUIET_AT1 = replace(QUIET, flush_at=1)
+#: Quiet hours that hold T0 and CLOSE themselves (started by a flush: no leading edge then).
+QUIET_NOW = replace(COOL, quiet_hours="09:00-10:30", timezone="Europe/Berlin")
+#: A daily fire at 09:00 inside quiet hours to 09:30.
+QUIET_DAILY = replace(DAILY, quiet_hours="08:30-09:30")
+QUIET_DAILY_AT2 = replace(QUIET_DAILY, flush_at=2)
 
 FLUSHED, FLUSH_AT = DigestReason.FLUSHED, DigestReason.FLUSH_AT
 
@@ -156,6 +165,16 @@ CASES = (
     Case("minutely-flush", MINUTELY, _flushed, (REC, ("", FLUSH)), FLUSHED, "waiting"),
     Case("daily-at2-reached", DAILY_AT2, _flushed, (REC, REC), FLUSH_AT, "waiting"),
     Case("daily-at2-quiet", DAILY_AT2, _flushed, (), None, "waiting"),
+    # quiet hours: a due time inside them waits for their end; a flush passes them
+    Case("quiet-led-quiet", QUIET, _led, (), None, "cooling"),
+    Case("quiet-records", QUIET, _led, (REC,), None, "waiting"),
+    Case("quiet-flush", QUIET, _led, (REC, ("", FLUSH)), FLUSHED, "waiting"),
+    Case("quiet-at1-reached", QUIET_AT1, _led, (REC,), FLUSH_AT, "waiting"),
+    Case("quiet-now-records", QUIET_NOW, _flushed, (REC, REC), None, "waiting"),
+    Case("quiet-now-flush", QUIET_NOW, _flushed, (REC, ("", FLUSH)), FLUSHED, "waiting"),
+    Case("quiet-now-quiet", QUIET_NOW, _flushed, (), None, "cooling"),
+    Case("quiet-daily-quiet", QUIET_DAILY, _flushed, (), None, "waiting"),
+    Case("quiet-daily-at2", QUIET_DAILY_AT2, _flushed, (REC, REC), FLUSH_AT, "waiting"),
     # an empty digest retires the timeline, unless records arrived while it was open
     Case("cool-empty", COOL, _emptied, (), None, "absent"),
     Case("cool-empty-records", COOL, _emptied, (REC,), None, "waiting"),
@@ -268,9 +287,13 @@ def test_a_record_within_the_cool_down_waits_from_its_end_and_after_it_goes_at_o
 
     arrived = CLOSE + 0.25
     store.add(P, [feed(case.name)], arrived)
-    # WAITING from the end of the cool-down, one increment for the record (within the cap)...
-    due, reason = min(ends + policy.increment_delay, CLOSE + policy.maximum_delay), "COOLDOWN"
-    floor = max(arrived, CLOSE + FLUSH_AT_FLOOR)
+    # WAITING from the end of the cool-down, one increment for the record (within the cap),
+    # held to the end of the quiet hours it falls in...
+    due = policy.quiet_until(
+        min(ends + policy.increment_delay, CLOSE + policy.maximum_delay), arrived
+    )
+    reason = "COOLDOWN"
+    floor = policy.quiet_until(max(arrived, CLOSE + FLUSH_AT_FLOOR), arrived)
     if policy.flush_at == 1 and floor < due:  # ...or flush_at reached: the floor, if sooner
         due, reason = floor, "FLUSH_AT"
     info = store.inspect(P, case.name)

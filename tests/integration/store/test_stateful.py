@@ -46,8 +46,10 @@ PARTITIONS = [0, 1]
 # "c" ones trim past the inline limit (as hashes), "b" ones are unbounded, "f" ones flush at
 # a count, "s" ones follow a calendar schedule (every minute, Berlin time) with a flush_at,
 # "d" ones fire daily at 02:30 Berlin (inside the hour the fall-back change repeats) and "h"
-# ones hourly at :15 (fires on both sides of the fold).
-TIMELINES = ["a1", "a2", "b1", "c1", "f1", "s1", "d1", "h1"]
+# ones hourly at :15 (fires on both sides of the fold); "q" ones have quiet hours that open
+# five minutes after the start and end after the fold, "w" ones quiet hours the machine starts
+# in (their leading edge held, their due times moved to the windows' ends).
+TIMELINES = ["a1", "a2", "b1", "c1", "f1", "s1", "d1", "h1", "q1", "w1"]
 RECORD_IDS = ["r0", "r1", "r2", "r3", "r4", "r5", "é"]
 # Delays are small against maximum_delay so that one or two adds reach the cap.
 CAPPED = TimelinePolicy(minimum_delay=10, increment_delay=8, maximum_delay=20, ttl=3600, capacity=3)
@@ -71,6 +73,19 @@ DAILY_IN_FOLD = TimelinePolicy(
     ttl=3600, capacity=6, flush_at=3, schedule="30 2 * * *", timezone="Europe/Berlin"
 )
 HOURLY = TimelinePolicy(ttl=3600, capacity=8, schedule="15 * * * *", timezone="Europe/Berlin")
+QUIET = TimelinePolicy(
+    minimum_delay=10,
+    increment_delay=8,
+    maximum_delay=20,
+    ttl=3600,
+    capacity=4,
+    flush_at=2,
+    quiet_hours="02:45-03:05",
+    timezone="Europe/Berlin",
+)
+QUIET_AT_START = TimelinePolicy(
+    minimum_delay=60, ttl=3600, quiet_hours="02:30-02:50", timezone="Europe/Berlin"
+)
 # The machine's clock starts 20 minutes before Berlin's fall-back change (2026-10-25 01:00
 # UTC, 03:00 CEST -> 02:00 CET), and its longer steps cross it: the calendar timelines'
 # fires, closes and flushes around the repeated hour are compared like everything else.
@@ -80,7 +95,7 @@ START = datetime(2026, 10, 25, 0, 40, tzinfo=UTC).timestamp()
 def resolve(timeline: str) -> TimelinePolicy:
     policies = {
         "a": CAPPED, "c": TRIMMED_HASH, "f": FLUSH_AT, "s": CALENDAR, "d": DAILY_IN_FOLD,
-        "h": HOURLY,
+        "h": HOURLY, "q": QUIET, "w": QUIET_AT_START,
     }  # fmt: skip
     return policies.get(timeline[0], UNBOUNDED)
 

@@ -45,8 +45,30 @@ def test_the_precomputed_lead_is_the_rule_at_every_close_time() -> None:
         TimelinePolicy(minimum_delay=0.25, flush_at=3),
         TimelinePolicy(minimum_delay=300, flush_at=3),
         TimelinePolicy(schedule="*/5 * * * *"),
+        TimelinePolicy(minimum_delay=300, flush_at=3, quiet_hours="00:04-00:10"),
     ):
         rule = next_due(policy)
+        soon = None if policy.flush_at is None else DigestReason.FLUSH_AT
         for closed_at in (0.1, 1_764_000_000.123, 1_764_000_123.999):
-            expected = rule.due(closed_at, policy.flush_at is not None)
+            expected = rule.due(closed_at, soon)
             assert rule.next_delivery_at(closed_at) == int(expected * 1000)
+
+
+def test_quiet_hours_hold_the_due_time_to_their_end_but_a_flush_passes_them() -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    at = datetime(2026, 3, 2, 21, 58, tzinfo=berlin).timestamp()
+    ends = datetime(2026, 3, 3, 7, tzinfo=berlin).timestamp()
+    quiet = TimelinePolicy(
+        minimum_delay=300, flush_at=3, quiet_hours="22:00-07:00", timezone="Europe/Berlin"
+    )
+    rule = next_due(quiet)
+    assert rule.after(at) == (ends, "COOLDOWN")  # 22:03 is inside: held to 07:00
+    assert rule.next_delivery_at(at) == int((at + FLUSH_AT_FLOOR) * 1000)  # 21:58:01: outside
+    inside = at + 600  # 22:08
+    assert rule.after(inside, DigestReason.FLUSH_AT) == (ends, "COOLDOWN")  # held as well
+    assert rule.after(inside, DigestReason.FLUSHED) == (inside + FLUSH_AT_FLOOR, "FLUSHED")
+    assert rule.next_delivery_at(inside) == int(ends * 1000)
+    daily = next_due(
+        TimelinePolicy(schedule="0 23 * * *", timezone="Europe/Berlin", quiet_hours="22:00-07:00")
+    )
+    assert daily.after(at) == (ends, "SCHEDULE")  # the 23:00 fire waits for 07:00

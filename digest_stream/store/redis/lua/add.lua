@@ -2,12 +2,12 @@
 -- records (and applies a batch's controls), once add_args.lua has read its arguments.
 -- Holds: read_schedule, begin_timelines, schedule_record, apply_flush_at, apply_record,
 --   write_back, advance_fence, add_applied, add_run, fresh_timelines, add_with_controls.
--- Needs: CAUSES, FLUSH_AT_FLOOR (Python); CONTROL_HANDLERS (controls); batches (batches);
---   call_chunked, call_listed, write_fence (helpers); digest_key, ready_key, waiting_key
---   (keys); float_text, format_float, format_timeline_meta, meta_last_delivery, number_of,
---   parse_timeline_meta (encoding); snoozes (snoozes); held_count, read_head (containers); last_delivery_of,
---   mark_cause, store_batch (container_writes); lead (leading); new_timeline (add_args);
---   zadd_batch (digests).
+-- Needs: CAUSES, FLUSH_AT_FLOOR (Python); quiet_until (guards); CONTROL_HANDLERS (controls);
+--   batches (batches); call_chunked, call_listed, write_fence (helpers); digest_key, ready_key,
+--   waiting_key (keys); float_text, format_float, format_timeline_meta, meta_last_delivery,
+--   number_of, parse_timeline_meta (encoding); snoozes (snoozes); held_count, read_head
+--   (containers); last_delivery_of, mark_cause, store_batch (container_writes); lead
+--   (leading); new_timeline (add_args); zadd_batch (digests).
 
 -- ds_add, in four steps: parse_add checks the whole call, begin_timelines reads the
 -- state of every timeline the batch touches and apply_record runs the state machine
@@ -91,7 +91,9 @@ local function begin_timelines(tag, touched, names, keys, now, known)
                 and timeline.due == nil then
             -- cooling since its batch closed (batches.lua): WAITING until the cool-down ends,
             -- its container made with that last delivery, as the close's meta would hold it
-            timeline.due, timeline.due_changed = closed_at + timeline.policy.minimum_delay, true
+            timeline.due = quiet_until(timeline.policy, closed_at + timeline.policy.minimum_delay,
+                now)
+            timeline.due_changed = true
             head.meta = format_timeline_meta({written = 0, dropped = 0,
                 last_delivery = closed_at, expired = false, behind_open = false,
                 cause = CAUSES.cooldown})
@@ -112,7 +114,8 @@ local function begin_timelines(tag, touched, names, keys, now, known)
             if last_delivery ~= nil then
                 local ends = last_delivery + timeline.policy.minimum_delay
                 if now < ends then
-                    timeline.due, timeline.due_changed = ends, true
+                    timeline.due = quiet_until(timeline.policy, ends, now)
+                    timeline.due_changed = true
                     timeline.last_delivery = last_delivery
                 else
                     redis.call('DEL', timeline.key)
@@ -161,6 +164,7 @@ local function apply_flush_at(timeline, now, written)
     if timeline.last_delivery ~= nil then
         due = math.max(now, timeline.last_delivery + FLUSH_AT_FLOOR)
     end
+    due = quiet_until(timeline.policy, due, now)
     if due < timeline.due then
         timeline.due = due
         timeline.due_changed = true
@@ -176,9 +180,11 @@ end
 --   READY   -> READY    delivery is already on its way
 --   WAITING -> WAITING  due = min(due + increment, last_delivery + maximum),
 --                       or min(due, timestamp) with no last delivery known
---   absent  -> READY    listed in `ready` (immediately ready); snoozed: WAITING, due at
---                       the snooze's end
-local function apply_record(timeline, record, ready)
+--   absent  -> READY    listed in `ready` (immediately ready), or WAITING until the quiet
+--                       hours that hold `now` end (no leading edge then); snoozed: WAITING,
+--                       due at the snooze's end (not held by quiet hours)
+-- Every due time set is held to the end of the quiet hours it falls in (quiet_until).
+local function apply_record(timeline, record, ready, now)
     local batch = timeline.batch
     batch[#batch + 1] = record
     if timeline.ready then
@@ -189,9 +195,15 @@ local function apply_record(timeline, record, ready)
         return
     end
     if timeline.due == nil and timeline.snoozed ~= nil then
-        timeline.due, timeline.due_changed = timeline.snoozed, true -- snoozed: WAITING
+        -- snoozed: WAITING until the snooze's end, exactly (the recipient chose that time)
+        timeline.due, timeline.due_changed = timeline.snoozed, true
         return
     elseif timeline.due == nil then
+        local held = quiet_until(timeline.policy, now, now)
+        if held ~= now then
+            timeline.due, timeline.due_changed = held, true
+            return
+        end
         timeline.ready = true
         timeline.became_ready = true
         ready[#ready + 1] = timeline.timeline
@@ -205,6 +217,7 @@ local function apply_record(timeline, record, ready)
     else
         due = math.min(timeline.due, record.timestamp)
     end
+    due = quiet_until(timeline.policy, due, now)
     if due ~= timeline.due then
         timeline.due = due
         timeline.due_changed = true
@@ -281,7 +294,7 @@ local function add_applied(call, applied, totals, known)
     end
     begin_timelines(call.tag, touched, names, keys, call.now, known)
     for _, record in ipairs(applied) do
-        apply_record(record.timeline, record, totals.ready)
+        apply_record(record.timeline, record, totals.ready, call.now)
     end
     local dropped, partition_ttl = write_back(call.tag, touched, call)
     totals.dropped = totals.dropped + dropped

@@ -2,9 +2,10 @@
 -- WAITING), each with its one record of the call: the interleaved append, kept in parse_add's
 -- lists, not in a table per timeline and per record.
 -- Holds: append_lane.
--- Needs: RECORD_FORMAT (Python); waiting_key (keys); float_text, meta_last_delivery
---   (encoding); entry_of, mark_cause, push_entries (container_writes); zadd_batch
---   (digests); new_timeline, record_tables (add_args); add_applied, apply_flush_at (add).
+-- Needs: RECORD_FORMAT (Python); quiet_until (guards); waiting_key (keys); float_text,
+--   meta_last_delivery (encoding); entry_of, mark_cause, push_entries (container_writes);
+--   zadd_batch (digests); new_timeline, record_tables (add_args); add_applied, apply_flush_at
+--   (add).
 --
 -- At twenty events per timeline, interleaved, nearly every record of a call is the only one
 -- of its timeline in that call, and the timeline is already scheduled with a list container
@@ -59,8 +60,8 @@ local function append_lane(call, fence, totals)
         else
             if moves then
                 local due = due_of[number]
-                local moved = math.min(due + policy.increment_delay,
-                    last_delivery + policy.maximum_delay)
+                local moved = quiet_until(policy, math.min(due + policy.increment_delay,
+                    last_delivery + policy.maximum_delay), now)
                 if policy.flush_at > 0 and written >= policy.flush_at then
                     -- (rare) flush_at's own rule, on a timeline table of its own
                     local timeline = new_timeline(call, number, true)

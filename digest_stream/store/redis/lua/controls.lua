@@ -4,10 +4,10 @@
 --   handler per control, by its value (controls.flush, ...), and inside it EARLY_CAUSES,
 --   undue_early, cancel_records, flush_timeline; written after it by the assembler,
 --   CONTROL_HANDLERS (each handler by its control's code).
--- Needs: CAUSES (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
---   format_float, format_timeline_meta, parse_timeline_meta (encoding); call_chunked
---   (helpers); snoozes (snoozes); encode_inline, META, read_container, record_count
---   (containers); mark_cause (container_writes).
+-- Needs: CAUSES (Python); quiet_until (guards); digest_key, ready_key, timeline_key,
+--   waiting_key (keys); format_float, format_timeline_meta, parse_timeline_meta (encoding);
+--   call_chunked (helpers); snoozes (snoozes); encode_inline, META, read_container,
+--   record_count (containers); mark_cause (container_writes).
 
 local controls = {}
 do
@@ -35,7 +35,8 @@ do
         if policy.schedule ~= nil then
             due, meta.cause = policy.schedule, CAUSES.schedule
         elseif meta.last_delivery ~= nil and now < meta.last_delivery + policy.minimum_delay then
-            due, meta.cause = meta.last_delivery + policy.minimum_delay, CAUSES.cooldown
+            due = quiet_until(policy, meta.last_delivery + policy.minimum_delay, now)
+            meta.cause = CAUSES.cooldown
         else
             return 0
         end

@@ -6,12 +6,13 @@
 --   many_targets, new_moves, moves_float, digest_is, zadd_batch (also used by add),
 --   apply_moves, closing_writes, close_found, close_target.
 -- Needs: CAUSES, COOLING_MARGIN, DIGEST_ID_LENGTH, FLUSH_AT_FLOOR, MAX_NAME_BYTES, OPEN_REPLY,
---   TARGET_FORMAT (Python); META, encode_inline, held_count, holds_no_records, read_container,
---   read_head, read_meta (containers); call_chunked, refresh_partition_ttl, sort_records
---   (helpers); call_tag, digest_key, ready_key, timeline_key, waiting_key (keys);
---   format_digest_meta, format_float, format_integer, format_timeline_meta, parse_digest_meta,
---   parse_timeline_meta, ttl_ms (encoding); invalid_argument, parse_digest_id, parse_integer,
---   parse_name, parse_policies, unpacked (guards); write_meta (container_writes).
+--   TARGET_FORMAT (Python); quiet_until (guards); META, encode_inline, held_count,
+--   holds_no_records, read_container, read_head, read_meta (containers); call_chunked,
+--   refresh_partition_ttl, sort_records (helpers); call_tag, digest_key, ready_key,
+--   timeline_key, waiting_key (keys); format_digest_meta, format_float, format_integer,
+--   format_timeline_meta, parse_digest_meta, parse_timeline_meta, ttl_ms (encoding);
+--   invalid_argument, parse_digest_id, parse_integer, parse_name, parse_policies, unpacked
+--   (guards); write_meta (container_writes).
 
 -- The tag and timeline of a timeline-level call (its first argument: the timeline).
 local function timeline_keys(keys, args)
@@ -326,8 +327,8 @@ local function close_found(tag, timeline, digest, holds_records, now, policy, mo
             return 1, true
         end
     end
-    local next_fire = policy.schedule -- the schedule's next fire
-    local due = next_fire or now + policy.minimum_delay
+    local next_fire = policy.schedule -- the schedule's next fire (held by quiet hours)
+    local due = next_fire or quiet_until(policy, now + policy.minimum_delay, now)
     local head = read_head(source)
     if not holds_records and holds_no_records(source, head) then
         -- An empty digest ends the cool-down: retire, the next event is immediate.
@@ -350,8 +351,12 @@ local function close_found(tag, timeline, digest, holds_records, now, policy, mo
             and held_count(source, head, timeline_meta.written) >= flush_at then
         soon = CAUSES.flush_at
     end
-    if soon ~= nil and now + FLUSH_AT_FLOOR < due then
-        due, timeline_meta.cause = now + FLUSH_AT_FLOOR, soon
+    local floor = now + FLUSH_AT_FLOOR
+    if soon == CAUSES.flush_at then
+        floor = quiet_until(policy, floor, now) -- a flush passes quiet hours: someone asked
+    end
+    if soon ~= nil and floor < due then
+        due, timeline_meta.cause = floor, soon
     else
         timeline_meta.cause = next_fire ~= nil and CAUSES.schedule or CAUSES.cooldown
     end

@@ -1,8 +1,8 @@
 -- guards.lua: the typed error replies and the argument guards. The Python side validates
 -- first (store/validate.py); these refuse the same inputs again, before anything is written.
 -- Holds: invalid_argument, invalid_state, parse_number, parse_time, parse_integer, parse_name,
---   parse_topic_id, parse_digest_id, parse_nonce, parse_ttl, parse_count, parse_fire,
---   POLICY_READERS, POLICY_WIDTH, parse_policy, parse_policies, unpacked.
+--   parse_topic_id, parse_digest_id, parse_nonce, parse_ttl, parse_count, POLICY_READERS,
+--   quiet_until, POLICY_WIDTH, parse_policy, parse_policies, unpacked.
 -- Needs: DIGEST_ID_LENGTH, MAX_NAME_BYTES, MAX_OFFSET, MAX_TOPIC_ID_BYTES, MAX_TTL,
 --   OPEN_NONCE_LENGTH, POLICY_FIELDS (Python).
 
@@ -107,17 +107,62 @@ local function parse_count(value, name)
     return parse_integer(value, name, 0, MAX_OFFSET)
 end
 
--- A calendar schedule, as its next fire time computed by the caller (no cron in Lua); ""
--- (nil once parsed) without a schedule.
-local function parse_fire(value, name)
-    if value == '' then
-        return nil
+-- The reader of each kind of packed option (Kind.packed in store/policy.py); the readers
+-- only it uses are local to it (the library's top-level locals are near Lua's limit).
+local POLICY_READERS = {time = parse_time, ttl = parse_ttl, count = parse_count}
+do
+    -- A calendar schedule, as its next fire time computed by the caller (no cron in Lua); ""
+    -- (nil once parsed) without a schedule.
+    local function parse_fire(value, name)
+        if value == '' then
+            return nil
+        end
+        return parse_time(value, name)
     end
-    return parse_time(value, name)
+
+    -- Quiet hours, as the windows the caller computed (no time zones in Lua): "from,to,..."
+    -- in order, each [from, to) a window a due time this call sets can fall in; "" (nil
+    -- once parsed) without quiet hours or with none ahead.
+    local function parse_quiet(value, name)
+        if value == '' then
+            return nil
+        end
+        local windows, count = {}, 0
+        for bound in string.gmatch(value, '[^,]+') do
+            local at = parse_time(bound, name)
+            if count > 0 and at <= windows[count] then
+                invalid_argument(name .. ' windows must be in order, got ' .. value)
+            end
+            count = count + 1
+            windows[count] = at
+        end
+        if count % 2 == 1 then
+            invalid_argument(name .. ' must be from,to pairs, got ' .. value)
+        end
+        return windows
+    end
+
+    POLICY_READERS.fire, POLICY_READERS.quiet = parse_fire, parse_quiet
 end
 
--- The reader of each kind of packed option (Kind.packed in store/policy.py).
-local POLICY_READERS = {time = parse_time, ttl = parse_ttl, count = parse_count, fire = parse_fire}
+-- When a timeline due at `due` (seen at `now`: a due time past is due now) may go out: the
+-- end of the quiet window it falls in, else `due` (TimelinePolicy.quiet_until in Python).
+local function quiet_until(policy, due, now)
+    local windows = policy.quiet_hours
+    if windows == nil then
+        return due
+    end
+    local at = math.max(due, now)
+    for i = 1, #windows, 2 do
+        if at < windows[i] then
+            return due
+        elseif at < windows[i + 1] then
+            return windows[i + 1]
+        end
+    end
+    return due
+end
+
 local POLICY_WIDTH = #POLICY_FIELDS
 
 -- The POLICY_WIDTH fields of one policy from args[base], checked alone and across fields.

@@ -2,12 +2,13 @@
 -- in neither set): the call's timelines and records kept in parse_add's lists, not in a table
 -- each, as far as they can be.
 -- Holds: lead_lane.
--- Needs: batches (batches); call_chunked (helpers); lead_record (leading); new_timeline,
---   record_tables (add_args); add_applied (add).
+-- Needs: quiet_until (guards); batches (batches); call_chunked (helpers); lead_record
+--   (leading); new_timeline, record_tables (add_args); add_applied (add).
 --
 -- At one record per timeline, the shape of a notification system whose keys are mostly
 -- quiet, nearly every timeline of a leading add is new: in neither set, no index entry, no
--- container. Such a timeline with one record in the call is led in the batch form without
+-- container. Such a timeline with one record in the call, out of its quiet hours, is led in
+-- the batch form without
 -- the state machine's table per timeline and per record (whose making was most of the add's
 -- Lua: docs/benchmarks.md). Every other timeline, with its records, takes add_applied's
 -- path, exactly as a call without this lane would (its schedule state as parse_add read it).
@@ -57,8 +58,10 @@ local function lead_lane(call, fence, totals)
         if count_of ~= nil then
             records = count_of[number]
         end
+        local policy = policy_of[number]
         if records == 1 and ready[number] == false and due[number] == nil
-                and policy_of[number].schedule == nil then
+                and policy.schedule == nil
+                and quiet_until(policy, call.now, call.now) == call.now then
             count = count + 1
             if listed ~= nil then
                 listed[count], candidate_names[count] = number, names[number]
