@@ -8,8 +8,8 @@ due time depends on the close time, which is the digest's build time and is only
 after the open, so the open returns the rule, not a time: the digest and the close then
 evaluate it at the same instant (``closing_at``), and a retried digest at its new one.
 
-The Lua close evaluates the last step itself (``soon``: a flush, or flush_at records, that
-came while the digest was open), atomically with what it reads; a calendar's next fire
+The Lua close evaluates the last step itself (``soon``: a flush, an urgent record or flush_at
+records that came while the digest was open), atomically with what it reads; a calendar's next fire
 cannot be computed in Lua, so it travels as an argument. That the two stay one rule is held
 by tests/integration/store/test_due_rule.py: one table of cases through every store's close,
 each left as this rule says.
@@ -36,12 +36,18 @@ class NextDue:
 
     def __post_init__(self) -> None:
         if self.policy.schedule is None:  # due(t) - t is the same for every t
-            object.__setattr__(self, "_lead", self.due(0.0, self.policy.flush_at is not None))
+            object.__setattr__(self, "_lead", self.due(0.0, self._may_come_soon))
+
+    @property
+    def _may_come_soon(self) -> bool:
+        """Records alone can make the timeline due at the floor: flush_at, urgent_when."""
+        return self.policy.flush_at is not None or self.policy.urgent_when is not None
 
     def due(self, closed_at: float, soon: bool = False) -> float:
         """When the timeline is due again once a digest closed at ``closed_at``: the
-        calendar's next fire, else the cool-down; ``soon`` (a flush, or flush_at records,
-        came while the digest was open): no later than FLUSH_AT_FLOOR after the close."""
+        calendar's next fire, else the cool-down; ``soon`` (a flush, an urgent record or
+        flush_at records came while the digest was open): no later than FLUSH_AT_FLOOR
+        after the close."""
         policy = self.policy
         fire = policy.next_fire(closed_at)
         due = closed_at + policy.minimum_delay if fire is None else fire
@@ -49,8 +55,8 @@ class NextDue:
         return floor if soon and floor < due else due
 
     def after(self, closed_at: float, soon: DigestReason | None = None) -> tuple[float, str]:
-        """``due`` with the cause the timeline then waits for: ``soon`` (FLUSHED or FLUSH_AT)
-        when it made the timeline due sooner, else SCHEDULE or COOLDOWN."""
+        """``due`` with the cause the timeline then waits for: ``soon`` (FLUSHED, URGENT or
+        FLUSH_AT) when it made the timeline due sooner, else SCHEDULE or COOLDOWN."""
         due = self.due(closed_at, soon is not None)
         if soon is not None and due < self.due(closed_at):
             return due, soon.value
@@ -58,10 +64,10 @@ class NextDue:
 
     def next_delivery_at(self, closed_at: float) -> int:
         """What a digest closed at ``closed_at`` names as the earliest its next one can go
-        out (ms): the due time, as soon as flush_at records could make it."""
+        out (ms): the due time, as soon as flush_at or urgent records could make it."""
         if self._lead is not None:  # the publish path's common case: one addition
             return int((closed_at + self._lead) * 1000)
-        return int(self.due(closed_at, self.policy.flush_at is not None) * 1000)
+        return int(self.due(closed_at, self._may_come_soon) * 1000)
 
 
 @lru_cache(maxsize=1024)

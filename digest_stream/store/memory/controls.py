@@ -7,7 +7,7 @@ from digest_stream.store.memory.state import PartitionState, TimelineState
 from digest_stream.store.policy import TimelinePolicy
 
 #: The causes that make a timeline due before its cool-down ends (or its schedule's fire).
-EARLY_CAUSES = ("FLUSHED", "FLUSH_AT")
+EARLY_CAUSES = ("FLUSHED", "FLUSH_AT", "URGENT")
 
 
 def apply_control(

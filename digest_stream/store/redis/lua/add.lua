@@ -1,6 +1,6 @@
 -- add.lua: the steps of ds_add (lua/commands/ds_add.lua), the one command that stores
 -- records (and applies a batch's controls), once add_args.lua has read its arguments.
--- Holds: read_schedule, begin_timelines, schedule_record, apply_flush_at, apply_record,
+-- Holds: read_schedule, begin_timelines, schedule_record, apply_early, apply_record,
 --   write_back, advance_fence, add_applied, add_run, fresh_timelines, add_with_controls.
 -- Needs: CAUSES, FLUSH_AT_FLOOR (Python); apply_control (controls); batches (batches);
 --   call_chunked, call_listed, write_fence (helpers); digest_key, ready_key, waiting_key
@@ -142,29 +142,51 @@ local function schedule_record(timeline)
     end
 end
 
--- After a timeline's records are written: a WAITING timeline holding flush_at records is
--- due now (never sooner than FLUSH_AT_FLOOR after its last delivery).
-local function apply_flush_at(timeline, now, written)
-    if timeline.policy.flush_at == 0 or timeline.ready or timeline.due == nil
-            or written < timeline.policy.flush_at then
+-- After a timeline's records are written, the rules that make it due before its cool-down
+-- ends (or its calendar fires), never sooner than FLUSH_AT_FLOOR after its last delivery, so
+-- that a burst is one digest per floor, the rest in the next one:
+-- - flush_at: a WAITING timeline holding flush_at records is due now;
+-- - urgent (timeline.urgent: an urgent record of this call, the caller's judgement by its
+--   policy's urgent_when; or a record that pushed out the due time an urgent one set, the
+--   meta's cause, its last letter, still URGENT): a WAITING timeline is due now, through its
+--   cool-down or calendar; records behind an open digest keep URGENT as their cause, which
+--   its close honours (close_found); a READY timeline not opened yet needs nothing (its open
+--   takes everything pending).
+-- flush_at first: when both hold, the cause is FLUSH_AT (the due time is the same).
+local function apply_early(tag, timeline, now, written)
+    local flush_at, meta = timeline.policy.flush_at, timeline.head.meta
+    local full = flush_at > 0 and not timeline.ready and timeline.due ~= nil
+        and written >= flush_at
+    -- pushed to: `written` counts entries, superseded ones included (push_entries)
+    if full and timeline.head.appended
+            and held_count(timeline.key, timeline.head, written) < flush_at then
+        full = false
+    end
+    local urgent = timeline.urgent or timeline.due_changed and not timeline.ready
+        and meta ~= nil and string.sub(meta, -1) == CAUSES.urgent
+    if not (full or urgent) then
         return
     end
-    -- pushed to: `written` counts entries, superseded ones included (push_entries)
-    if timeline.head.appended
-            and held_count(timeline.key, timeline.head, written) < timeline.policy.flush_at then
+    if timeline.ready then -- (urgent only: a READY timeline is never full)
+        local cause = parse_timeline_meta(meta).cause
+        if cause ~= CAUSES.flushed and cause ~= CAUSES.urgent
+                and redis.call('EXISTS', digest_key(tag, timeline.timeline)) == 1 then
+            timeline.mark = CAUSES.urgent
+        end
         return
     end
     local due = now
     if timeline.last_delivery ~= nil then
         due = math.max(now, timeline.last_delivery + FLUSH_AT_FLOOR)
     end
-    if due < timeline.due then
+    if timeline.due ~= nil and due < timeline.due then
         timeline.due = due
         timeline.due_changed = true
         -- increments keep pushing a full timeline's due time out and flush_at pulls it back:
         -- the cause is rewritten only when it changes
-        if parse_timeline_meta(timeline.head.meta).cause ~= CAUSES.flush_at then
-            timeline.mark = CAUSES.flush_at
+        local wanted = full and CAUSES.flush_at or CAUSES.urgent
+        if parse_timeline_meta(meta).cause ~= wanted then
+            timeline.mark = wanted
         end
     end
 end
@@ -222,7 +244,7 @@ local function write_back(tag, touched, call)
             local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
                 timeline.policy.capacity, call.inline_records, timeline.policy.ttl_ms_text)
             dropped = dropped + lost
-            apply_flush_at(timeline, call.now, written)
+            apply_early(tag, timeline, call.now, written)
         end
         if timeline.mark ~= nil and not led then
             mark_cause(timeline.key, timeline.mark)
@@ -275,6 +297,13 @@ local function add_applied(call, applied, totals, known)
     begin_timelines(call.tag, touched, names, keys, call.now, known)
     for _, record in ipairs(applied) do
         apply_record(record.timeline, record, totals.ready)
+    end
+    if call.urgent then -- (only a batch holding urgent records pays this loop)
+        for _, record in ipairs(applied) do
+            if record.urgent then
+                record.timeline.urgent = true
+            end
+        end
     end
     local dropped, partition_ttl = write_back(call.tag, touched, call)
     totals.dropped = totals.dropped + dropped
