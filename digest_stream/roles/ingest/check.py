@@ -153,8 +153,8 @@ def check(
     if rules.max_event_age is not None and now - timestamp > rules.max_event_age:
         return TOO_OLD
     # The stored payload is the event's own encoding: delivery decodes it into a record.
-    rule = None if rules.urgent is None else rules.urgent(timeline)  # one test without it
-    urgent = rule is not None and is_urgent(rule, event, value)
+    # no policy with urgent_when: one test (False), nothing of the event read
+    urgent = rules.urgent is not None and is_urgent(rules.urgent, timeline, event, value)
     carry = rules.carry_headers
     payload = envelope.wrap(headers, carry, value) if carry else value
     return _record_of_all_fields(

@@ -25,9 +25,12 @@ def urgent_rules(settings: Settings) -> UrgentRules | None:
     return lambda timeline: resolve(timeline).urgent
 
 
-def is_urgent(rule: UrgentRule, event: EventHead | Event, value: bytes) -> bool:
-    """Whether the event's attribute ``rule.attribute`` is one of ``rule.values`` (``value``:
-    its plain Avro, which the check accepted)."""
+def is_urgent(rules: UrgentRules, timeline: str, event: EventHead | Event, value: bytes) -> bool:
+    """Whether the timeline's policy has urgent_when and the event's attribute is one of its
+    values (``value``: the event's plain Avro, which the check accepted)."""
+    rule = rules(timeline)
+    if rule is None:
+        return False
     if type(event) is Event:  # registry mode: decoded whole already
         found = event.attributes.get(rule.attribute)
     else:

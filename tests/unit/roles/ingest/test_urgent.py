@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from digest_stream.roles.ingest.check import Rules, check
-from digest_stream.roles.ingest.urgent import urgent_rules
+from digest_stream.roles.ingest.urgent import is_urgent, urgent_rules
 from digest_stream.settings import Settings
 from digest_stream.store.base import NewRecord
+from digest_stream.store.policy import UrgentRule
 from digest_stream.wire import codec, control
 from digest_stream.wire.models import Event
 
@@ -67,3 +68,12 @@ def test_controls_are_never_urgent() -> None:
     record = check(b"t", control.encode(control.Control("flush")), None, 7, NOW, rules)
     assert isinstance(record, NewRecord)
     assert (record.control, record.urgent) == ("flush", False)
+
+
+def test_a_decoded_event_is_judged_by_its_attributes() -> None:
+    # Registry mode decodes the event whole: its attributes are read, not its bytes again.
+    rule = UrgentRule("severity", frozenset({"critical"}))
+    event = Event(id="r", timestamp=1, payload=b"", attributes={"severity": "critical"})
+    assert is_urgent(lambda _: rule, "t", event, b"")
+    assert not is_urgent(lambda _: rule, "t", event.model_copy(update={"attributes": {}}), b"")
+    assert not is_urgent(lambda _: None, "t", event, b"")
