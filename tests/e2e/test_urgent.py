@@ -5,16 +5,19 @@ on a single Redis and on the Redis Cluster."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from digest_stream.cli import main
 from digest_stream.store.limits import FLUSH_AT_FLOOR
 from digest_stream.wire.models import Digest, DigestReason
 from tests.support import wait_until
 from tests.support.kafka import Collector
-from tests.support.pipeline import PipelineFactory
+from tests.support.pipeline import PipelineFactory, cli_flags
 
 T = 1_700_000_000_000  # event times (ms), increasing per record
 #: A long cool-down, so that an urgent digest inside it cannot be the cool-down's end.
@@ -113,4 +116,47 @@ def test_a_burst_of_urgent_events_is_one_digest_per_floor(
     assert sorted(r.id for d in rest for r in d.records) == sorted(burst)
     for before, after in zip(digests[1:], rest, strict=False):
         assert after.opened_at - before.opened_at >= FLUSH_AT_FLOOR * 1000
+    out.close()
+
+
+def test_the_service_takes_urgent_when_per_prefix_from_its_environment(
+    pipeline_factory: PipelineFactory,
+) -> None:
+    # Black-box: the real `digest-stream run`, urgent_when in DIGEST_STREAM_OVERRIDES for one
+    # prefix only; `digest-stream inspect` says which policy is in force and why it is due.
+    overrides = {"ops:*": {"urgent_when": "severity=critical"}}
+    pipe = pipeline_factory(
+        partitions=1, minimum_delay=30.0, increment_delay=1.0, maximum_delay=60.0,
+        overrides=overrides,
+    )  # fmt: skip
+    service = pipe.process()
+    out = pipe.output()
+    runner = CliRunner()
+    flags = [*cli_flags(pipe.settings), "--minimum-delay", "30", "--increment-delay", "1",
+             "--maximum-delay", "60", "--overrides", json.dumps(overrides)]  # fmt: skip
+
+    def inspected(timeline: str) -> str:
+        result = runner.invoke(main, ["inspect", timeline, *flags])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    with pipe.producer() as producer:
+        for timeline in ("ops:1", "mail:1"):
+            producer.send(timeline, "first", b"{}", timestamp_ms=T)
+        producer.flush()
+        out.wait_for(lambda: len(out.digests) == 2, 60, "both first digests")
+        for timeline in ("ops:1", "mail:1"):
+            producer.send(timeline, "alarm", b"{}", timestamp_ms=T + 1, attributes=CRITICAL)
+        producer.flush()
+    out.wait_for(lambda: len(_mine(out, "ops:1")) == 2, 30, "the urgent digest of ops:1")
+    assert service.popen.poll() is None, service.log()
+    urgent = _mine(out, "ops:1")[1]
+    assert ([r.id for r in urgent.records], urgent.reason) == (["alarm"], DigestReason.URGENT)
+    # mail:1's policy has no urgent_when: its critical event waits for the cool-down.
+    wait_until(lambda: "pending        1 records" in inspected("mail:1"), 20, "mail:1 pending")
+    mail = inspected("mail:1")
+    assert "urgent_when off" in mail
+    assert "(COOLDOWN)" in mail
+    assert len(_mine(out, "mail:1")) == 1
+    assert "urgent_when severity=critical" in inspected("ops:1")
     out.close()
