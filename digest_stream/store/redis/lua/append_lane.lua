@@ -3,8 +3,9 @@
 -- lists, not in a table per timeline and per record.
 -- Holds: append_lane.
 -- Needs: CAUSES, FLUSH_AT_FLOOR, RECORD_FORMAT (Python); waiting_key (keys); float_text,
---   meta_last_delivery (encoding); entry_of, mark_cause, push_entries (container_writes); zadd_batch
---   (digests); new_timeline, record_tables (add_args); add_applied, apply_early (add).
+--   meta_last_delivery (encoding); entry_of, mark_cause, push_entries (container_writes);
+--   zadd_batch (digests); new_timeline, record_tables (add_args); add_applied, apply_early
+--   (add).
 --
 -- At twenty events per timeline, interleaved, nearly every record of a call is the only one
 -- of its timeline in that call, and the timeline is already scheduled with a list container

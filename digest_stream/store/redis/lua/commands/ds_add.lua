@@ -83,7 +83,7 @@ local function parse_add(keys, args)
             or (#args == packed + 3 and urgent_arg ~= '')) then
         invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
             .. ' packed timelines, the packed records and (optional) the packed controls'
-            .. ' and the packed urgent records')
+            .. ' and the urgent marks')
     end
     for _, policy in ipairs(policies) do
         -- its containers' TTL as the text Redis reads: a number argument of redis.call is
