@@ -36,6 +36,9 @@ class DigestReason(StrEnum):
     """Someone asked for it (`digest-stream flush`, `EventProducer.flush_timeline(timeline)`)."""
     RECOVERED = "RECOVERED"
     """A delivery that had not completed was announced again (maintenance, a take-over)."""
+    URGENT = "URGENT"
+    """An event the timeline's `urgent_when` calls urgent came: out at once, through the
+    cool-down (never sooner than 1 s after the last digest)."""
 
     @property
     def letter(self) -> str | None:
@@ -52,6 +55,7 @@ _CAUSE_LETTERS: Final = {
     DigestReason.FLUSH_AT: "f",
     DigestReason.SCHEDULE: "s",
     DigestReason.FLUSHED: "x",
+    DigestReason.URGENT: "u",
 }
 
 

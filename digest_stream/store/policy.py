@@ -97,6 +97,42 @@ CRON = Kind(str, {}, packed="fire")
 #: A daily window of wall time, "HH:MM-HH:MM" (checked by calendar.quiet_bounds): packed as
 #: its windows in real time ahead, which the caller computes (the Lua has no time zones).
 QUIET = Kind(str, {}, packed="quiet")
+#: An attribute and the values that make an event urgent (``urgent_rule``): the ingest reads
+#: it; the store only learns which records are urgent, per record.
+URGENT_WHEN = Kind(str, {}, packed=None)
+
+
+@dataclass(frozen=True, slots=True)
+class UrgentRule:
+    """``urgent_when`` parsed: an event whose attribute ``attribute`` is one of ``values``
+    is urgent."""
+
+    attribute: str
+    values: frozenset[str]
+
+    def __str__(self) -> str:
+        return f"{self.attribute}={','.join(sorted(self.values))}"
+
+
+def urgent_rule(text: str) -> UrgentRule:
+    """``urgent_when``'s text, ``ATTRIBUTE=VALUE[,VALUE...]`` (``"severity=critical,fatal"``;
+    blanks around names are ignored), as a rule; refuses any other shape, saying why."""
+    attribute, equals, listed = text.partition("=")
+    attribute = attribute.strip()
+    values = [value.strip() for value in listed.split(",")]
+    problem = (
+        "it has no '='" if not equals
+        else "the attribute name is empty" if not attribute
+        else "a value cannot hold '='" if "=" in listed
+        else "a value is empty" if not all(values)
+        else None
+    )  # fmt: skip
+    if problem is not None:
+        raise InvalidArgument(
+            f"urgent_when must be ATTRIBUTE=VALUE[,VALUE...] (e.g. 'severity=critical,fatal'): "
+            f"{problem}, got {text!r}"
+        )
+    return UrgentRule(attribute, frozenset(values))
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +222,14 @@ class TimelinePolicy:
         "count and first_seen); unset = off.",
         unset="off",
     )
+    urgent_when: str | None = option(
+        None,
+        URGENT_WHEN,
+        "`ATTRIBUTE=VALUE[,VALUE...]`: an event whose attribute has one of these values goes "
+        "out at once with what is pending (reason URGENT), through the cool-down, never "
+        'sooner than 1 s after the last digest, e.g. `"severity=critical,fatal"`; unset = off.',
+        unset="off",
+    )
 
     def __post_init__(self) -> None:
         for spec in OPTIONS:
@@ -216,6 +260,13 @@ class TimelinePolicy:
                     f"maximum_delay ({self.maximum_delay}) must be at most {QUIET_HORIZON:g} "
                     f"(7 days) with quiet_hours ({self.quiet_hours!r})"
                 )
+        if self.urgent_when is not None:
+            urgent_rule(self.urgent_when)
+
+    @property
+    def urgent(self) -> UrgentRule | None:
+        """``urgent_when`` as a rule; None when unset (the ingest asks only then)."""
+        return None if self.urgent_when is None else _urgent_rule(self.urgent_when)
 
     def next_fire(self, now: float) -> float | None:
         """The schedule's first fire time after ``now`` (held to the end of the quiet hours it
@@ -236,6 +287,10 @@ class TimelinePolicy:
         if self.quiet_hours is None:
             return due
         return calendar.quiet_until(self.quiet_hours, self.timezone, due, now)
+
+
+#: One rule per text: policies share their texts, and the ingest asks per urgent record.
+_urgent_rule = lru_cache(maxsize=256)(urgent_rule)
 
 
 def _options() -> tuple[Option, ...]:

@@ -159,6 +159,8 @@ def records(values: Sequence[NewRecord], through: int | None = None) -> bool:
             raise InvalidArgument(f"payload must be bytes, got {type(record.payload).__name__}")
         if through is not None and record.offset > through:
             raise InvalidArgument(f"record offset {record.offset} is past through_offset {through}")
+        if type(record.urgent) is not bool:
+            raise InvalidArgument(f"urgent must be a bool, got {record.urgent!r}")
         if record.control is not None:
             if record.control not in CONTROLS:
                 raise InvalidArgument(f"control must be one of {CONTROLS}, got {record.control!r}")

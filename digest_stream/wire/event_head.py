@@ -113,3 +113,30 @@ def decode_event_head(data: bytes, writer_schema: codec.WriterSchema | None = No
             pass
     event = codec.decode_event(data, writer_schema)
     return EventHead(event.id, event.timestamp)
+
+
+def event_attribute(data: bytes, name: bytes) -> str | None:
+    """The value of attribute ``name`` (UTF-8) of the Event ``data`` (plain Avro that
+    ``decode_event_head`` accepted), None when it has none; read off the bytes (id, timestamp
+    and payload skipped), without building the Event. A repeated key counts by its last
+    value, as in the decoded Event."""
+    try:
+        _, pos = read_long(data, string_end(data, 0))  # past the id and the timestamp
+        size, pos = read_long(data, pos)
+        pos += size  # past the payload
+        found = None
+        while True:
+            count, pos = read_long(data, pos)
+            if count == 0:
+                return found
+            if count < 0:
+                raise Unusual  # a block with a byte size: the full decode
+            for _ in range(count):
+                size, pos = read_long(data, pos)
+                key, pos = data[pos : pos + size], pos + size
+                size, pos = read_long(data, pos)
+                if key == name:
+                    found = str(data[pos : pos + size], "utf-8")
+                pos += size
+    except (Unusual, IndexError):
+        return codec.decode_event(data).attributes.get(name.decode("utf-8"))

@@ -29,12 +29,20 @@ class Feed:
         self.timestamp = timestamp
         self.offset = -1
 
-    def __call__(self, timeline: str, record_id: str = "", control: str | None = None) -> NewRecord:
-        """The next one: a record (its id "" for "r<offset>") or, with ``control``, that."""
+    def __call__(
+        self,
+        timeline: str,
+        record_id: str = "",
+        control: str | None = None,
+        *,
+        urgent: bool = False,
+    ) -> NewRecord:
+        """The next one: a record (its id "" for "r<offset>"; ``urgent``: its timeline's
+        urgent_when called it urgent) or, with ``control``, that."""
         self.offset += 1
         record_id = record_id or f"r{self.offset}"
         return NewRecord(
-            timeline, record_id, self.timestamp, record_id.encode(), self.offset, control
+            timeline, record_id, self.timestamp, record_id.encode(), self.offset, control, urgent
         )
 
 

@@ -45,6 +45,7 @@ def test_env_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"ttl": 2000, "maintenance_timeout": 300, "maintenance_interval": 30}, "TTL"),
         ({"ttl": 2131, "overrides": {"a:*": {"ttl": 2130}}}, "DIGEST_STREAM_OVERRIDES 'a:*'"),
         ({"minimum_delay": 60, "maximum_delay": 50, "ttl": 500}, "DIGEST_STREAM_MINIMUM_DELAY"),
+        ({"urgent_when": "severity"}, "DIGEST_STREAM_URGENT_WHEN"),
     ],
 )
 def test_invalid_settings_name_the_setting(overrides: dict[str, object], setting: str) -> None:
@@ -58,6 +59,14 @@ def test_invalid_settings_name_the_setting(overrides: dict[str, object], setting
     if "maintenance_timeout" in overrides or "overrides" in overrides:
         for name in ("TTL", "MAINTENANCE_TIMEOUT", "MAINTENANCE_INTERVAL"):
             assert f"DIGEST_STREAM_{name}" in lines[0]
+
+
+def test_an_override_of_urgent_when_is_checked_in_one_line() -> None:
+    with pytest.raises(ValidationError) as info:
+        Settings.model_validate({"overrides": {"a:*": {"urgent_when": "sev="}}})
+    (line,) = describe_error(info.value)
+    assert "DIGEST_STREAM_OVERRIDES 'a:*'" in line
+    assert "urgent_when must be ATTRIBUTE=VALUE" in line
 
 
 def test_batch_size_has_an_upper_bound() -> None:

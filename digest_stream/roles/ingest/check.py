@@ -5,7 +5,8 @@
   dead-lettered, too-old events counted, one key per partition batch sampled against the
   partitioner setting (``PlacementCheck``) and, in registry mode, the writer schemas fetched
   first (``SchemaFetcher``);
-- ``output_room``: the output format's share of the check (what one event may take in a digest).
+- ``output_room``: the output format's share of the check (what one event may take in a digest);
+- urgency (``urgent.py``): a record is marked urgent by its timeline's ``urgent_when``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type
 from digest_stream.roles.ingest.apply import Batch
 from digest_stream.roles.ingest.commit import DeadLetterLane, Ledger
 from digest_stream.roles.ingest.topic import TopicProbe
+from digest_stream.roles.ingest.urgent import UrgentRules, is_urgent
 from digest_stream.roles.retry import backoff
 from digest_stream.roles.runner import Runner
 from digest_stream.settings import MESSAGE_OVERHEAD_BYTES, Settings, env_name
@@ -39,7 +41,7 @@ from digest_stream.wire.registry import RegistryUnavailable, WriterSchemas
 
 log = logging.getLogger(__name__)
 
-#: A NewRecord made from all six of its fields, without the named tuple's generated __new__
+#: A NewRecord made from all seven of its fields, without the named tuple's generated __new__
 #: (a Python-level call: about a tenth of the check's time; the figures: docs/benchmarks.md).
 _record_of_all_fields = tuple.__new__
 
@@ -90,6 +92,9 @@ class Rules:
     # Schema registry mode: the writer schemas the batch names, fetched before the check.
     schemas: WriterSchemas | None = None
     output: OutputRoom = UNLIMITED
+    # Some policy has urgent_when: each event's timeline is asked for its rule (None: no
+    # policy has it, and no event's attributes are read).
+    urgent: UrgentRules | None = None
 
 
 def check(
@@ -149,9 +154,13 @@ def check(
     if rules.max_event_age is not None and now - timestamp > rules.max_event_age:
         return TOO_OLD
     # The stored payload is the event's own encoding: delivery decodes it into a record.
+    # no policy with urgent_when: one test (False), nothing of the event read
+    urgent = rules.urgent is not None and is_urgent(rules.urgent, timeline, event, value)
     carry = rules.carry_headers
     payload = envelope.wrap(headers, carry, value) if carry else value
-    return _record_of_all_fields(NewRecord, (timeline, event.id, timestamp, payload, offset, None))
+    return _record_of_all_fields(
+        NewRecord, (timeline, event.id, timestamp, payload, offset, None, urgent)
+    )
 
 
 def _outgrown(value: bytes, output: OutputRoom) -> Rejected | None:

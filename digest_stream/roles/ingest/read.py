@@ -39,6 +39,7 @@ from digest_stream.roles.ingest.commit import FLUSH_TIMEOUT, Commits, DeadLetter
 from digest_stream.roles.ingest.fence import FenceActions
 from digest_stream.roles.ingest.lead import LeadingEdge
 from digest_stream.roles.ingest.topic import BrokerTopic, MovedTimelines, TopicProbe
+from digest_stream.roles.ingest.urgent import urgent_rules
 from digest_stream.roles.publish import DigestPublisher
 from digest_stream.roles.runner import Runner
 from digest_stream.roles.scheduler import ScheduleEmitter, Scheduler
@@ -111,7 +112,7 @@ class Ingest:
             )
         rules = Rules(
             settings.max_event_bytes, settings.max_event_age, frozenset(settings.carry_headers),
-            writer_schemas, output_room(settings),
+            writer_schemas, output_room(settings), urgent_rules(settings),
         )  # fmt: skip
         placement = PlacementCheck(
             settings.partitioner, self._topics, metrics.events_mispartitioned, settings.events_topic

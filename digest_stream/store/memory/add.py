@@ -50,6 +50,7 @@ class Batch:
         self.created: set[str] = set()
         self.controls = False
         self.touched: list[str] = []  # timelines of the segment in hand (since a control)
+        self.urgent: set[str] = set()  # those of them that got an urgent record
         self.added = self.skipped = self.dropped = self.cancelled = 0
 
     def apply(self, records: Sequence[NewRecord], fence: int) -> int:
@@ -115,6 +116,8 @@ class Batch:
         timeline = state.timelines[name]
         if name not in self.touched:
             self.touched.append(name)
+        if record.urgent:
+            self.urgent.add(name)
         timeline.records[record.id] = StoredRecord(
             record.id, float(record.timestamp), record.payload
         )
@@ -179,7 +182,10 @@ class Batch:
                 timeline.dropped += len(victims)
                 self.dropped += len(victims)
             self._flush_at(name, timeline, policy)
+            if name in self.urgent or timeline.cause == "URGENT":
+                self._urgent(name, timeline)
         self.touched = []
+        self.urgent = set()
 
     def _flush_at(self, name: str, timeline: TimelineState, policy: TimelinePolicy) -> None:
         """A WAITING timeline holding flush_at records is due now (past the floor)."""
@@ -192,3 +198,18 @@ class Batch:
             if due < state.waiting[name]:
                 state.waiting[name] = due
                 timeline.cause = "FLUSH_AT"
+
+    def _urgent(self, name: str, timeline: TimelineState) -> None:
+        """An urgent record (or a record after one, pushing out the due time it set): a
+        WAITING timeline is due now, never sooner than the floor after its last delivery;
+        behind an open digest, URGENT is remembered for its close; READY and not opened yet:
+        nothing (its open takes everything pending)."""
+        state, now = self.state, self.now
+        if name in state.waiting:
+            last = state.last_delivery(name)
+            due = now if last is None else max(now, last + FLUSH_AT_FLOOR)
+            if due < state.waiting[name]:
+                state.waiting[name] = due
+                timeline.cause = "URGENT"
+        elif name in state.digests and timeline.cause not in ("FLUSHED", "URGENT"):
+            timeline.cause = "URGENT"

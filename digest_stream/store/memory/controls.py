@@ -11,7 +11,7 @@ from digest_stream.store.policy import TimelinePolicy
 from digest_stream.vocabulary import CONTROL_SPECS, Control
 
 #: The causes that make a timeline due before its cool-down ends (or its schedule's fire).
-EARLY_CAUSES = ("FLUSHED", "FLUSH_AT")
+EARLY_CAUSES = ("FLUSHED", "FLUSH_AT", "URGENT")
 
 
 #: A control's handler: (state, timeline name, its state, its argument, policy, now, the

@@ -334,11 +334,11 @@ def _after_close(
     pending.behind_open = False
     state.ready.pop(timeline, None)
     # A calendar timeline waits for its next fire, others for the cool-down, unless a
-    # flush came while the digest was open, or flush_at records did: then right after
-    # the floor (add leaves a READY timeline alone, so the close checks).
+    # flush or an urgent record came while the digest was open, or flush_at records did:
+    # then right after the floor (add leaves a READY timeline alone, so the close checks).
     soon = None
-    if pending.cause == "FLUSHED":
-        soon = DigestReason.FLUSHED
+    if pending.cause in ("FLUSHED", "URGENT"):
+        soon = DigestReason(pending.cause)
     elif policy.flush_at is not None and len(pending.records) >= policy.flush_at:
         soon = DigestReason.FLUSH_AT
     due, cause = next_due(policy).after(now, soon)

@@ -47,6 +47,7 @@ PARTS = (
     "batch_writes",
     "upgrades",
     "add_args",
+    "record_rules",
     "add",
     "leading_lane",
     "append_lane",

@@ -34,7 +34,8 @@ def add_batch(
     records: Sequence[NewRecord], now: float, through: int | None, resolver: PolicyResolver
 ) -> tuple[list[str | bytes], list[str], list[TimelinePolicy]]:
     """ds_add's arguments after its head (its policies, timelines, records and, for a batch
-    holding controls, the controls), the call's timelines in packed order and each one's
+    holding controls, the controls; for a batch holding urgent records, the controls or "" and
+    their marks, protocol.URGENT_MARK), the call's timelines in packed order and each one's
     policy (what the led digests' due rules are read from)."""
     index: dict[str, int] = {}
     resolved: list[TimelinePolicy] = []  # each packed timeline's policy, in order
@@ -44,6 +45,7 @@ def add_batch(
     timeline_parts: list[bytes] = []
     record_parts: list[bytes] = []
     control_parts: list[bytes] = []
+    urgent: list[int] = []  # the urgent records' places among the packed ones, from 0
     last = MAX_OFFSET if through is None else through
     checked = False  # validate.records ran over the whole batch
     for record in records:
@@ -51,7 +53,7 @@ def add_batch(
         # whole batch is judged (and refused with its precise error) by validate.records.
         # Its fields are unpacked once (NewRecord is a tuple): cheaper than each lookup.
         if checked or type(record) is NewRecord:
-            timeline, record_id, timestamp, payload, offset, control = record
+            timeline, record_id, timestamp, payload, offset, control, is_urgent = record
         if not checked and not (
             type(record) is NewRecord
             and type(payload) is bytes
@@ -63,7 +65,7 @@ def add_batch(
         ):
             validate.records(records, through)
             checked = True
-            timeline, record_id, timestamp, payload, offset, control = record
+            timeline, record_id, timestamp, payload, offset, control, is_urgent = record
         if checked and control is not None:
             # Placed after the records packed so far (4 parts each): Lua applies it there.
             name, encoded_id = timeline.encode(), record_id.encode()
@@ -98,12 +100,21 @@ def add_batch(
             _RECORD_TAIL(timestamp, offset, len(payload)),
             payload,
         )
+        if is_urgent is not False:  # one identity test per record; a non-bool is judged
+            if is_urgent is not True and not checked:
+                validate.records(records, through)
+            urgent.append(len(record_parts) // 4 - 1)
     args = [
         *policies.args(),
         b"".join(timeline_parts),
         b"".join(record_parts),
-        *((b"".join(control_parts),) if control_parts else ()),
+        *((b"".join(control_parts),) if control_parts or urgent else ()),
     ]
+    if urgent:
+        marks = bytearray(b"0" * (len(record_parts) // 4))
+        for place in urgent:
+            marks[place : place + 1] = protocol.URGENT_MARK
+        args.append(bytes(marks))
     return args, [*index], resolved
 
 

@@ -144,7 +144,6 @@ CONTROL = Packed(
         ("argument", "str16"),
     ),
 )
-
 #: A target of ds_open_many and ds_close_many: the policy it follows (index from 1 among the
 #: call's policies), its timeline, its digest id. One packed argument for all of a call's
 #: targets: three arguments per target cost the client about 2.4 us a target (bench.hotpath).
@@ -253,10 +252,14 @@ DS_ADD = Command(
     "add",
     (
         "now", "partition_ttl", "inline_records", "expected_fence", "through_offset", "topic_id",
-        "open_nonce", "numbering", "policies", "timelines", "records", "controls?",
+        "open_nonce", "numbering", "policies", "timelines", "records", "controls?", "urgent?",
     ),
     ADD_REPLY,
 )  # fmt: skip
+#: ds_add's ``urgent?`` (sent only by a batch holding an urgent record, after its controls or
+#: ""): one byte per record of the call, in order, URGENT_MARK for an urgent one (NewRecord.urgent)
+#: and "0" for the others. Bytes, not a packed list: no format to declare in the library.
+URGENT_MARK = b"1"
 #: ds_add's ``numbering``: how a led digest's id is numbered (the timeline's place in the call,
 #: library 30). Sent on every add, so the add of a caller older than the library (whose ARGV has
 #: no such field) is refused before anything is written instead of misreading its reply.

@@ -188,7 +188,7 @@ def led_digests(
         digests = []
         for number in led:
             k = number if type(number) is int else integer(number)
-            timeline, record_id, timestamp, payload, _, _ = records[k - 1]
+            timeline, record_id, timestamp, payload, _, _, _ = records[k - 1]
             policy = policies[k - 1]
             rule = rules.get(id(policy))
             if rule is None:
@@ -207,7 +207,7 @@ def led_digests(
     numbers = {timelines[integer(number) - 1]: integer(number) for number in led}
     fence = -1 if fence_before is None else fence_before
     held: dict[str, dict[str, StoredRecord]] = {name: {} for name in numbers}
-    for timeline, record_id, timestamp, payload, offset, _ in records:
+    for timeline, record_id, timestamp, payload, offset, _, _ in records:
         # the running fence, as the add applies them (docs/store.md): a record at or below
         # an offset applied before it in the call is skipped, whatever its timeline
         if offset <= fence:

@@ -7,8 +7,8 @@ must never drift apart. One table of cases runs through both: each case's timeli
 opened, something (or nothing) arrives while its digest is open, and the digest closes at
 CLOSE; the timeline's state, due time and reason (read through ``inspect``, and its due time
 again through ``schedule``) are then what ``rule.after(CLOSE, came)`` says, ``came`` being
-what arrived while it was open (a flush, or flush_at records). Only the store's API is used:
-no keys, so the table holds through any rewrite of the Lua layout.
+what arrived while it was open (a flush, an urgent record, or flush_at records). Only the
+store's API is used: no keys, so the table holds through any rewrite of the Lua layout.
 """
 
 from __future__ import annotations
@@ -63,13 +63,21 @@ QUIET_NOW = replace(COOL, quiet_hours="09:00-10:30", timezone="Europe/Berlin")
 #: A daily fire at 09:00 inside quiet hours to 09:30.
 QUIET_DAILY = replace(DAILY, quiet_hours="08:30-09:30")
 QUIET_DAILY_AT2 = replace(QUIET_DAILY, flush_at=2)
+#: urgent_when set: the ingest marks the records it calls urgent (an URG arrival below).
+COOL_U = replace(COOL, urgent_when="severity=critical")
+SHORT_U = replace(SHORT, urgent_when="severity=critical")
+DAILY_U = replace(DAILY, urgent_when="severity=critical")
+AT3_U = replace(AT3, urgent_when="severity=critical")
 
-FLUSHED, FLUSH_AT = DigestReason.FLUSHED, DigestReason.FLUSH_AT
+FLUSHED, FLUSH_AT, URGENT = DigestReason.FLUSHED, DigestReason.FLUSH_AT, DigestReason.URGENT
 
 
-#: One arrival: a record's id ("" for a fresh one) and its control (None: a record).
+#: One arrival: a record's id ("" for a fresh one) and its control (None: a record;
+#: URGENT_RECORD: a record the ingest called urgent).
 Arrival = tuple[str, str | None]
 REC: Arrival = ("", None)
+URGENT_RECORD = "urgent"
+URG: Arrival = ("", URGENT_RECORD)
 
 
 def _led(store: DigestStore, feed: Feed, timeline: str) -> OpenDigest:
@@ -110,8 +118,8 @@ class Case:
     policy: TimelinePolicy
     start: Start  # gets the timeline READY with its digest open, at T0
     while_open: tuple[Arrival, ...]  # what arrives (at T0 + 2) while the digest is open
-    #: What of it may make the timeline due sooner (the rule's ``soon``): a flush, or
-    #: flush_at pending records; None: neither.
+    #: What of it may make the timeline due sooner (the rule's ``soon``): a flush, an urgent
+    #: record, or flush_at pending records; None: none of them.
     came: DigestReason | None
     state: str  # what the close leaves: "waiting", "cooling" or "absent" (retired)
 
@@ -157,6 +165,19 @@ CASES = (
     Case("short-at1-quiet", SHORT_AT1, _led, (), None, "cooling"),
     Case("at3-and-flush", AT3, _led, (REC, REC, REC, ("", FLUSH)), FLUSHED, "waiting"),
     Case("short-at2-reached", SHORT_AT2, _led, (REC, REC), FLUSH_AT, "waiting"),
+    # an urgent record while open: due after the floor, unless the cool-down is shorter; a
+    # flush's cause stands (the same floor); cancelled, it is as if it never came
+    Case("urgent-quiet", COOL_U, _led, (), None, "cooling"),
+    Case("urgent-records", COOL_U, _led, (REC, REC), None, "waiting"),
+    Case("urgent", COOL_U, _led, (REC, URG), URGENT, "waiting"),
+    Case("urgent-announced", COOL_U, _announced, (URG,), URGENT, "waiting"),
+    Case("urgent-short", SHORT_U, _led, (URG,), URGENT, "waiting"),
+    Case("urgent-cancelled", COOL_U, _led, (URG, ("", CANCEL_ALL)), None, "waiting"),
+    Case("urgent-then-flush", COOL_U, _led, (URG, ("", FLUSH)), FLUSHED, "waiting"),
+    Case("flush-then-urgent", COOL_U, _led, (REC, ("", FLUSH), URG), FLUSHED, "waiting"),
+    Case("urgent-at3", AT3_U, _led, (URG, REC, REC), URGENT, "waiting"),
+    Case("urgent-daily", DAILY_U, _flushed, (URG,), URGENT, "waiting"),
+    Case("urgent-empty", COOL_U, _emptied, (URG,), URGENT, "waiting"),
     # a calendar: its next fire, even with nothing pending (no cooling), unless sooner
     Case("daily-quiet", DAILY, _flushed, (), None, "waiting"),
     Case("daily-records", DAILY, _flushed, (REC,), None, "waiting"),
@@ -197,7 +218,12 @@ def _open_all(store: DigestStore, feed: Feed, delay: str) -> dict[str, OpenDiges
     opened = {case.name: case.start(store, feed, case.name) for case in CASES}
     for case in CASES:
         if case.while_open:
-            arrivals = [feed(case.name, rid, control) for rid, control in case.while_open]
+            arrivals = [
+                feed(case.name, rid, urgent=True)
+                if control == URGENT_RECORD
+                else feed(case.name, rid, control)
+                for rid, control in case.while_open
+            ]
             store.add(P, arrivals, T0 + 2)
     if delay != "prompt":
         # The publish outlasted the maintenance timeout: maintenance moved each timeline back
@@ -254,7 +280,8 @@ def test_each_close_schedules_what_the_digests_due_rule_says(
         promised = rule.next_delivery_at(CLOSE)
         if case.came != FLUSHED:
             assert promised <= int(due * 1000), case.name
-            if case.policy.flush_at is None:  # nothing can make it due sooner
+            # nothing can make it due sooner
+            if case.policy.flush_at is None and case.policy.urgent_when is None:
                 assert promised == int(due * 1000), case.name
         if case.state == "waiting":
             waiting[case.name] = due

@@ -125,6 +125,8 @@ entries = st.lists(
         st.binary(max_size=6),
         # mostly records; sometimes a control operation at that place in the batch
         st.sampled_from([None, None, None, None, None, FLUSH, CANCEL, CANCEL_ALL]),
+        # sometimes a record the ingest called urgent (a control's mark is ignored)
+        st.sampled_from([False, False, False, True]),
     ),
     max_size=6,
 )
@@ -181,7 +183,7 @@ class StoreComparison(RuleBasedStateMachine):
     def add(
         self,
         partition: int,
-        batch: list[tuple[str, str, float, bytes, str | None]],
+        batch: list[tuple[str, str, float, bytes, str | None, bool]],
         replay: int,
         expected: int | None,
         extra: int | None,
@@ -192,8 +194,8 @@ class StoreComparison(RuleBasedStateMachine):
         # extra > 0 stands for trailing messages that went to the DLQ (through_offset)
         first = max(0, self.next_offset[partition] - replay)
         records = [
-            NewRecord(timeline, record_id, timestamp, payload, first + i, control)
-            for i, (timeline, record_id, timestamp, payload, control) in enumerate(batch)
+            NewRecord(timeline, record_id, timestamp, payload, first + i, control, urgent)
+            for i, (timeline, record_id, timestamp, payload, control, urgent) in enumerate(batch)
         ]
         through = None if extra is None else first + len(records) - 1 + extra
         if through is not None and through < 0:
@@ -220,12 +222,15 @@ class StoreComparison(RuleBasedStateMachine):
                 led = [(partition, digest.timeline, digest.id) for digest in result.opened]
                 self.leading.append((nonce, led))
 
-    def _feed(self, partition: int, items: list[tuple[str, str, str | None]]) -> None:
-        """Add (timeline, id, control) items at the partition's next offsets, on both stores."""
+    def _feed(
+        self, partition: int, items: list[tuple[str, str, str | None]], urgent: int = -1
+    ) -> None:
+        """Add (timeline, id, control) items at the partition's next offsets, on both stores
+        (item ``urgent`` an urgent record)."""
         first = self.next_offset[partition]
         now = self.clock.now()
         records = [
-            NewRecord(timeline, record_id, now, record_id.encode(), first + i, control)
+            NewRecord(timeline, record_id, now, record_id.encode(), first + i, control, i == urgent)
             for i, (timeline, record_id, control) in enumerate(items)
         ]
         self.next_offset[partition] = first + len(records)
@@ -266,12 +271,39 @@ class StoreComparison(RuleBasedStateMachine):
         self._feed(partition, [(timeline, record_id, operation)])
 
     @rule(
+        pick=st.integers(0, 4),
+        timeline=timelines,
+        other=timelines,
+        partition=partitions,
+        after=st.integers(0, 2),
+        delivered=st.booleans(),
+    )
+    def urgent(
+        self, pick: int, timeline: str, other: str, partition: int, after: int, delivered: bool
+    ) -> None:
+        """An urgent record, mostly to a timeline with a digest opened lately, or one just
+        delivered (in its cool-down), then ordinary ones in later adds, each with a record of
+        another timeline (one each: the append lane when both are scheduled): the floor
+        holds the due time the urgent record set (issue 39, item 3)."""
+        if pick < len(self.opened):
+            partition, timeline, _ = self.opened[-1 - pick]
+        if delivered:
+            self.deliver(partition, timeline)
+        self._feed(partition, [(timeline, "urgent", None)], urgent=0)
+        for i in range(after):
+            items: list[tuple[str, str, str | None]] = [(timeline, RECORD_IDS[i], None)]
+            if other != timeline:
+                items.append((other, RECORD_IDS[i], None))
+            self._feed(partition, items)
+
+    @rule(
         partition=partitions,
         timeline=timelines,
         count=st.integers(0, 5),
         flush=st.sampled_from([None, "before", "after"]),
         cancel=st.sampled_from([None, CANCEL, CANCEL_ALL]),
         wait=st.sampled_from([0.0, 0.5, 2.0]),
+        urgent=st.integers(-1, 5),
     )
     def while_open(
         self,
@@ -281,9 +313,11 @@ class StoreComparison(RuleBasedStateMachine):
         flush: str | None,
         cancel: str | None,
         wait: float,
+        urgent: int,
     ) -> None:
-        """Open a digest, let records (and controls) arrive meanwhile, close it: flush_at and a
-        flush are checked at the close (issue 20, items 3 and 4)."""
+        """Open a digest, let records (and controls) arrive meanwhile (item ``urgent`` an
+        urgent record, when it is one), close it: flush_at, a flush and an urgent record are
+        checked at the close (issue 20, items 3 and 4; issue 39, item 3)."""
         self.open(partition, timeline)
         if not self.opened or self.opened[-1][:2] != (partition, timeline):
             return  # not READY: nothing opened
@@ -294,7 +328,7 @@ class StoreComparison(RuleBasedStateMachine):
             items.insert(count // 2, (timeline, RECORD_IDS[0], cancel))
         if flush is not None:
             items.insert(0 if flush == "before" else len(items), (timeline, "flush", FLUSH))
-        self._feed(partition, items)
+        self._feed(partition, items, urgent)
         self.clock.advance(wait)
         self.close(0, timeline, partition)
 

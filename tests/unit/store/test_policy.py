@@ -9,6 +9,7 @@ from digest_stream.store.policy import (
     OPTIONS,
     PolicyOverride,
     TimelinePolicy,
+    UrgentRule,
     describe,
     overridden,
     prefix_of,
@@ -95,3 +96,29 @@ def test_a_cool_down_longer_than_the_maximum_delay_is_refused_in_an_override(
         InvalidArgument, match=r"minimum_delay \(300.0\) must not exceed maximum_delay \(100.0\)"
     ):
         overridden(TimelinePolicy(), PolicyOverride(maximum_delay=100))
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("severity", "it has no '='"),
+        (" =critical", "the attribute name is empty"),
+        ("severity=", "a value is empty"),
+        ("severity=critical,,fatal", "a value is empty"),
+        ("severity=a=b", "a value cannot hold '='"),
+    ],
+)
+def test_urgent_when_is_an_attribute_and_its_values_or_says_why_not(
+    text: str, problem: str
+) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        TimelinePolicy(urgent_when=text)
+    assert problem in str(caught.value)
+    assert "ATTRIBUTE=VALUE[,VALUE...]" in str(caught.value)
+
+
+def test_urgent_when_ignores_blanks_around_names() -> None:
+    rule = TimelinePolicy(urgent_when=" severity = critical , fatal ").urgent
+    assert rule == UrgentRule("severity", frozenset({"critical", "fatal"}))
+    assert str(rule) == "severity=critical,fatal"
+    assert TimelinePolicy().urgent is None

@@ -147,9 +147,12 @@ def test_schemas_match_the_contract() -> None:
     reason = digest.pop("reason")
     assert reason[0] == "null"
     assert reason[1]["name"] == "DigestReason"
+    # A symbol is only ever added at the end (an enum's Avro binary is its position), and
+    # the enum's default is what this version's readers read a later one as (Avro resolution).
     assert reason[1]["symbols"] == [
-        "IMMEDIATE", "COOLDOWN", "FLUSH_AT", "SCHEDULE", "FLUSHED", "RECOVERED",
+        "IMMEDIATE", "COOLDOWN", "FLUSH_AT", "SCHEDULE", "FLUSHED", "RECOVERED", "URGENT",
     ]  # fmt: skip
+    assert reason[1]["default"] == "IMMEDIATE"
     assert digest == {
         "id": "string",
         "timeline": "string",

@@ -3,6 +3,7 @@ reader an old one, and sizes stay exact with the new fields."""
 
 from __future__ import annotations
 
+import copy
 import io
 from typing import Any
 
@@ -134,3 +135,42 @@ def test_the_fast_path_bytes_carry_the_explanation_like_the_model_encoding() -> 
         ("a", 1, None),
     ]
     assert codec.encode_digest(digest) == value
+
+
+def _with_reasons(symbols: list[str], default: str | None) -> dict[str, Any]:
+    """The Digest schema with its DigestReason enum made of ``symbols`` (and ``default``)."""
+    schema = copy.deepcopy(dict(codec.DIGEST_SCHEMA))
+    (field,) = [f for f in schema["fields"] if f["name"] == "reason"]
+    enum = field["type"][1]
+    enum["symbols"] = symbols
+    enum.pop("default", None)
+    if default is not None:
+        enum["default"] = default
+    return schema
+
+
+#: The schema before URGENT (issue 39, item 3): no URGENT, no default on the enum.
+BEFORE_URGENT = ["IMMEDIATE", "COOLDOWN", "FLUSH_AT", "SCHEDULE", "FLUSHED", "RECOVERED"]
+
+
+@pytest.mark.parametrize("reason", [r for r in DigestReason if r is not DigestReason.URGENT])
+def test_a_reader_from_before_urgent_reads_every_other_reason(reason: DigestReason) -> None:
+    # URGENT was added at the end: every older symbol kept its position (its Avro encoding).
+    data = codec.encode_digest(_explained().model_copy(update={"reason": reason}))
+    old = _read(data, codec.DIGEST_SCHEMA, _with_reasons(BEFORE_URGENT, None))
+    assert old["reason"] == reason.value
+
+
+def test_a_reader_from_before_urgent_cannot_read_urgent() -> None:
+    # Why its readers are upgraded before urgent_when is set (docs/operations.md).
+    data = codec.encode_digest(_explained().model_copy(update={"reason": DigestReason.URGENT}))
+    with pytest.raises(fastavro.read.SchemaResolutionError):
+        _read(data, codec.DIGEST_SCHEMA, _with_reasons(BEFORE_URGENT, None))
+
+
+def test_this_version_reads_a_reason_added_later_as_its_default() -> None:
+    later = _with_reasons([*(r.value for r in DigestReason), "LATER"], None)
+    datum = _read(codec.encode_digest(_explained()), codec.DIGEST_SCHEMA, codec.DIGEST_SCHEMA)
+    datum["reason"] = "LATER"
+    data = write(later, datum)
+    assert _read(data, later, codec.DIGEST_SCHEMA)["reason"] == "IMMEDIATE"

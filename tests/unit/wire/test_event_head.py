@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from digest_stream.wire import codec
 from digest_stream.wire.codec import EVENT_SCHEMA, decode_event, encode_event
-from digest_stream.wire.event_head import EventHead, decode_event_head
+from digest_stream.wire.event_head import EventHead, decode_event_head, event_attribute
 from digest_stream.wire.models import LONG_MAX, Event
 from tests.support.avro import assert_agree, verdict, write
 
@@ -129,3 +129,22 @@ def test_timestamps_around_the_six_byte_varint_take_the_fast_path(
     for cut in range(len(data)):
         monkeypatch.undo()
         _agree(data[:cut])  # truncated within the timestamp too: the codec's reason
+
+
+@given(events, st.text(max_size=20))
+def test_an_attribute_read_off_the_bytes_is_the_decoded_events(event: Event, name: str) -> None:
+    # urgent_when's lookup (issue 39, item 3): the attribute asked for, or one the event has
+    for wanted in (name, *event.attributes):
+        found = event_attribute(encode_event(event), wanted.encode("utf-8"))
+        assert found == event.attributes.get(wanted)
+
+
+def test_an_attribute_in_a_map_written_with_block_sizes_takes_the_full_decode() -> None:
+    # Avro lets a writer give a map block's byte size (a negative count): fastavro's decode
+    # reads it; the lean walk hands it over.
+    value = write(EVENT_SCHEMA, {"id": "r", "timestamp": 1, "payload": b"p", "attributes": {}})
+    # the same event with its map as one block of -1 entries, sized, then the end
+    entry = b"\x06sev\x08crit"
+    blocked = value[:-1] + b"\x01" + bytes([len(entry) << 1]) + entry + b"\x00"
+    assert decode_event(blocked).attributes == {"sev": "crit"}
+    assert event_attribute(blocked, b"sev") == "crit"

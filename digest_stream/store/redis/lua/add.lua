@@ -1,13 +1,13 @@
 -- add.lua: the steps of ds_add (lua/commands/ds_add.lua), the one command that stores
 -- records (and applies a batch's controls), once add_args.lua has read its arguments.
--- Holds: read_schedule, begin_timelines, schedule_record, apply_flush_at, apply_record,
---   write_back, advance_fence, add_applied, add_run, fresh_timelines, add_with_controls.
--- Needs: CAUSES, FLUSH_AT_FLOOR (Python); quiet_until (guards); CONTROL_HANDLERS (controls);
---   batches (batches); call_chunked, call_listed, write_fence (helpers); digest_key, ready_key,
+-- Holds: read_schedule, begin_timelines, write_back, advance_fence, add_applied, add_run,
+--   fresh_timelines, add_with_controls.
+-- Needs: CAUSES (Python); quiet_until (guards); CONTROL_HANDLERS (controls); batches
+--   (batches); call_chunked, call_listed, write_fence (helpers); digest_key, ready_key,
 --   waiting_key (keys); float_text, format_float, format_timeline_meta, meta_last_delivery,
---   number_of, parse_timeline_meta (encoding); snoozes (snoozes); held_count, read_head
---   (containers); last_delivery_of, mark_cause, store_batch (container_writes); lead
---   (leading); new_timeline (add_args); zadd_batch (digests).
+--   number_of (encoding); snoozes (snoozes); read_head (containers);
+--   last_delivery_of, mark_cause, store_batch (container_writes); lead (leading);
+--   new_timeline (add_args); zadd_batch (digests); apply_early, apply_record (record_rules).
 
 -- ds_add, in four steps: parse_add checks the whole call, begin_timelines reads the
 -- state of every timeline the batch touches and apply_record runs the state machine
@@ -131,99 +131,6 @@ local function begin_timelines(tag, touched, names, keys, now, known)
     end
 end
 
--- A record of a timeline on a calendar schedule: no leading edge, and a due time the
--- records do not move. The first one (absent -> WAITING) waits for the next fire.
-local function schedule_record(timeline)
-    if timeline.due ~= nil then
-        return
-    end
-    timeline.due = timeline.policy.schedule -- its next fire time
-    timeline.due_changed = true
-    if timeline.head.kind == 'none' then
-        -- the container is new: its first write carries the cause
-        timeline.head.meta = format_timeline_meta({written = 0, dropped = 0,
-            cause = CAUSES.schedule})
-    else
-        timeline.mark = CAUSES.schedule -- written after the records (write_back)
-    end
-end
-
--- After a timeline's records are written: a WAITING timeline holding flush_at records is
--- due now (never sooner than FLUSH_AT_FLOOR after its last delivery).
-local function apply_flush_at(timeline, now, written)
-    if timeline.policy.flush_at == 0 or timeline.ready or timeline.due == nil
-            or written < timeline.policy.flush_at then
-        return
-    end
-    -- pushed to: `written` counts entries, superseded ones included (push_entries)
-    if timeline.head.appended
-            and held_count(timeline.key, timeline.head, written) < timeline.policy.flush_at then
-        return
-    end
-    local due = now
-    if timeline.last_delivery ~= nil then
-        due = math.max(now, timeline.last_delivery + FLUSH_AT_FLOOR)
-    end
-    due = quiet_until(timeline.policy, due, now)
-    if due < timeline.due then
-        timeline.due = due
-        timeline.due_changed = true
-        -- increments keep pushing a full timeline's due time out and flush_at pulls it back:
-        -- the cause is rewritten only when it changes
-        if parse_timeline_meta(timeline.head.meta).cause ~= CAUSES.flush_at then
-            timeline.mark = CAUSES.flush_at
-        end
-    end
-end
-
--- Step 2b, the state machine, one record at a time (as if added one by one):
---   READY   -> READY    delivery is already on its way
---   WAITING -> WAITING  due = min(due + increment, last_delivery + maximum),
---                       or min(due, timestamp) with no last delivery known
---   absent  -> READY    listed in `ready` (immediately ready), or WAITING until the quiet
---                       hours that hold `now` end (no leading edge then); snoozed: WAITING,
---                       due at the snooze's end (not held by quiet hours)
--- Every due time set is held to the end of the quiet hours it falls in (quiet_until).
-local function apply_record(timeline, record, ready, now)
-    local batch = timeline.batch
-    batch[#batch + 1] = record
-    if timeline.ready then
-        return
-    end
-    if timeline.policy.schedule ~= nil then
-        schedule_record(timeline)
-        return
-    end
-    if timeline.due == nil and timeline.snoozed ~= nil then
-        -- snoozed: WAITING until the snooze's end, exactly (the recipient chose that time)
-        timeline.due, timeline.due_changed = timeline.snoozed, true
-        return
-    elseif timeline.due == nil then
-        local held = quiet_until(timeline.policy, now, now)
-        if held ~= now then
-            timeline.due, timeline.due_changed = held, true
-            return
-        end
-        timeline.ready = true
-        timeline.became_ready = true
-        ready[#ready + 1] = timeline.timeline
-        return
-    end
-    local due
-    if timeline.last_delivery ~= nil then
-        local policy = timeline.policy
-        due = math.min(timeline.due + policy.increment_delay,
-            timeline.last_delivery + policy.maximum_delay)
-    else
-        due = math.min(timeline.due, record.timestamp)
-    end
-    due = quiet_until(timeline.policy, due, now)
-    if due ~= timeline.due then
-        timeline.due = due
-        timeline.due_changed = true
-    end
-end
-
 -- Step 3: each touched timeline written once: its records (trimmed to capacity once,
 -- after all of them), then its schedule entry. Returns the records dropped and the
 -- longest ttl among the timelines (for the partition-level keys).
@@ -242,7 +149,7 @@ local function write_back(tag, touched, call)
             local lost, written = store_batch(tag, timeline.key, timeline.head, timeline.batch,
                 timeline.policy.capacity, call.inline_records, timeline.policy.ttl_ms_text)
             dropped = dropped + lost
-            apply_flush_at(timeline, call.now, written)
+            apply_early(tag, timeline, call.now, written)
         end
         if timeline.mark ~= nil and not led then
             mark_cause(timeline.key, timeline.mark)
@@ -295,6 +202,13 @@ local function add_applied(call, applied, totals, known)
     begin_timelines(call.tag, touched, names, keys, call.now, known)
     for _, record in ipairs(applied) do
         apply_record(record.timeline, record, totals.ready, call.now)
+    end
+    if call.urgent then -- (only a batch holding urgent records pays this loop)
+        for _, record in ipairs(applied) do
+            if record.urgent then
+                record.timeline.urgent = true
+            end
+        end
     end
     local dropped, partition_ttl = write_back(call.tag, touched, call)
     totals.dropped = totals.dropped + dropped

@@ -2,10 +2,10 @@
 -- WAITING), each with its one record of the call: the interleaved append, kept in parse_add's
 -- lists, not in a table per timeline and per record.
 -- Holds: append_lane.
--- Needs: RECORD_FORMAT (Python); quiet_until (guards); waiting_key (keys); float_text,
---   meta_last_delivery (encoding); entry_of, mark_cause, push_entries (container_writes);
---   zadd_batch (digests); new_timeline, record_tables (add_args); add_applied, apply_flush_at
---   (add).
+-- Needs: CAUSES, FLUSH_AT_FLOOR, RECORD_FORMAT (Python); quiet_until (guards); waiting_key
+--   (keys); float_text, meta_last_delivery (encoding); entry_of, mark_cause, push_entries
+--   (container_writes); zadd_batch (digests); new_timeline, record_tables (add_args);
+--   add_applied (add); apply_early (record_rules).
 --
 -- At twenty events per timeline, interleaved, nearly every record of a call is the only one
 -- of its timeline in that call, and the timeline is already scheduled with a list container
@@ -67,11 +67,16 @@ local function append_lane(call, fence, totals)
                     local timeline = new_timeline(call, number, true)
                     timeline.due, timeline.last_delivery = moved, last_delivery
                     timeline.head = {kind = 'inline', list = true, meta = raw, appended = true}
-                    apply_flush_at(timeline, now, written)
+                    apply_early(tag, timeline, now, written)
                     if timeline.mark ~= nil then
                         mark_cause(key, timeline.mark)
                     end
                     moved = timeline.due
+                end
+                if string.sub(raw, -1) == CAUSES.urgent then
+                    -- an urgent record set its due time (the meta's cause, its last letter,
+                    -- is still URGENT): the floor holds it (apply_early)
+                    moved = math.min(moved, math.max(now, last_delivery + FLUSH_AT_FLOOR))
                 end
                 if moved ~= due then
                     due_changed[changed + 1] = float_text(texts, moved)

@@ -12,8 +12,9 @@
 local controls = {}
 do
     -- The causes that make a timeline due before its cool-down ends (or its schedule's fire):
-    -- a flush, flush_at records. They ask for the records pending then.
-    local EARLY_CAUSES = {[CAUSES.flushed] = true, [CAUSES.flush_at] = true}
+    -- a flush, flush_at records, an urgent record. They ask for the records pending then.
+    local EARLY_CAUSES = {[CAUSES.flushed] = true, [CAUSES.flush_at] = true,
+        [CAUSES.urgent] = true}
 
     -- A cancel left `timeline` (its parsed `meta`) nothing pending: a flush (or flush_at) with
     -- nothing left to flush is a no-op, so the timeline is due as if it had never come.

@@ -343,10 +343,11 @@ local function close_found(tag, timeline, digest, holds_records, now, policy, mo
     timeline_meta.last_delivery = now
     timeline_meta.behind_open = false -- that digest is closed: nothing waits behind it
     local flush_at, soon = policy.flush_at, nil
-    -- A flush that came while the digest was open (flush_timeline), or flush_at records that
-    -- did (add leaves a READY timeline alone): due right after the floor, not a cool-down later.
-    if timeline_meta.cause == CAUSES.flushed then
-        soon = CAUSES.flushed
+    -- A flush that came while the digest was open (flush_timeline), an urgent record
+    -- (apply_early), or flush_at records that did (add leaves a READY timeline alone): due
+    -- right after the floor, not a cool-down later.
+    if timeline_meta.cause == CAUSES.flushed or timeline_meta.cause == CAUSES.urgent then
+        soon = timeline_meta.cause
     elseif flush_at > 0 and timeline_meta.written >= flush_at
             and held_count(source, head, timeline_meta.written) >= flush_at then
         soon = CAUSES.flush_at

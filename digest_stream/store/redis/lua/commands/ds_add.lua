@@ -2,7 +2,7 @@
 -- by offset.
 -- KEYS: fence, waiting, ready
 -- ARGV: now, partition_ttl, inline_records, expected_fence, through_offset, topic_id,
---   open_nonce, numbering, policies, timelines, records, controls?
+--   open_nonce, numbering, policies, timelines, records, controls?, urgent?
 -- Reply: ready, added, skipped, dropped, fence_before, fence_after, fence_topic, cancelled, led
 -- Holds: parse_add, add_refused, add.
 -- Needs: ADD_ARGS, ADD_NUMBERING, ADD_REPLY, INLINE_MAX_RECORDS, LIBRARY_VERSION, MAX_OFFSET,
@@ -17,7 +17,11 @@
 -- expected_fence, through_offset, topic_id, open_nonce: "" = none. policies: their count,
 -- then POLICY_WIDTH arguments each (parse_policies); a timeline points at its own by index. timelines, records, controls: packed
 -- (TIMELINE_FORMAT, RECORD_FORMAT and CONTROL_FORMAT each); controls only when the batch
--- holds any.
+-- holds any ("" when it holds none but urgent records).
+-- urgent: one byte per record, '1' for one the caller found urgent (its policy's
+-- urgent_when), '0' else; only when the batch holds any: such a batch takes the tables (no
+-- lane), and each urgent record makes its timeline due at once past the floor (add.lua,
+-- apply_early).
 -- controls: flush | cancel | cancel_all operations among the records, applied at their
 -- place (the records before each one first), fenced like records; they count in neither
 -- added nor skipped. A batch with controls is one call like any other: all or nothing.
@@ -69,10 +73,17 @@ local function parse_add(keys, args)
     call.open_nonce = parse_nonce(args[at.open_nonce], 'open nonce')
     -- the packed timelines follow the policies; then the records
     local policies, packed = parse_policies(args, at.policies)
-    -- the controls argument, when sent, holds at least one (a plain add sends none)
-    if #args ~= packed + 1 and (#args ~= packed + 2 or args[packed + 2] == '') then
+    -- the controls argument, when sent, holds at least one (a plain add sends none), unless
+    -- the urgent records follow it; they hold at least one when sent
+    local controls_arg, urgent_arg = args[packed + 2], args[packed + 3]
+    if controls_arg == '' then
+        controls_arg = nil
+    end
+    if not (#args == packed + 1 or (#args == packed + 2 and controls_arg ~= nil)
+            or (#args == packed + 3 and urgent_arg ~= '')) then
         invalid_argument('add expects ' .. POLICY_WIDTH .. ' fields per policy, then the'
-            .. ' packed timelines, the packed records and (optional) the packed controls')
+            .. ' packed timelines, the packed records and (optional) the packed controls'
+            .. ' and the urgent marks')
     end
     for _, policy in ipairs(policies) do
         -- its containers' TTL as the text Redis reads: a number argument of redis.call is
@@ -89,7 +100,7 @@ local function parse_add(keys, args)
     -- as its second record suggests (the interleaved append), append_lane.lua's; every other
     -- takes the tables, that state already in them (call.known).
     local ready, due
-    if args[packed + 2] == nil then
+    if controls_arg == nil then
         ready, due = read_schedule(tag, names)
         call.ready_of, call.due_of, call.known = ready, due, true
         local absent = false
@@ -99,7 +110,9 @@ local function parse_add(keys, args)
                 break
             end
         end
-        if absent and call.open_nonce ~= nil and not snoozes.any(tag) then
+        if urgent_arg ~= nil then
+            call.lane = nil -- urgent records: the tables (apply_early), rare enough
+        elseif absent and call.open_nonce ~= nil and not snoozes.any(tag) then
             -- (a snoozed absent timeline waits: the tables' path, apply_record)
             call.lane = 'lead'
         elseif not absent and #names > 1 then
@@ -134,9 +147,21 @@ local function parse_add(keys, args)
         end
         call.lane, call.records = nil, record_tables(call, all, tables())
     end
-    if args[packed + 2] ~= nil then
-        call.controls = parse_controls(args[packed + 2], #call.records, call.through_offset,
+    if controls_arg ~= nil then
+        call.controls = parse_controls(controls_arg, #call.records, call.through_offset,
             policies)
+    end
+    if urgent_arg ~= nil then
+        local records = call.records
+        if #urgent_arg ~= #records or string.find(urgent_arg, '[^01]') then
+            invalid_argument('add expects one urgent mark (0 or 1) per record')
+        end
+        for number = 1, #records do
+            if string.byte(urgent_arg, number) == 49 then -- '1'
+                records[number].urgent = true
+            end
+        end
+        call.urgent = true
     end
     return call
 end
