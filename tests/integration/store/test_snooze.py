@@ -4,6 +4,8 @@ nothing comes due before the snooze's end; then one digest holds them all."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from digest_stream.store import DigestStore, DueTimeline, NewRecord, TimelinePolicy
@@ -149,3 +151,25 @@ def test_a_snooze_that_has_ended_holds_nothing(store: DigestStore, feed: Feed) -
     store.add(P, [feed.snooze("t", T0 + 10)], T0)
     assert store.add(P, [feed.record("t", "a")], T0 + 10).ready == ["t"]
     assert store.inspect(P, "t").snoozed_until is None  # removed where it was read
+
+
+def test_a_snooze_longer_than_the_ttl_keeps_what_it_holds(make_store: StoreFactory) -> None:
+    # A snoozed timeline may get no event for longer than `ttl`: its state must not expire in
+    # Redis before the snooze ends (records lost with no count). The snooze itself extends it
+    # (record a, before it), and maintenance keeps extending it while the snooze lasts (record
+    # b's add set the container's TTL back to `ttl`). Real time: Redis expires keys by it.
+    store = make_store(
+        TimelinePolicy(minimum_delay=0.5, increment_delay=0.1, maximum_delay=1.0, ttl=2.0)
+    )
+    feed, start = Feed(), time.time()
+    end = start + 5
+    store.add(P, [feed.record("t", "a")], start)
+    store.add(P, [feed.snooze("t", end), feed.record("t", "b")], start)
+    while time.time() < end:  # past the ttl twice over, with maintenance as the service runs it
+        store.maintenance(P, time.time() - 60, time.time())
+        time.sleep(0.5)
+    info = store.inspect(P, "t")
+    assert (info.state, info.pending) == (State.WAITING, 2), info
+    now = time.time()
+    assert [due.timeline for due in store.schedule(P, now)] == ["t"]
+    assert deliver(store, "t", now) == ["a", "b"]

@@ -4,10 +4,15 @@
 -- the schedule's move to READY (ds_schedule) and a flush; the rest of the due rule runs as
 -- ever and the snooze holds its result back. A partition without snoozes pays one EXISTS
 -- per add (ds_add: the leading lane is not taken when it holds any) and per schedule call.
+-- A snooze may end later than `ttl` from now, and a snoozed timeline gets no event for that
+-- long: its state (container, schedule entry) would expire in Redis before the end, losing
+-- its records with no count. So the state of a snoozed timeline lives until its snooze's end
+-- plus `ttl`: set when the snooze is, and kept by every maintenance call (keep_alive) while it
+-- lasts, since each add sets the container's TTL to `ttl` again.
 -- Holds: snoozes (one table: the library's top level is near Lua's 200 locals): any,
---   end_of, hold_due, set, held, forget.
--- Needs: KEY_SUFFIXES (Python); digest_key, ready_key, waiting_key (keys); format_float,
---   ttl_ms (encoding); extend_ttl (helpers).
+--   end_of, hold_due, set, keep_alive, held, forget.
+-- Needs: KEY_SUFFIXES (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
+--   format_float, ttl_ms (encoding); extend_ttl, refresh_partition_ttl (helpers).
 
 local snoozes = {}
 do
@@ -65,6 +70,8 @@ do
         if ends ~= nil then
             redis.call('HSET', key, timeline, format_float(ends))
             extend_ttl(key, ttl_ms(ends - now + ttl))
+            extend_ttl(timeline_key(tag, timeline), ttl_ms(ends - now + ttl))
+            refresh_partition_ttl(tag, ends - now + ttl)
         else
             redis.call('HDEL', key, timeline)
         end
@@ -86,6 +93,26 @@ do
             return 1
         end
         return 0
+    end
+
+    -- Every snoozed timeline's state kept until its snooze's end plus `ttl` (ds_maintenance,
+    -- with the partition's TTL); ended snoozes removed. Nothing to do without snoozes.
+    function snoozes.keep_alive(tag, now, ttl)
+        if not snoozes.any(tag) then
+            return
+        end
+        local key, latest = snoozes_key(tag), now
+        local entries = redis.call('HGETALL', key)
+        for i = 1, #entries, 2 do
+            local timeline, ends = entries[i], tonumber(entries[i + 1])
+            if ends <= now then
+                redis.call('HDEL', key, timeline)
+            else
+                extend_ttl(timeline_key(tag, timeline), ttl_ms(ends - now + ttl))
+                latest = math.max(latest, ends)
+            end
+        end
+        refresh_partition_ttl(tag, latest - now + ttl)
     end
 
     -- The snooze's end as stored (ds_inspect, read-only: one that has ended but was not

@@ -5,7 +5,7 @@
 -- Needs: DUE_REPLY, MAX_SLICE (Python); adopt_leading_18 (upgrades); batches (batches);
 --   call_tag, digest_key, ready_key, timeline_key, waiting_key (keys); extend_ttl, move_range,
 --   refresh_partition_ttl (helpers); format_float, ttl_ms (encoding); parse_integer,
---   parse_time, parse_ttl (guards).
+--   parse_time, parse_ttl (guards); snoozes (snoozes).
 --
 -- Reply: moved: {timeline, ready_since, ...}, up to `limit` timelines READY since before
 -- `deadline` moved back to WAITING (due = ready_since), so the next schedule tick hands them
@@ -32,5 +32,6 @@ local function maintenance(keys, args)
         extend_ttl(digest_key(tag, moved[i]), ms)
     end
     refresh_partition_ttl(tag, partition_ttl)
+    snoozes.keep_alive(tag, now, partition_ttl)
     return {[DUE_REPLY.moved] = moved, [DUE_REPLY.more] = (more or taken) and 1 or 0}
 end
