@@ -109,6 +109,11 @@ class UrgentRule:
 
     attribute: str
     values: frozenset[str]
+    #: ``attribute`` in UTF-8, as the ingest looks for it in an event's bytes.
+    key: bytes = b""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.attribute.encode("utf-8"))
 
     def __str__(self) -> str:
         return f"{self.attribute}={','.join(sorted(self.values))}"

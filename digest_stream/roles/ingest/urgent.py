@@ -5,6 +5,7 @@ settings' policies), and whether an event is urgent by its timeline's ``urgent_w
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 from digest_stream.settings import Settings
 from digest_stream.store.policy import UrgentRule
@@ -22,7 +23,12 @@ def urgent_rules(settings: Settings) -> UrgentRules | None:
     if all(policy.urgent_when is None for policy in policies):
         return None
     resolve = settings.resolver()
-    return lambda timeline: resolve(timeline).urgent
+
+    @lru_cache(maxsize=65_536)  # one lookup per timeline, as the resolver's own cache
+    def rule_of(timeline: str) -> UrgentRule | None:
+        return resolve(timeline).urgent
+
+    return rule_of
 
 
 def is_urgent(rules: UrgentRules, timeline: str, event: EventHead | Event, value: bytes) -> bool:
@@ -34,5 +40,5 @@ def is_urgent(rules: UrgentRules, timeline: str, event: EventHead | Event, value
     if type(event) is Event:  # registry mode: decoded whole already
         found = event.attributes.get(rule.attribute)
     else:
-        found = event_attribute(value, rule.attribute.encode("utf-8"))
+        found = event_attribute(value, rule.key)
     return found in rule.values
