@@ -298,7 +298,8 @@ class DigestStore(Protocol):
         self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE
     ) -> DueBatch:
         """Move up to ``limit`` READY timelines scheduled before ``deadline`` (oldest first)
-        back to WAITING and return them; ``.more`` when more remain."""
+        back to WAITING and return them; ``.more`` when more remain. Snoozes that ended by
+        ``now`` are removed, and snoozed timelines' state kept until their snooze's end."""
         ...
 
     def open(self, partition: int, timeline: str, digest_id: str, now: float) -> OpenDigest:

@@ -151,7 +151,7 @@ class MemoryStore:
     def maintenance(
         self, partition: int, deadline: float, now: float, *, limit: int = DEFAULT_SLICE
     ) -> DueBatch:
-        """The stale READY timelines moved back to WAITING."""
+        """The stale READY timelines moved back to WAITING; ended snoozes removed."""
         state = self._partition(partition)
         deadline = validate.time_value(deadline, "deadline")
         validate.time_value(now, "now")
@@ -162,6 +162,8 @@ class MemoryStore:
         for name, at in stale[:limit]:
             del state.ready[name]
             state.waiting[name] = at
+        for name in list(state.snoozes):  # ended snoozes removed, as snoozes.keep_alive does
+            state.snooze_end(name, now)
         return DueBatch(
             (DueTimeline(name, at) for name, at in stale[:limit]), more=len(stale) > limit
         )
