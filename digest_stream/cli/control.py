@@ -122,13 +122,24 @@ def _where(targets: list[int]) -> str:
     return ("partition " if len(targets) == 1 else "partitions ") + ", ".join(map(str, targets))
 
 
+#: The latest time a command takes (9999-12-31T23:59:59Z): what its messages can show.
+_LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+
+
 def _time(value: str, name: str) -> float:
     """A time argument: seconds since the epoch, or ISO 8601 with its UTC offset
     (2026-12-24T09:00+01:00)."""
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not 0 <= seconds <= _LATEST:  # nan, inf, negative, past the year 9999
+            raise click.BadParameter(
+                f"{value!r} is not a time: seconds since the epoch, 0 to {_LATEST:.0f}",
+                param_hint=name.upper(),
+            )
+        return seconds
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
@@ -142,6 +153,20 @@ def _time(value: str, name: str) -> float:
     return moment.timestamp()
 
 
+def _future(argument: float, name: str, now: float) -> float:
+    """A time control's argument, refused unless it lies after ``now`` and before the year
+    10000: a time already past would act as if the control ended at once, which no one asks
+    for by giving a time."""
+    if argument > _LATEST:
+        raise click.BadParameter(f"{_shown(argument)} is after the year 9999", param_hint=name)
+    if argument <= now:
+        raise click.BadParameter(
+            f"{_shown(argument)} is not in the future (it is {_shown(now)} now)",
+            param_hint=name,
+        )
+    return argument
+
+
 #: Seconds per unit of a --for duration, and the duration's form.
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
@@ -150,9 +175,9 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
 def _duration(value: str) -> float:
     """A duration: a number of seconds, or one with a unit (90s, 15m, 2h, 7d, 1w)."""
     found = _DURATION.match(value.strip())
-    if found is None:
+    if found is None or float(found.group(1)) == 0:
         raise click.BadParameter(
-            f"{value!r} is not a duration (90, 90s, 15m, 2h, 7d)", param_hint="--for"
+            f"{value!r} is not a duration above 0 (90, 90s, 15m, 2h, 7d)", param_hint="--for"
         )
     return float(found.group(1)) * _UNITS[found.group(2)]
 
@@ -160,6 +185,8 @@ def _duration(value: str) -> float:
 def _shown(argument: str | float) -> str:
     """An argument as the command's messages show it (a time in ISO 8601, UTC)."""
     if isinstance(argument, float):
+        if argument > _LATEST:
+            return f"{argument:.0f} seconds since the epoch"
         return datetime.fromtimestamp(argument, UTC).isoformat(timespec="seconds")
     return argument
 
@@ -183,8 +210,11 @@ def control_command(op: str) -> click.Command:
             later = None if later is None else _duration(later)
             if (argument is None) == (later is None) and bare is None:
                 raise click.UsageError(f"give {carrying.field.upper()} or --for, one of them")
+            now = time.time()
             if later is not None:
-                argument = time.time() + later
+                argument = _future(now + later, "--for", now)
+            elif argument is not None:
+                argument = _future(argument, carrying.field.upper(), now)
         spec = control_of(op, argument is not None)
         what = f"timeline {timeline}"
         if argument is not None:
