@@ -35,9 +35,8 @@ DEFAULT_TTL = 7 * 24 * 3600.0
 #: ``capacity=None`` lifts the bound (opening then costs O(n log n) in Redis's C code).
 DEFAULT_CAPACITY = 10_000
 
-#: The longest maximum_delay a policy with quiet hours may have (seven days): the store
-#: receives the quiet windows a due time it sets can fall in, those up to maximum_delay
-#: ahead (store/redis/policy_wire.py), so this bounds them to a few per policy and call.
+#: The longest maximum_delay a policy with quiet hours may have (seven days): the store gets
+#: the quiet windows a due time it sets can fall in, up to maximum_delay ahead (policy_wire).
 QUIET_HORIZON = 7 * 24 * 3600.0
 
 
@@ -58,7 +57,7 @@ class Kind:
     def check(self, name: str, value: object) -> None:
         """Refuse a value of the wrong type or out of bounds (NaN, inf and bool included)."""
         accepted = (int, float) if self.type is float else self.type
-        if isinstance(value, bool) or not isinstance(value, accepted):
+        if (isinstance(value, bool) and self.type is not bool) or not isinstance(value, accepted):
             raise InvalidArgument(f"{name} must be of type {self.type.__name__}, got {value!r}")
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidArgument(f"{name} must be finite, got {value!r}")
@@ -70,6 +69,8 @@ class Kind:
 
     def show(self, value: object) -> str:
         """A set value as describe() writes it."""
+        if isinstance(value, bool):
+            return "yes" if value else "no"
         return f"{value:g}{self.unit}" if isinstance(value, float) else f"{value}{self.unit}"
 
 
@@ -87,18 +88,17 @@ SECONDS = Kind(float, {"ge": 0}, packed="time", unit="s")
 TTL = Kind(float, {"gt": 0, "le": MAX_TTL}, packed="ttl", unit="s")
 #: A number of records (unset is packed as 0).
 COUNT = Kind(int, {"ge": 1, "le": MAX_OFFSET}, packed="count")
-#: A record attribute's name; the delivery role reads it, the store does not.
-ATTRIBUTE = Kind(str, {"min_length": 1}, packed=None)
-#: An IANA time zone name (checked by calendar.zone).
-ZONE = Kind(str, {}, packed=None)
+ATTRIBUTE = Kind(str, {"min_length": 1}, packed=None)  # read by the delivery role only
+ZONE = Kind(str, {}, packed=None)  # an IANA time zone name (checked by calendar.zone)
 #: A 5-field cron expression: packed as its next fire time, which the caller computes (the
 #: Lua has no cron), "" when unset.
 CRON = Kind(str, {}, packed="fire")
+FLAG = Kind(bool, {}, packed="flag")  # yes or no, packed as "1" or "0"
 #: A daily window of wall time, "HH:MM-HH:MM" (checked by calendar.quiet_bounds): packed as
 #: its windows in real time ahead, which the caller computes (the Lua has no time zones).
 QUIET = Kind(str, {}, packed="quiet")
 #: An attribute and the values that make an event urgent (``urgent_rule``): the ingest reads
-#: it; the store only learns which records are urgent, per record.
+#: it; the store learns which records are urgent, per record.
 URGENT_WHEN = Kind(str, {}, packed=None)
 
 
@@ -235,6 +235,12 @@ class TimelinePolicy:
         'sooner than 1 s after the last digest, e.g. `"severity=critical,fatal"`; unset = off.',
         unset="off",
     )
+    urgent_passes_snooze: bool = option(
+        False,
+        FLAG,
+        "An urgent event (`urgent_when`) that arrives while its timeline is snoozed goes out "
+        "at once too, with what is pending; the snooze holds the rest until its end.",
+    )
 
     def __post_init__(self) -> None:
         for spec in OPTIONS:
@@ -353,8 +359,7 @@ class PolicyOverride(BaseModel):
     declare_fields(locals(), overrides=True)
 
     def __init__(self, **options: object) -> None:
-        """An override of the options given by name (the fields are declared above, unseen
-        by type checkers)."""
+        """An override of the options given by name (fields declared above, unseen by mypy)."""
         super().__init__(**options)
 
 
@@ -379,8 +384,7 @@ def prefix_resolver(
     """timeline -> policy: the longest matching override prefix, else the default."""
     if not overrides:
         return lambda _timeline: default
-    # Longest prefix first, so "mail:p:*" beats "mail:*" whatever the order given.
-    table = sorted(
+    table = sorted(  # longest prefix first: "mail:p:*" beats "mail:*" in any order given
         ((prefix_of(p), overridden(default, o)) for p, o in overrides.items()),
         key=lambda item: -len(item[0]),
     )

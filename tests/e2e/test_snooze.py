@@ -4,8 +4,10 @@ accumulating, nothing goes out before the snooze's end, then one digest holds th
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import pytest
@@ -30,8 +32,12 @@ def _flags(pipe: Pipeline) -> list[str]:
     return [*cli_flags(pipe.settings), *cluster]
 
 
-def _inspect(pipe: Pipeline, timeline: str) -> str:
-    result = CliRunner().invoke(main, ["inspect", timeline, *_flags(pipe)])
+def _snoozed(pipe: Pipeline, timeline: str) -> bool:
+    return "snoozed until" in _inspect(pipe, timeline)
+
+
+def _inspect(pipe: Pipeline, timeline: str, *extra: str) -> str:
+    result = CliRunner().invoke(main, ["inspect", timeline, *_flags(pipe), *extra])
     assert result.exit_code == 0, result.output
     return result.output
 
@@ -88,4 +94,47 @@ def test_a_snooze_until_a_time_lets_the_digest_out_at_that_time(
     (digest,) = [d for d in out.digests if d.timeline == "later"]
     assert digest.opened_at / 1000 >= until  # not before the snooze's end
     assert sorted(r.id for r in digest.records) == ["e1", "e2"]
+    out.close()
+
+
+def test_with_urgent_passes_snooze_an_urgent_event_goes_out_and_the_snooze_holds_the_rest(
+    pipeline_factory: PipelineFactory, store_settings: dict[str, Any]
+) -> None:
+    # Issue 39 item 4: urgent events do not pass a snooze unless the policy says so; here
+    # it does, per prefix, through the settings as an operator sets it.
+    overrides = {
+        "ops:*": {"urgent_when": "severity=critical", "urgent_passes_snooze": True},
+        "mail:*": {"urgent_when": "severity=critical"},  # urgent, not past a snooze
+    }
+    pipe = pipeline_factory(partitions=2, overrides=overrides, **store_settings)
+    pipe.app()
+    out = pipe.output()
+    extra = ("--overrides", json.dumps(overrides))
+    runner = CliRunner()
+    for timeline in ("ops:1", "mail:1"):
+        snoozed = runner.invoke(main, ["snooze", timeline, "--for", "1h", *_flags(pipe), *extra])
+        assert snoozed.exit_code == 0, snoozed.output
+    for timeline in ("ops:1", "mail:1"):
+        wait_until(partial(_snoozed, pipe, timeline), 20, f"{timeline} snoozed")
+    with pipe.producer() as producer:
+        producer.send("ops:1", "a", b"{}", attributes={"severity": "info"})
+        producer.send("mail:1", "m1", b"{}", attributes={"severity": "critical"})
+        producer.flush()
+    wait_until(lambda: "pending        1 records" in _inspect(pipe, "ops:1"), 20, "a pending")
+    with pipe.producer() as producer:
+        producer.send("ops:1", "alarm", b"{}", attributes={"severity": "critical"})
+        producer.flush()
+    out.wait_for(lambda: any(d.timeline == "ops:1" for d in out.digests), 20, "the urgent digest")
+    (digest,) = [d for d in out.digests if d.timeline == "ops:1"]
+    assert sorted(r.id for r in digest.records) == ["a", "alarm"]  # with what was pending
+    with pipe.producer() as producer:
+        producer.send("ops:1", "after", b"{}", attributes={"severity": "info"})
+        producer.flush()
+    wait_until(lambda: "pending        1 records" in _inspect(pipe, "ops:1"), 20, "after pending")
+    shown = _inspect(pipe, "ops:1", *extra)
+    assert "snoozed until" in shown, shown  # the snooze goes on, holding "after"
+    assert "urgent_passes_snooze yes" in shown, shown
+    out.observe(3.0)
+    assert [d.timeline for d in out.digests] == ["ops:1"]  # mail:1's critical event held
+    assert "pending        1 records" in _inspect(pipe, "mail:1")
     out.close()

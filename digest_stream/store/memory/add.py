@@ -118,6 +118,9 @@ class Batch:
             self.touched.append(name)
         if record.urgent:
             self.urgent.add(name)
+            passes = self.policies[name].urgent_passes_snooze
+            if passes and state.snooze_end(name, self.now) is not None:
+                state.snooze_passes.add(name)  # as the Lua's snoozes.let_through
         timeline.records[record.id] = StoredRecord(
             record.id, float(record.timestamp), record.payload
         )

@@ -93,6 +93,7 @@ def _cancel(
         # Nothing pending is left: no digest will report the trims before the cancel
         # (already counted as capacity drops), so they leave with the records.
         timeline.dropped = 0
+        state.snooze_passes.discard(name)  # nothing urgent is left to pass a snooze
         if _undue_early(state, name, timeline, policy, now) and name in ready:
             ready.remove(name)  # made READY by a flush of this call: not announced
     return count
@@ -112,7 +113,7 @@ def _snooze(
     due at the new end (now), one due sooner than the new end waits for it; a READY one
     with no digest open waits for the end."""
     ends = None if argument is None else float(argument)
-    previous = state.snoozes.pop(name, None)
+    previous = state.forget_snooze(name)  # an urgent record's pass too: the new one holds it
     if ends is not None:
         state.snoozes[name] = ends
     if name in state.waiting:

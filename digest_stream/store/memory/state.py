@@ -70,14 +70,31 @@ class PartitionState:
     #: Each snoozed timeline's snooze's end (the Lua's T:z; one that ended is removed where
     #: it is read, as there).
     snoozes: dict[str, float] = field(default_factory=dict)
+    #: The snoozed timelines whose next move to READY an urgent record passes (the Lua's
+    #: " u" on the T:z entry: snoozes.let_through).
+    snooze_passes: set[str] = field(default_factory=set)
 
     def snooze_end(self, name: str, now: float) -> float | None:
         """Until when the timeline is snoozed at ``now``, or None (an ended one removed)."""
         ends = self.snoozes.get(name)
         if ends is not None and ends <= now:
-            del self.snoozes[name]
+            self.forget_snooze(name)
             return None
         return ends
+
+    def snooze_holds(self, name: str, now: float) -> float | None:
+        """The end of the snooze that holds the timeline's move to READY at ``now``, or None:
+        no snooze, or an urgent record passes it (once; the Lua's snoozes.hold_due)."""
+        ends = self.snooze_end(name, now)
+        if ends is not None and name in self.snooze_passes:
+            self.snooze_passes.discard(name)
+            return None
+        return ends
+
+    def forget_snooze(self, name: str) -> float | None:
+        """The timeline's snooze removed, an urgent record's pass with it; its end, or None."""
+        self.snooze_passes.discard(name)
+        return self.snoozes.pop(name, None)
 
     def cooling(self, name: str) -> TimelineState | None:
         """The timeline's meta when it cools down: a meta alone (a close left nothing

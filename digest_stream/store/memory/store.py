@@ -136,7 +136,7 @@ class MemoryStore:
         due = sorted(((name, at) for name, at in state.waiting.items() if at <= now), key=score_key)
         moved_names = []
         for name, at in due[:limit]:
-            ends = state.snooze_end(name, now)
+            ends = state.snooze_holds(name, now)
             if ends is not None:  # snoozed: waits for the snooze's end
                 state.waiting[name] = ends
                 continue
@@ -239,7 +239,7 @@ class MemoryStore:
             state.digests.pop(timeline, None),
             state.ready.pop(timeline, None),
             state.waiting.pop(timeline, None),
-            state.snoozes.pop(timeline, None),
+            state.forget_snooze(timeline),
         ]
         return any(item is not None for item in found)
 

@@ -48,6 +48,7 @@ _WRITERS: dict[str, Callable[[object, TimelinePolicy, float], str]] = {
     "time": _seconds,
     "ttl": _seconds,
     "count": lambda value, _policy, _now: str(value or 0),  # unset is 0
+    "flag": lambda value, _policy, _now: "1" if value else "0",
     "fire": _fire,
     "quiet": _quiet,
 }

@@ -39,7 +39,7 @@ KEY_SUFFIXES = {
     "batches": "b",  # zset: the open batches: nonce -> time their add opened them
     "batch": "n",  # string T:n:<nonce>: one add's batch-form digests
     "batch_digests": "x",  # list T:x:<nonce>: that add's digests in the ordinary form
-    "snoozes": "z",  # hash: timeline -> its snooze's end (lua/snoozes.lua)
+    "snoozes": "z",  # hash: timeline -> its snooze's end, " u" when an urgent record passes it
 }
 #: Keys that name a timeline (``T:<suffix>:<timeline>``); the others are the partition's.
 TIMELINE_KEYS = ("timeline", "digest")

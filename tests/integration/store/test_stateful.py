@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
 from typing import ClassVar, TypeVar
@@ -61,8 +62,15 @@ TRIMMED_HASH = TimelinePolicy(
 )
 
 
+# (urgent records pass a snooze on these timelines, and on the quiet ones)
 FLUSH_AT = TimelinePolicy(
-    minimum_delay=10, increment_delay=8, maximum_delay=20, ttl=3600, capacity=4, flush_at=2
+    minimum_delay=10,
+    increment_delay=8,
+    maximum_delay=20,
+    ttl=3600,
+    capacity=4,
+    flush_at=2,
+    urgent_passes_snooze=True,
 )
 CALENDAR = TimelinePolicy(
     ttl=3600, capacity=6, flush_at=4, schedule="* * * * *", timezone="Europe/Berlin"
@@ -73,16 +81,7 @@ DAILY_IN_FOLD = TimelinePolicy(
     ttl=3600, capacity=6, flush_at=3, schedule="30 2 * * *", timezone="Europe/Berlin"
 )
 HOURLY = TimelinePolicy(ttl=3600, capacity=8, schedule="15 * * * *", timezone="Europe/Berlin")
-QUIET = TimelinePolicy(
-    minimum_delay=10,
-    increment_delay=8,
-    maximum_delay=20,
-    ttl=3600,
-    capacity=4,
-    flush_at=2,
-    quiet_hours="02:45-03:05",
-    timezone="Europe/Berlin",
-)
+QUIET = replace(FLUSH_AT, quiet_hours="02:45-03:05", timezone="Europe/Berlin")
 QUIET_AT_START = TimelinePolicy(
     minimum_delay=60, ttl=3600, quiet_hours="02:30-02:50", timezone="Europe/Berlin"
 )

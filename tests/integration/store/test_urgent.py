@@ -275,3 +275,87 @@ def test_an_urgent_record_does_not_pass_a_snooze(make_store: StoreFactory, feed:
     assert store.schedule(P, end - 1) == []
     assert [d.timeline for d in store.schedule(P, end)] == ["t"]
     assert deliver(store, "t", end)[0] == ["alarm"]
+
+
+PASSING = replace(COOL, urgent_passes_snooze=True)
+
+
+def _delivered(store: DigestStore, feed: Feed) -> DigestStore:
+    """The store with timeline t delivered at T0 (cooling: its cool-down ends at T0 + 60)."""
+    assert store.add(P, [feed("t", "first")], T0).ready == ["t"]
+    deliver(store, "t", T0)
+    return store
+
+
+def test_with_urgent_passes_snooze_an_urgent_record_goes_out_and_the_snooze_holds_the_rest(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store, end = _delivered(make_store(PASSING), feed), T0 + 500
+    store.add(P, [feed("t", repr(end), "snooze"), feed("t", "quiet")], T0 + 1)
+    assert store.schedule(P, T0 + 100) == []  # a plain record: its cool-down ended, held
+    assert store.add(P, [feed("t", "alarm", urgent=True)], T0 + 101).ready == []
+    assert [d.timeline for d in store.schedule(P, T0 + 101)] == ["t"]  # passes the snooze
+    assert deliver(store, "t", T0 + 101) == (["alarm", "quiet"], "URGENT")  # what is pending
+    assert store.inspect(P, "t").snoozed_until == end  # the snooze goes on
+    store.add(P, [feed("t", "later")], T0 + 102)
+    assert store.schedule(P, T0 + 300) == []  # past its cool-down: the snooze holds it
+    assert [d.timeline for d in store.schedule(P, end)] == ["t"]
+    assert deliver(store, "t", end)[0] == ["later"]
+
+
+def test_an_urgent_record_passing_a_snooze_keeps_the_reason_the_digest_has(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    # Never delivered: its first record's leading edge, held by the snooze, is already due;
+    # the urgent record lets it out, and it stays what it is, the timeline's first digest.
+    store = make_store(PASSING)
+    store.add(P, [feed("t", repr(T0 + 500), "snooze"), feed("t", "quiet")], T0)
+    assert store.schedule(P, T0 + 1) == []
+    store.add(P, [feed("t", "alarm", urgent=True)], T0 + 2)
+    assert [d.timeline for d in store.schedule(P, T0 + 2)] == ["t"]
+    assert deliver(store, "t", T0 + 2) == (["alarm", "quiet"], "IMMEDIATE")
+
+
+def test_with_urgent_passes_snooze_a_first_urgent_record_passes_too(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    # absent and snoozed: the add makes it WAITING until the end, the urgent record due now
+    store = make_store(PASSING)
+    store.add(P, [feed("t", repr(T0 + 500), "snooze")], T0)
+    store.add(P, [feed("t", "alarm", urgent=True)], T0 + 1)
+    assert [d.timeline for d in store.schedule(P, T0 + 1)] == ["t"]
+    assert deliver(store, "t", T0 + 1) == (["alarm"], "URGENT")
+
+
+def test_a_snooze_after_an_urgent_record_holds_it_even_when_urgent_passes_snooze(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    # The recipient's latest word wins: a snooze set after the urgent record (before the
+    # schedule saw it) holds it, as a snooze holds everything pending.
+    store = make_store(PASSING)
+    store.add(P, [feed("t", repr(T0 + 500), "snooze")], T0)
+    store.add(P, [feed("t", "alarm", urgent=True)], T0 + 1)
+    store.add(P, [feed("t", repr(T0 + 900), "snooze")], T0 + 1)
+    assert store.schedule(P, T0 + 1) == []
+    assert store.schedule(P, T0 + 899) == []
+    assert [d.timeline for d in store.schedule(P, T0 + 900)] == ["t"]
+
+
+def test_urgent_passes_snooze_lets_nothing_through_without_an_urgent_record(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = _delivered(make_store(PASSING), feed)
+    store.add(P, [feed("t", repr(T0 + 500), "snooze"), feed("t", "a")], T0 + 1)
+    assert store.schedule(P, T0 + 200) == []  # its cool-down ended: held all the same
+    assert [d.timeline for d in store.schedule(P, T0 + 500)] == ["t"]
+
+
+def test_a_cancel_that_leaves_nothing_pending_takes_the_pass_back(
+    make_store: StoreFactory, feed: Feed
+) -> None:
+    store = _delivered(make_store(PASSING), feed)
+    store.add(P, [feed("t", repr(T0 + 500), "snooze"), feed("t", "alarm", urgent=True)], T0 + 1)
+    store.add(P, [feed("t", "control", CANCEL_ALL), feed("t", "plain")], T0 + 2)
+    assert store.schedule(P, T0 + 200) == []  # its cool-down ended; nothing urgent passes
+    assert [d.timeline for d in store.schedule(P, T0 + 500)] == ["t"]
+    assert deliver(store, "t", T0 + 500)[0] == ["plain"]

@@ -204,9 +204,19 @@ local function add_applied(call, applied, totals, known)
         apply_record(record.timeline, record, totals.ready, call.now)
     end
     if call.urgent then -- (only a batch holding urgent records pays this loop)
+        local snoozed
         for _, record in ipairs(applied) do
+            local timeline = record.timeline
             if record.urgent then
-                record.timeline.urgent = true
+                timeline.urgent = true
+                if timeline.policy.urgent_passes_snooze then
+                    if snoozed == nil then
+                        snoozed = snoozes.any(call.tag)
+                    end
+                    if snoozed then
+                        snoozes.let_through(call.tag, timeline.timeline, call.now)
+                    end
+                end
             end
         end
     end

@@ -75,6 +75,7 @@ do
         if #kept == 0 then
             meta.written, meta.dropped = 0, 0
             unready = undue_early(tag, timeline, meta, policy, now)
+            snoozes.hold_again(tag, timeline) -- nothing urgent is left to pass a snooze
             for _, damaged in ipairs(container.damaged) do
                 removed[#removed + 1] = damaged
             end

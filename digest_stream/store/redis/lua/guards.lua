@@ -142,7 +142,16 @@ do
         return windows
     end
 
+    -- Yes or no: "1" or "0".
+    local function parse_flag(value, name)
+        if value ~= '1' and value ~= '0' then
+            invalid_argument(name .. ' must be 1 or 0, got ' .. tostring(value))
+        end
+        return value == '1'
+    end
+
     POLICY_READERS.fire, POLICY_READERS.quiet = parse_fire, parse_quiet
+    POLICY_READERS.flag = parse_flag
 end
 
 -- When a timeline due at `due` (seen at `now`: a due time past is due now) may go out: the

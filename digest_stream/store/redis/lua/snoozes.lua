@@ -10,7 +10,7 @@
 -- plus `ttl`: set when the snooze is, and kept by every maintenance call (keep_alive) while it
 -- lasts, since each add sets the container's TTL to `ttl` again.
 -- Holds: snoozes (one table: the library's top level is near Lua's 200 locals): any,
---   end_of, hold_due, set, keep_alive, held, forget.
+--   end_of, let_through, hold_again, hold_due, set, keep_alive, held, forget.
 -- Needs: KEY_SUFFIXES (Python); digest_key, ready_key, timeline_key, waiting_key (keys);
 --   format_float, ttl_ms (encoding); extend_ttl, refresh_partition_ttl (helpers).
 
@@ -18,6 +18,13 @@ local snoozes = {}
 do
     local SUFFIX = ':' .. KEY_SUFFIXES.snoozes
     local function snoozes_key(tag) return tag .. SUFFIX end
+    -- An entry's value: the snooze's end, then PASSING when an urgent record that may pass
+    -- it waits (urgent_passes_snooze: let_through); its end and whether one waits.
+    local PASSING = ' u'
+    local function parse(found)
+        local passing = string.sub(found, -2) == PASSING
+        return tonumber(passing and string.sub(found, 1, -3) or found), passing
+    end
 
     -- Whether the partition holds any snooze (one EXISTS).
     function snoozes.any(tag)
@@ -30,16 +37,39 @@ do
         if found == false then
             return nil
         end
-        local ends = tonumber(found)
+        local ends, passing = parse(found)
         if ends <= now then
             redis.call('HDEL', snoozes_key(tag), timeline)
             return nil
         end
-        return ends
+        return ends, passing
+    end
+
+    -- An urgent record of `timeline` arrived and its policy lets it pass the snooze (ds_add):
+    -- the timeline's next move to READY is not held (hold_due), once. Nothing when the
+    -- timeline is not snoozed.
+    function snoozes.let_through(tag, timeline, now)
+        local ends, passing = snoozes.end_of(tag, timeline, now)
+        if ends ~= nil and not passing then
+            redis.call('HSET', snoozes_key(tag), timeline, format_float(ends) .. PASSING)
+        end
+    end
+
+    -- What let_through let pass is held again (a cancel left nothing pending).
+    function snoozes.hold_again(tag, timeline)
+        local found = redis.call('HGET', snoozes_key(tag), timeline)
+        if found ~= false then
+            local ends, passing = parse(found)
+            if passing then
+                redis.call('HSET', snoozes_key(tag), timeline, format_float(ends))
+            end
+        end
     end
 
     -- Of the timelines `moved` WAITING -> READY (flat: timeline, due, ...), the snoozed ones
-    -- go back to WAITING at their snooze's end (ds_schedule); returns the others, as moved.
+    -- go back to WAITING at their snooze's end (ds_schedule), but for one an urgent record
+    -- passes (let_through: it goes, and the snooze holds what follows); returns the others,
+    -- as moved.
     function snoozes.hold_due(tag, moved, now)
         if #moved == 0 or not snoozes.any(tag) then
             return moved
@@ -47,8 +77,11 @@ do
         local kept = {}
         for i = 1, #moved, 2 do
             local timeline = moved[i]
-            local ends = snoozes.end_of(tag, timeline, now)
-            if ends == nil then
+            local ends, passing = snoozes.end_of(tag, timeline, now)
+            if passing then
+                redis.call('HSET', snoozes_key(tag), timeline, format_float(ends))
+            end
+            if ends == nil or passing then
                 kept[#kept + 1], kept[#kept + 2] = timeline, moved[i + 1]
             else
                 redis.call('ZREM', ready_key(tag), timeline)
@@ -58,15 +91,15 @@ do
         return kept
     end
 
-    -- The snooze control (`ends`), or the unsnooze (nil: it ends now): the entry set or
-    -- removed; a WAITING timeline the previous snooze held (due at or after its end) is due
+    -- The snooze control (`ends`), or the unsnooze (nil: it ends now): the entry set (an
+    -- urgent record let through before is not: the new snooze holds it) or removed; a WAITING timeline the previous snooze held (due at or after its end) is due
     -- at the new end (now, for an unsnooze), one due sooner than the new end waits for it;
     -- a READY one with no digest open waits for the end (an open digest goes out: it is
     -- under way). Returns 1 when it took a READY timeline back to WAITING.
     function snoozes.set(tag, timeline, ends, now, ttl)
         local key = snoozes_key(tag)
         local previous = redis.call('HGET', key, timeline)
-        previous = previous ~= false and tonumber(previous) or nil
+        previous = previous ~= false and parse(previous) or nil
         if ends ~= nil then
             redis.call('HSET', key, timeline, format_float(ends))
             extend_ttl(key, ttl_ms(ends - now + ttl))
@@ -104,7 +137,7 @@ do
         local key, latest = snoozes_key(tag), now
         local entries = redis.call('HGETALL', key)
         for i = 1, #entries, 2 do
-            local timeline, ends = entries[i], tonumber(entries[i + 1])
+            local timeline, ends = entries[i], parse(entries[i + 1])
             if ends <= now then
                 redis.call('HDEL', key, timeline)
             else
@@ -119,7 +152,7 @@ do
     -- removed yet is returned too), else nil.
     function snoozes.held(tag, timeline)
         local found = redis.call('HGET', snoozes_key(tag), timeline)
-        return found ~= false and tonumber(found) or nil
+        return found ~= false and parse(found) or nil
     end
 
     -- The timeline's snooze removed (ds_delete): 1 when it had one.
