@@ -61,7 +61,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from bench import peer_kstreams
 from bench.common import (
@@ -123,6 +123,18 @@ def backlog(
     ]
 
 
+#: How long a watermark read keeps asking through retriable broker errors (seconds).
+WATERMARK_PATIENCE = 15.0
+#: The errors a watermark read asks again after (librdkafka does not mark them retriable here).
+_WATERMARK_RETRIES = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+}
+
+
 class Watermarks:
     """A topic's high watermarks, read with one consumer (so polling opens no client a poll)."""
 
@@ -138,11 +150,23 @@ class Watermarks:
 
     def offsets(self) -> list[TopicPartition]:
         """The high watermark of every partition."""
-        topic, consumer = self.topic, self.consumer
-        return [
-            TopicPartition(topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p))[1])
-            for p in range(PARTITIONS)
-        ]
+        return [TopicPartition(self.topic, p, self._high(p)) for p in range(PARTITIONS)]
+
+    def _high(self, partition: int) -> int:
+        """One partition's high watermark, asked again while the broker answers with a
+        retriable error (a leader that moved, or metadata not there yet after the topic's
+        creation), for up to WATERMARK_PATIENCE seconds."""
+        deadline = time.monotonic() + WATERMARK_PATIENCE
+        while True:
+            try:
+                return int(
+                    self.consumer.get_watermark_offsets(TopicPartition(self.topic, partition))[1]
+                )
+            except KafkaException as error:
+                code = error.args[0].code()
+                if code not in _WATERMARK_RETRIES or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def total(self) -> int:
         """Messages on the topic: the sum of its high watermarks."""
