@@ -23,6 +23,7 @@ from digest_stream.ops.failures import one_line
 from digest_stream.settings import Settings, env_name
 from digest_stream.store.errors import BackendError, LibraryVersionMismatch
 from digest_stream.vocabulary import CONTROL_MESSAGES, Argument, control_of
+from digest_stream.wire.control import is_argument
 from digest_stream.wire.partitioner import partition_for
 
 _PARTITION_HELP = (
@@ -134,12 +135,12 @@ def _time(value: str, name: str) -> float:
     except ValueError:
         pass
     else:
-        if not 0 <= seconds <= _LATEST:  # nan, inf, negative, past the year 9999
+        if not is_argument(Argument.TIME, seconds):  # nan, inf, negative: as the ingest checks
             raise click.BadParameter(
-                f"{value!r} is not a time: seconds since the epoch, 0 to {_LATEST:.0f}",
+                f"{value!r} is not a time: seconds since the epoch, finite and >= 0",
                 param_hint=name.upper(),
             )
-        return seconds
+        return seconds  # one past the year 9999 is refused with the others (_future)
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:

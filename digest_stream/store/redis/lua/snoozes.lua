@@ -25,6 +25,10 @@ do
         local passing = string.sub(found, -2) == PASSING
         return tonumber(passing and string.sub(found, 1, -3) or found), passing
     end
+    local function write(tag, timeline, ends, passing)
+        redis.call('HSET', snoozes_key(tag), timeline,
+            passing and format_float(ends) .. PASSING or format_float(ends))
+    end
 
     -- Whether the partition holds any snooze (one EXISTS).
     function snoozes.any(tag)
@@ -51,7 +55,7 @@ do
     function snoozes.let_through(tag, timeline, now)
         local ends, passing = snoozes.end_of(tag, timeline, now)
         if ends ~= nil and not passing then
-            redis.call('HSET', snoozes_key(tag), timeline, format_float(ends) .. PASSING)
+            write(tag, timeline, ends, true)
         end
     end
 
@@ -61,7 +65,7 @@ do
         if found ~= false then
             local ends, passing = parse(found)
             if passing then
-                redis.call('HSET', snoozes_key(tag), timeline, format_float(ends))
+                write(tag, timeline, ends, false)
             end
         end
     end
@@ -79,7 +83,7 @@ do
             local timeline = moved[i]
             local ends, passing = snoozes.end_of(tag, timeline, now)
             if passing then
-                redis.call('HSET', snoozes_key(tag), timeline, format_float(ends))
+                write(tag, timeline, ends, false) -- it passes once
             end
             if ends == nil or passing then
                 kept[#kept + 1], kept[#kept + 2] = timeline, moved[i + 1]
@@ -92,8 +96,9 @@ do
     end
 
     -- The snooze control (`ends`), or the unsnooze (nil: it ends now): the entry set (an
-    -- urgent record let through before is not: the new snooze holds it) or removed; a WAITING timeline the previous snooze held (due at or after its end) is due
-    -- at the new end (now, for an unsnooze), one due sooner than the new end waits for it;
+    -- urgent record let through before is not: the new snooze holds it) or removed; a
+    -- WAITING timeline the previous snooze held (due at or after its end) is due at the new
+    -- end (now, for an unsnooze), one due sooner than the new end waits for it;
     -- a READY one with no digest open waits for the end (an open digest goes out: it is
     -- under way). Returns 1 when it took a READY timeline back to WAITING.
     function snoozes.set(tag, timeline, ends, now, ttl)
@@ -101,7 +106,7 @@ do
         local previous = redis.call('HGET', key, timeline)
         previous = previous ~= false and parse(previous) or nil
         if ends ~= nil then
-            redis.call('HSET', key, timeline, format_float(ends))
+            write(tag, timeline, ends, false)
             extend_ttl(key, ttl_ms(ends - now + ttl))
             extend_ttl(timeline_key(tag, timeline), ttl_ms(ends - now + ttl))
             refresh_partition_ttl(tag, ends - now + ttl)
